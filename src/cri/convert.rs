@@ -1,0 +1,581 @@
+//! Conversions between the generated CRI messages and the domain types, in both directions
+//! (the fake runtime serves domain state as CRI messages).
+
+use std::fmt;
+
+use super::proto;
+use super::types::*;
+
+// === impl SandboxState / ContainerState ===
+
+impl From<SandboxState> for proto::PodSandboxState {
+    fn from(s: SandboxState) -> Self {
+        match s {
+            SandboxState::Ready => proto::PodSandboxState::SandboxReady,
+            SandboxState::NotReady => proto::PodSandboxState::SandboxNotready,
+        }
+    }
+}
+
+pub(crate) fn sandbox_state(v: i32) -> SandboxState {
+    match proto::PodSandboxState::try_from(v) {
+        Ok(proto::PodSandboxState::SandboxReady) => SandboxState::Ready,
+        _ => SandboxState::NotReady,
+    }
+}
+
+impl From<ContainerState> for proto::ContainerState {
+    fn from(s: ContainerState) -> Self {
+        match s {
+            ContainerState::Created => proto::ContainerState::ContainerCreated,
+            ContainerState::Running => proto::ContainerState::ContainerRunning,
+            ContainerState::Exited => proto::ContainerState::ContainerExited,
+            ContainerState::Unknown => proto::ContainerState::ContainerUnknown,
+        }
+    }
+}
+
+pub(crate) fn container_state(v: i32) -> ContainerState {
+    match proto::ContainerState::try_from(v) {
+        Ok(proto::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(proto::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(proto::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+// === metadata ===
+
+impl From<proto::PodSandboxMetadata> for SandboxMetadata {
+    fn from(m: proto::PodSandboxMetadata) -> Self {
+        SandboxMetadata {
+            name: m.name,
+            uid: m.uid,
+            namespace: m.namespace,
+            attempt: m.attempt,
+        }
+    }
+}
+
+impl From<SandboxMetadata> for proto::PodSandboxMetadata {
+    fn from(m: SandboxMetadata) -> Self {
+        proto::PodSandboxMetadata {
+            name: m.name,
+            uid: m.uid,
+            namespace: m.namespace,
+            attempt: m.attempt,
+        }
+    }
+}
+
+impl From<proto::ContainerMetadata> for ContainerMetadata {
+    fn from(m: proto::ContainerMetadata) -> Self {
+        ContainerMetadata {
+            name: m.name,
+            attempt: m.attempt,
+        }
+    }
+}
+
+impl From<ContainerMetadata> for proto::ContainerMetadata {
+    fn from(m: ContainerMetadata) -> Self {
+        proto::ContainerMetadata {
+            name: m.name,
+            attempt: m.attempt,
+        }
+    }
+}
+
+fn image_name(spec: Option<proto::ImageSpec>) -> String {
+    spec.map(|s| s.image).unwrap_or_default()
+}
+
+pub(crate) fn image_spec(image: &str) -> proto::ImageSpec {
+    proto::ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    }
+}
+
+// === sandboxes ===
+
+impl From<proto::PodSandbox> for PodSandbox {
+    fn from(p: proto::PodSandbox) -> Self {
+        PodSandbox {
+            id: p.id,
+            metadata: p.metadata.map(Into::into).unwrap_or_default(),
+            state: sandbox_state(p.state),
+            created_at: p.created_at,
+            labels: p.labels,
+            annotations: p.annotations,
+            runtime_handler: p.runtime_handler,
+        }
+    }
+}
+
+impl From<PodSandbox> for proto::PodSandbox {
+    fn from(p: PodSandbox) -> Self {
+        proto::PodSandbox {
+            id: p.id,
+            metadata: Some(p.metadata.into()),
+            state: proto::PodSandboxState::from(p.state).into(),
+            created_at: p.created_at,
+            labels: p.labels,
+            annotations: p.annotations,
+            runtime_handler: p.runtime_handler,
+        }
+    }
+}
+
+pub(crate) fn sandbox_status(resp: proto::PodSandboxStatusResponse) -> Option<PodSandboxStatus> {
+    let s = resp.status?;
+    let network = s.network.unwrap_or_default();
+    let host_network = s
+        .linux
+        .and_then(|l| l.namespaces)
+        .and_then(|n| n.options)
+        .is_some_and(|o| o.network == proto::NamespaceMode::Node as i32);
+    Some(PodSandboxStatus {
+        sandbox: PodSandbox {
+            id: s.id,
+            metadata: s.metadata.map(Into::into).unwrap_or_default(),
+            state: sandbox_state(s.state),
+            created_at: s.created_at,
+            labels: s.labels,
+            annotations: s.annotations,
+            runtime_handler: s.runtime_handler,
+        },
+        ip: network.ip,
+        additional_ips: network.additional_ips.into_iter().map(|i| i.ip).collect(),
+        host_network,
+        info: resp.info,
+    })
+}
+
+pub(crate) fn sandbox_status_message(s: &PodSandboxStatus) -> proto::PodSandboxStatusResponse {
+    let network_mode = if s.host_network {
+        proto::NamespaceMode::Node
+    } else {
+        proto::NamespaceMode::Pod
+    };
+    proto::PodSandboxStatusResponse {
+        status: Some(proto::PodSandboxStatus {
+            id: s.sandbox.id.clone(),
+            metadata: Some(s.sandbox.metadata.clone().into()),
+            state: proto::PodSandboxState::from(s.sandbox.state).into(),
+            created_at: s.sandbox.created_at,
+            network: Some(proto::PodSandboxNetworkStatus {
+                ip: s.ip.clone(),
+                additional_ips: s
+                    .additional_ips
+                    .iter()
+                    .map(|ip| proto::PodIp { ip: ip.clone() })
+                    .collect(),
+            }),
+            linux: Some(proto::LinuxPodSandboxStatus {
+                namespaces: Some(proto::Namespace {
+                    options: Some(proto::NamespaceOption {
+                        network: network_mode.into(),
+                        ..Default::default()
+                    }),
+                }),
+            }),
+            labels: s.sandbox.labels.clone(),
+            annotations: s.sandbox.annotations.clone(),
+            runtime_handler: s.sandbox.runtime_handler.clone(),
+        }),
+        info: s.info.clone(),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn sandbox_filter(f: SandboxFilter) -> proto::PodSandboxFilter {
+    proto::PodSandboxFilter {
+        id: f.id.unwrap_or_default(),
+        state: f.state.map(|s| proto::PodSandboxStateValue {
+            state: proto::PodSandboxState::from(s).into(),
+        }),
+        label_selector: f.labels,
+    }
+}
+
+pub(crate) fn sandbox_filter_from(f: Option<proto::PodSandboxFilter>) -> SandboxFilter {
+    let Some(f) = f else {
+        return SandboxFilter::default();
+    };
+    SandboxFilter {
+        id: Some(f.id).filter(|s| !s.is_empty()),
+        state: f.state.map(|s| sandbox_state(s.state)),
+        labels: f.label_selector,
+    }
+}
+
+pub(crate) fn sandbox_config(c: SandboxConfig) -> proto::PodSandboxConfig {
+    proto::PodSandboxConfig {
+        metadata: Some(c.metadata.into()),
+        hostname: c.hostname,
+        log_directory: c.log_directory,
+        labels: c.labels,
+        annotations: c.annotations,
+        linux: Some(proto::LinuxPodSandboxConfig {
+            cgroup_parent: c.cgroup_parent,
+            security_context: Some(proto::LinuxSandboxSecurityContext {
+                namespace_options: Some(proto::NamespaceOption {
+                    network: proto::NamespaceMode::Node.into(),
+                    pid: proto::NamespaceMode::Pod.into(),
+                    ipc: proto::NamespaceMode::Pod.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn sandbox_config_from(c: proto::PodSandboxConfig) -> SandboxConfig {
+    SandboxConfig {
+        metadata: c.metadata.map(Into::into).unwrap_or_default(),
+        hostname: c.hostname,
+        log_directory: c.log_directory,
+        labels: c.labels,
+        annotations: c.annotations,
+        cgroup_parent: c.linux.map(|l| l.cgroup_parent).unwrap_or_default(),
+    }
+}
+
+// === containers ===
+
+impl From<proto::Container> for Container {
+    fn from(c: proto::Container) -> Self {
+        Container {
+            id: c.id,
+            pod_sandbox_id: c.pod_sandbox_id,
+            metadata: c.metadata.map(Into::into).unwrap_or_default(),
+            image: image_name(c.image),
+            image_ref: c.image_ref,
+            state: container_state(c.state),
+            created_at: c.created_at,
+            labels: c.labels,
+            annotations: c.annotations,
+        }
+    }
+}
+
+impl From<Container> for proto::Container {
+    fn from(c: Container) -> Self {
+        proto::Container {
+            id: c.id,
+            pod_sandbox_id: c.pod_sandbox_id,
+            metadata: Some(c.metadata.into()),
+            image: Some(image_spec(&c.image)),
+            image_ref: c.image_ref,
+            state: proto::ContainerState::from(c.state).into(),
+            created_at: c.created_at,
+            labels: c.labels,
+            annotations: c.annotations,
+            ..Default::default()
+        }
+    }
+}
+
+pub(crate) fn container_status(resp: proto::ContainerStatusResponse) -> Option<ContainerStatus> {
+    let s = resp.status?;
+    Some(ContainerStatus {
+        id: s.id,
+        metadata: s.metadata.map(Into::into).unwrap_or_default(),
+        state: container_state(s.state),
+        created_at: s.created_at,
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+        exit_code: s.exit_code,
+        image: image_name(s.image),
+        image_ref: s.image_ref,
+        image_id: s.image_id,
+        reason: s.reason,
+        message: s.message,
+        labels: s.labels,
+        annotations: s.annotations,
+        log_path: s.log_path,
+        info: resp.info,
+    })
+}
+
+pub(crate) fn container_status_message(s: &ContainerStatus) -> proto::ContainerStatusResponse {
+    proto::ContainerStatusResponse {
+        status: Some(proto::ContainerStatus {
+            id: s.id.clone(),
+            metadata: Some(s.metadata.clone().into()),
+            state: proto::ContainerState::from(s.state).into(),
+            created_at: s.created_at,
+            started_at: s.started_at,
+            finished_at: s.finished_at,
+            exit_code: s.exit_code,
+            image: Some(image_spec(&s.image)),
+            image_ref: s.image_ref.clone(),
+            image_id: s.image_id.clone(),
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            labels: s.labels.clone(),
+            annotations: s.annotations.clone(),
+            log_path: s.log_path.clone(),
+            ..Default::default()
+        }),
+        info: s.info.clone(),
+    }
+}
+
+pub(crate) fn container_filter(f: ContainerFilter) -> proto::ContainerFilter {
+    proto::ContainerFilter {
+        id: f.id.unwrap_or_default(),
+        state: f.state.map(|s| proto::ContainerStateValue {
+            state: proto::ContainerState::from(s).into(),
+        }),
+        pod_sandbox_id: f.pod_sandbox_id.unwrap_or_default(),
+        label_selector: f.labels,
+    }
+}
+
+pub(crate) fn container_filter_from(f: Option<proto::ContainerFilter>) -> ContainerFilter {
+    let Some(f) = f else {
+        return ContainerFilter::default();
+    };
+    ContainerFilter {
+        id: Some(f.id).filter(|s| !s.is_empty()),
+        state: f.state.map(|s| container_state(s.state)),
+        pod_sandbox_id: Some(f.pod_sandbox_id).filter(|s| !s.is_empty()),
+        labels: f.label_selector,
+    }
+}
+
+pub(crate) fn container_config(c: ContainerConfig) -> proto::ContainerConfig {
+    proto::ContainerConfig {
+        metadata: Some(c.metadata.into()),
+        image: Some(image_spec(&c.image)),
+        command: c.command,
+        args: c.args,
+        envs: c
+            .envs
+            .into_iter()
+            .map(|(key, value)| proto::KeyValue {
+                key,
+                value: value.into_bytes(),
+            })
+            .collect(),
+        labels: c.labels,
+        annotations: c.annotations,
+        log_path: c.log_path,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn container_config_from(c: proto::ContainerConfig) -> ContainerConfig {
+    ContainerConfig {
+        metadata: c.metadata.map(Into::into).unwrap_or_default(),
+        image: image_name(c.image),
+        command: c.command,
+        args: c.args,
+        envs: c
+            .envs
+            .into_iter()
+            .map(|kv| (kv.key, String::from_utf8_lossy(&kv.value).into_owned()))
+            .collect(),
+        labels: c.labels,
+        annotations: c.annotations,
+        log_path: c.log_path,
+    }
+}
+
+pub(crate) fn container_event(e: proto::ContainerEventResponse) -> ContainerEvent {
+    let kind = match proto::ContainerEventType::try_from(e.container_event_type) {
+        Ok(proto::ContainerEventType::ContainerCreatedEvent) => ContainerEventKind::Created,
+        Ok(proto::ContainerEventType::ContainerStartedEvent) => ContainerEventKind::Started,
+        Ok(proto::ContainerEventType::ContainerStoppedEvent) => ContainerEventKind::Stopped,
+        Ok(proto::ContainerEventType::ContainerDeletedEvent) => ContainerEventKind::Deleted,
+        // an event type from a newer CRI: treat it as "something changed"
+        Err(_) => ContainerEventKind::Stopped,
+    };
+    ContainerEvent {
+        container_id: e.container_id,
+        kind,
+        created_at: e.created_at,
+        pod_sandbox_id: e
+            .pod_sandbox_status
+            .map(|s| s.id)
+            .filter(|id| !id.is_empty()),
+    }
+}
+
+pub(crate) fn container_event_message(e: &ContainerEvent) -> proto::ContainerEventResponse {
+    let kind = match e.kind {
+        ContainerEventKind::Created => proto::ContainerEventType::ContainerCreatedEvent,
+        ContainerEventKind::Started => proto::ContainerEventType::ContainerStartedEvent,
+        ContainerEventKind::Stopped => proto::ContainerEventType::ContainerStoppedEvent,
+        ContainerEventKind::Deleted => proto::ContainerEventType::ContainerDeletedEvent,
+    };
+    proto::ContainerEventResponse {
+        container_id: e.container_id.clone(),
+        container_event_type: kind.into(),
+        created_at: e.created_at,
+        pod_sandbox_status: e.pod_sandbox_id.as_ref().map(|id| proto::PodSandboxStatus {
+            id: id.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+// === images ===
+
+impl From<proto::Image> for Image {
+    fn from(i: proto::Image) -> Self {
+        Image {
+            id: i.id,
+            repo_tags: i.repo_tags,
+            repo_digests: i.repo_digests,
+            size: i.size,
+            pinned: i.pinned,
+        }
+    }
+}
+
+impl From<Image> for proto::Image {
+    fn from(i: Image) -> Self {
+        proto::Image {
+            id: i.id,
+            repo_tags: i.repo_tags,
+            repo_digests: i.repo_digests,
+            size: i.size,
+            pinned: i.pinned,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<proto::FilesystemUsage> for FilesystemUsage {
+    fn from(f: proto::FilesystemUsage) -> Self {
+        FilesystemUsage {
+            timestamp: f.timestamp,
+            mountpoint: f.fs_id.map(|i| i.mountpoint).unwrap_or_default(),
+            used_bytes: f.used_bytes.map(|v| v.value),
+            inodes_used: f.inodes_used.map(|v| v.value),
+        }
+    }
+}
+
+impl From<FilesystemUsage> for proto::FilesystemUsage {
+    fn from(f: FilesystemUsage) -> Self {
+        proto::FilesystemUsage {
+            timestamp: f.timestamp,
+            fs_id: Some(proto::FilesystemIdentifier {
+                mountpoint: f.mountpoint,
+            }),
+            used_bytes: f.used_bytes.map(|value| proto::UInt64Value { value }),
+            inodes_used: f.inodes_used.map(|value| proto::UInt64Value { value }),
+        }
+    }
+}
+
+impl From<PullAuth> for proto::AuthConfig {
+    fn from(a: PullAuth) -> Self {
+        proto::AuthConfig {
+            username: a.username,
+            password: a.password,
+            auth: a.auth,
+            server_address: a.server_address,
+            identity_token: a.identity_token,
+            registry_token: a.registry_token,
+        }
+    }
+}
+
+impl From<proto::AuthConfig> for PullAuth {
+    fn from(a: proto::AuthConfig) -> Self {
+        PullAuth {
+            username: a.username,
+            password: a.password,
+            auth: a.auth,
+            server_address: a.server_address,
+            identity_token: a.identity_token,
+            registry_token: a.registry_token,
+        }
+    }
+}
+
+/// Generated without `Debug` (see `build.rs`): requests that carry credentials must be safe to
+/// log. Only the user name and server are shown.
+impl fmt::Debug for proto::AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&PullAuth::from(self.clone()), f)
+    }
+}
+
+pub(crate) fn pull_request(r: PullRequest) -> proto::PullImageRequest {
+    proto::PullImageRequest {
+        image: Some(image_spec(&r.image)),
+        auth: r.auth.map(Into::into),
+        sandbox_config: r.sandbox.map(|s| proto::PodSandboxConfig {
+            labels: s.labels,
+            annotations: s.annotations,
+            ..Default::default()
+        }),
+    }
+}
+
+pub(crate) fn pull_request_from(r: proto::PullImageRequest) -> PullRequest {
+    PullRequest {
+        image: image_name(r.image),
+        auth: r.auth.map(Into::into),
+        sandbox: r.sandbox_config.map(|s| PullSandbox {
+            labels: s.labels,
+            annotations: s.annotations,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_config_debug_never_shows_secrets() {
+        let auth = proto::AuthConfig {
+            username: "alice".into(),
+            password: "hunter2".into(),
+            auth: "YWxpY2U6aHVudGVyMg==".into(),
+            server_address: "registry.example.com".into(),
+            identity_token: "idtok".into(),
+            registry_token: "regtok".into(),
+        };
+        let req = proto::PullImageRequest {
+            image: Some(image_spec("registry.example.com/app:v1")),
+            auth: Some(auth),
+            sandbox_config: None,
+        };
+        let text = format!("{req:?}");
+        for secret in ["hunter2", "YWxpY2U6aHVudGVyMg==", "idtok", "regtok"] {
+            assert!(!text.contains(secret), "{secret} leaked in {text}");
+        }
+        assert!(
+            text.contains("alice") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn states_round_trip_through_the_wire_enums() {
+        for s in [
+            ContainerState::Created,
+            ContainerState::Running,
+            ContainerState::Exited,
+            ContainerState::Unknown,
+        ] {
+            assert_eq!(container_state(proto::ContainerState::from(s) as i32), s);
+        }
+        for s in [SandboxState::Ready, SandboxState::NotReady] {
+            assert_eq!(sandbox_state(proto::PodSandboxState::from(s) as i32), s);
+        }
+        assert_eq!(container_state(99), ContainerState::Unknown);
+    }
+}

@@ -1,0 +1,128 @@
+//! Errors of the CRI client, classified so callers can tell what to do about them.
+
+use std::time::Duration;
+
+/// An error talking to the container runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    /// The socket is missing, refuses connections, or the runtime went away mid-call.
+    #[error("runtime at {endpoint} is unreachable: {message}")]
+    Unreachable {
+        /// The endpoint that was dialled.
+        endpoint: String,
+        /// What failed.
+        message: String,
+    },
+    /// The runtime answers, but not the CRI v1 API (`runtime.v1`), or not this call.
+    #[error(
+        "runtime at {endpoint} does not implement {call} of CRI v1 (too old, or CRI disabled): {message}"
+    )]
+    Unsupported {
+        /// The endpoint that was dialled.
+        endpoint: String,
+        /// The RPC that was refused.
+        call: &'static str,
+        /// The runtime's message.
+        message: String,
+    },
+    /// The container, sandbox or image does not exist.
+    #[error("{call}: not found: {message}")]
+    NotFound {
+        /// The RPC that was made.
+        call: &'static str,
+        /// The runtime's message.
+        message: String,
+    },
+    /// The call did not finish in time.
+    #[error("{call} timed out after {after:?}")]
+    Timeout {
+        /// The RPC that was made.
+        call: &'static str,
+        /// The time allowed.
+        after: Duration,
+    },
+    /// The runtime failed the call for another reason.
+    #[error("{call} failed: {code}: {message}")]
+    Other {
+        /// The RPC that was made.
+        call: &'static str,
+        /// The gRPC status code name.
+        code: String,
+        /// The runtime's message.
+        message: String,
+    },
+    /// The endpoint string cannot be used.
+    #[error("invalid runtime endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The runtime answered something that breaks the CRI contract.
+    #[error("{call}: malformed response: {message}")]
+    Malformed {
+        /// The RPC that was made.
+        call: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl CriError {
+    /// Whether retrying the same call later may succeed (the runtime may come back, or a
+    /// transient failure may clear). "Not found" and contract violations are final.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            CriError::Unreachable { .. } | CriError::Timeout { .. } | CriError::Other { .. }
+        )
+    }
+
+    /// Whether the object the call was about does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CriError::NotFound { .. })
+    }
+
+    pub(crate) fn from_status(endpoint: &str, call: &'static str, status: tonic::Status) -> Self {
+        use tonic::Code;
+        let message = status.message().to_string();
+        match status.code() {
+            Code::Unavailable => CriError::Unreachable {
+                endpoint: endpoint.to_string(),
+                message: describe_unavailable(&status),
+            },
+            Code::Unimplemented => CriError::Unsupported {
+                endpoint: endpoint.to_string(),
+                call,
+                message,
+            },
+            Code::NotFound => CriError::NotFound { call, message },
+            Code::DeadlineExceeded => CriError::Timeout {
+                call,
+                after: Duration::ZERO,
+            },
+            code => CriError::Other {
+                call,
+                code: format!("{code:?}"),
+                message,
+            },
+        }
+    }
+}
+
+/// tonic reports a failed dial as `Unavailable` with the transport error as its source; the
+/// message alone ("tcp connect error") hides whether the socket is missing or refusing.
+fn describe_unavailable(status: &tonic::Status) -> String {
+    let mut parts = vec![status.message().to_string()];
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.retain(|p| !p.is_empty());
+    parts.join(": ")
+}

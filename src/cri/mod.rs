@@ -1,0 +1,149 @@
+//! The container runtime, over the CRI v1 gRPC API: the only module that knows gRPC.
+//!
+//! - [`endpoint`]: where the runtime listens, and detection over the well-known sockets;
+//! - [`RuntimeService`] / [`ImageService`]: the narrow interface the daemon uses, in domain types;
+//! - [`RemoteRuntime`]: the tonic client over a unix socket;
+//! - [`Runtimes`]: every runtime found on the node, keyed by the name that prefixes container IDs;
+//! - [`fake`]: an in-memory CRI server for tests, speaking the real protocol on a unix socket.
+
+mod convert;
+pub mod endpoint;
+mod error;
+pub mod fake;
+mod grpc;
+mod runtimes;
+mod types;
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+
+pub use endpoint::{Endpoint, EndpointSource};
+pub use error::CriError;
+pub use grpc::{RemoteRuntime, Timeouts};
+pub use runtimes::{DiscoveryError, Probe, Runtimes};
+pub use types::*;
+
+/// The generated CRI v1 messages and services. Private: nothing generated leaves `cri`.
+#[allow(clippy::all, clippy::unwrap_used, missing_docs)]
+mod proto {
+    tonic::include_proto!("runtime.v1");
+}
+
+/// Result of a CRI call.
+pub type Result<T, E = CriError> = std::result::Result<T, E>;
+
+/// The runtime side of the CRI: sandboxes, containers, exec, events.
+pub trait RuntimeService: Send + Sync {
+    /// The runtime's name and versions.
+    fn version(&self) -> impl Future<Output = Result<RuntimeVersion>> + Send;
+    /// The runtime's readiness conditions.
+    fn status(&self) -> impl Future<Output = Result<RuntimeStatus>> + Send;
+    /// Sandboxes matching the filter.
+    fn list_pod_sandboxes(
+        &self,
+        filter: SandboxFilter,
+    ) -> impl Future<Output = Result<Vec<PodSandbox>>> + Send;
+    /// One sandbox's status; `verbose` adds the runtime's `info`.
+    fn pod_sandbox_status(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> impl Future<Output = Result<PodSandboxStatus>> + Send;
+    /// Creates and starts a sandbox; returns its ID.
+    fn run_pod_sandbox(&self, config: SandboxConfig)
+    -> impl Future<Output = Result<String>> + Send;
+    /// Stops a sandbox and all its containers.
+    fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Removes a stopped sandbox.
+    fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Containers matching the filter.
+    fn list_containers(
+        &self,
+        filter: ContainerFilter,
+    ) -> impl Future<Output = Result<Vec<Container>>> + Send;
+    /// One container's status; `verbose` adds the runtime's `info` (containerd and CRI-O include
+    /// the OCI spec there).
+    fn container_status(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> impl Future<Output = Result<ContainerStatus>> + Send;
+    /// Creates a container in a sandbox; returns its ID.
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: SandboxConfig,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// Starts a created container.
+    fn start_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Stops a container: SIGTERM, then SIGKILL after `grace`.
+    fn stop_container(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
+    /// Removes a container.
+    fn remove_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Runs a command in a container and waits for it, at most `timeout`.
+    fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<ExecResult>> + Send;
+    /// The runtime's stream of container lifecycle events (CRI `GetContainerEvents`); ends or
+    /// fails when the runtime goes away. Runtimes without it answer [`CriError::Unsupported`].
+    fn container_events(
+        &self,
+    ) -> impl Future<Output = Result<BoxStream<'static, Result<ContainerEvent>>>> + Send;
+}
+
+/// The image side of the CRI.
+pub trait ImageService: Send + Sync {
+    /// Images held by the runtime.
+    fn list_images(&self) -> impl Future<Output = Result<Vec<Image>>> + Send;
+    /// One image by reference; `None` when the runtime does not have it.
+    fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<Image>>> + Send;
+    /// Pulls an image; returns the runtime's reference to it (the image ID on containerd).
+    fn pull_image(
+        &self,
+        request: PullRequest,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// Removes an image.
+    fn remove_image(&self, image: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Usage of the filesystems that hold images.
+    fn image_fs_info(&self) -> impl Future<Output = Result<Vec<FilesystemUsage>>> + Send;
+}
+
+/// A runtime condition (`RuntimeReady`, `NetworkReady`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeCondition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Whether it holds.
+    pub status: bool,
+    /// Machine-readable reason when it does not.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What `Status` returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeStatus {
+    /// Runtime conditions.
+    pub conditions: Vec<RuntimeCondition>,
+    /// Runtime-specific details (verbose).
+    pub info: StringMap,
+}
+
+impl RuntimeStatus {
+    /// Whether the runtime says it is ready to run containers (network readiness is not
+    /// required: host-network pods need none, and the kubelet owns networking).
+    pub fn runtime_ready(&self) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.kind == "RuntimeReady" && c.status)
+    }
+}

@@ -1,0 +1,4 @@
+//! The Kubernetes side: well-known keys, and (with the daemon) the API client, typed resources,
+//! the node's pod cache and the status writers.
+
+pub mod keys;

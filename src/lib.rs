@@ -1,0 +1,22 @@
+//! kruised: the node side of OpenKruise in-place updates and image pre-pulling.
+//!
+//! `main.rs` parses the command line and starts telemetry; everything else starts here.
+
+pub mod config;
+pub mod cri;
+pub mod hash;
+pub mod k8s;
+pub mod telemetry;
+mod version;
+
+use std::process::ExitCode;
+
+pub use config::{Cli, Command};
+
+/// Runs the command the user asked for. Errors are returned for `main` to print; nothing in the
+/// library exits the process.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Version(args) => version::run(args).await,
+    }
+}

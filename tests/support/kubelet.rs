@@ -1,0 +1,288 @@
+//! A small stand-in for the kubelet's CRI side: creates host-network sandboxes and containers with
+//! the kubelet's labels and annotations, recreates an exited container with attempt + 1, and
+//! removes what it created.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kruised::cri::{
+    ContainerConfig, ContainerMetadata, RemoteRuntime, RuntimeService, SandboxConfig,
+    SandboxMetadata, StringMap,
+};
+use kruised::k8s::keys;
+
+/// A container as a pod spec would describe it.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerSpec {
+    /// Name in the pod spec.
+    pub name: String,
+    /// Image reference.
+    pub image: String,
+    /// Command (entrypoint override).
+    pub command: Vec<String>,
+    /// Environment.
+    pub env: Vec<(String, String)>,
+    /// The kubelet hash to record (lowercase hex), as the kubelet computes it from the spec.
+    pub hash: String,
+    /// The preStop handler JSON to record, if any.
+    pub pre_stop: Option<String>,
+}
+
+impl ContainerSpec {
+    /// A container that runs until stopped and exits 0 on SIGTERM.
+    pub fn sleeper(name: &str, image: &str) -> Self {
+        ContainerSpec {
+            name: name.to_string(),
+            image: image.to_string(),
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "trap 'exit 0' TERM; while :; do sleep 1; done".into(),
+            ],
+            hash: "1a2b3c4d".into(),
+            ..Default::default()
+        }
+    }
+
+    /// A container that ignores SIGTERM, so only SIGKILL after the grace period ends it.
+    pub fn stubborn(name: &str, image: &str) -> Self {
+        ContainerSpec {
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "trap '' TERM; while :; do sleep 1; done".into(),
+            ],
+            ..Self::sleeper(name, image)
+        }
+    }
+}
+
+/// A pod as the test wants it on the node.
+#[derive(Clone, Debug, Default)]
+pub struct PodSpec {
+    /// Pod name.
+    pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Pod labels.
+    pub labels: StringMap,
+    /// `terminationGracePeriodSeconds`.
+    pub termination_grace_seconds: i64,
+    /// Containers.
+    pub containers: Vec<ContainerSpec>,
+}
+
+impl PodSpec {
+    /// A pod with a unique uid and the given containers.
+    pub fn new(name: &str, containers: Vec<ContainerSpec>) -> Self {
+        PodSpec {
+            name: name.to_string(),
+            namespace: "default".into(),
+            uid: format!("uid-{name}"),
+            labels: StringMap::new(),
+            termination_grace_seconds: 30,
+            containers,
+        }
+    }
+}
+
+/// A pod the driver created.
+#[derive(Clone, Debug)]
+pub struct RunningPod {
+    /// The spec it was created from.
+    pub spec: PodSpec,
+    /// Its sandbox.
+    pub sandbox_id: String,
+    /// Current container ID per container name.
+    pub containers: BTreeMap<String, String>,
+    /// Current attempt per container name.
+    pub attempts: BTreeMap<String, u32>,
+}
+
+impl RunningPod {
+    /// The current container ID of `name`.
+    pub fn container(&self, name: &str) -> &str {
+        self.containers
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("no container {name} in pod {}", self.spec.name))
+    }
+}
+
+/// Plays the kubelet against a real (or fake) CRI runtime.
+pub struct Kubelet {
+    runtime: RemoteRuntime,
+    log_root: std::path::PathBuf,
+}
+
+impl Kubelet {
+    /// A driver for `runtime`, writing container logs under `log_root`.
+    pub fn new(runtime: RemoteRuntime, log_root: impl Into<std::path::PathBuf>) -> Self {
+        Kubelet {
+            runtime,
+            log_root: log_root.into(),
+        }
+    }
+
+    /// The runtime client.
+    pub fn runtime(&self) -> &RemoteRuntime {
+        &self.runtime
+    }
+
+    fn sandbox_config(&self, spec: &PodSpec) -> SandboxConfig {
+        let mut labels = spec.labels.clone();
+        labels.insert(keys::KUBELET_POD_NAME.into(), spec.name.clone());
+        labels.insert(keys::KUBELET_POD_NAMESPACE.into(), spec.namespace.clone());
+        labels.insert(keys::KUBELET_POD_UID.into(), spec.uid.clone());
+        labels.insert(keys::KUBELET_CONTAINER_TYPE.into(), "podsandbox".into());
+        SandboxConfig {
+            metadata: SandboxMetadata {
+                name: spec.name.clone(),
+                uid: spec.uid.clone(),
+                namespace: spec.namespace.clone(),
+                attempt: 0,
+            },
+            // host-network pods keep the node's hostname (no UTS namespace of their own)
+            hostname: String::new(),
+            log_directory: self
+                .log_root
+                .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
+                .display()
+                .to_string(),
+            labels,
+            annotations: StringMap::new(),
+            cgroup_parent: format!("/cri-lab/pod{}", spec.uid),
+        }
+    }
+
+    fn container_config(&self, pod: &PodSpec, c: &ContainerSpec, attempt: u32) -> ContainerConfig {
+        let mut labels = StringMap::new();
+        labels.insert(keys::KUBELET_POD_NAME.into(), pod.name.clone());
+        labels.insert(keys::KUBELET_POD_NAMESPACE.into(), pod.namespace.clone());
+        labels.insert(keys::KUBELET_POD_UID.into(), pod.uid.clone());
+        labels.insert(keys::KUBELET_CONTAINER_NAME.into(), c.name.clone());
+        let mut annotations = StringMap::new();
+        annotations.insert(keys::KUBELET_CONTAINER_HASH.into(), c.hash.clone());
+        annotations.insert(
+            keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
+            attempt.to_string(),
+        );
+        annotations.insert(
+            keys::KUBELET_TERMINATION_MESSAGE_PATH.into(),
+            "/dev/termination-log".into(),
+        );
+        annotations.insert(
+            keys::KUBELET_TERMINATION_MESSAGE_POLICY.into(),
+            "File".into(),
+        );
+        annotations.insert(
+            keys::KUBELET_POD_TERMINATION_GRACE.into(),
+            pod.termination_grace_seconds.to_string(),
+        );
+        annotations.insert(keys::KUBELET_CONTAINER_TYPE.into(), "container".into());
+        if let Some(h) = &c.pre_stop {
+            annotations.insert(keys::KUBELET_PRESTOP_HANDLER.into(), h.clone());
+        }
+        ContainerConfig {
+            metadata: ContainerMetadata {
+                name: c.name.clone(),
+                attempt,
+            },
+            image: c.image.clone(),
+            command: c.command.clone(),
+            args: vec![],
+            envs: c.env.clone(),
+            labels,
+            annotations,
+            log_path: format!("{}/{attempt}.log", c.name),
+        }
+    }
+
+    async fn start(
+        &self,
+        pod: &PodSpec,
+        sandbox_id: &str,
+        c: &ContainerSpec,
+        attempt: u32,
+    ) -> String {
+        let id = self
+            .runtime
+            .create_container(
+                sandbox_id,
+                self.container_config(pod, c, attempt),
+                self.sandbox_config(pod),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create container {}: {e}", c.name));
+        self.runtime
+            .start_container(&id)
+            .await
+            .unwrap_or_else(|e| panic!("start container {}: {e}", c.name));
+        id
+    }
+
+    /// Creates the sandbox and starts every container, as the kubelet does for a new pod.
+    /// Images must already be on the node.
+    pub async fn run_pod(&self, spec: PodSpec) -> RunningPod {
+        let sandbox_id = self
+            .runtime
+            .run_pod_sandbox(self.sandbox_config(&spec))
+            .await
+            .unwrap_or_else(|e| panic!("run sandbox {}: {e}", spec.name));
+        let mut containers = BTreeMap::new();
+        let mut attempts = BTreeMap::new();
+        for c in &spec.containers {
+            let id = self.start(&spec, &sandbox_id, c, 0).await;
+            containers.insert(c.name.clone(), id);
+            attempts.insert(c.name.clone(), 0);
+        }
+        RunningPod {
+            spec,
+            sandbox_id,
+            containers,
+            attempts,
+        }
+    }
+
+    /// Creates the container `name` again with attempt + 1 (after it exited), optionally with a
+    /// new spec, as the kubelet does when it restarts a container.
+    pub async fn recreate(
+        &self,
+        pod: &mut RunningPod,
+        name: &str,
+        spec: Option<ContainerSpec>,
+    ) -> String {
+        let idx = pod
+            .spec
+            .containers
+            .iter()
+            .position(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no container {name}"));
+        if let Some(s) = spec {
+            pod.spec.containers[idx] = s;
+        }
+        let attempt = pod.attempts.get(name).copied().unwrap_or(0) + 1;
+        let c = pod.spec.containers[idx].clone();
+        let id = self.start(&pod.spec, &pod.sandbox_id, &c, attempt).await;
+        pod.containers.insert(name.to_string(), id.clone());
+        pod.attempts.insert(name.to_string(), attempt);
+        id
+    }
+
+    /// Stops and removes the pod's sandbox and containers.
+    pub async fn remove_pod(&self, pod: &RunningPod) {
+        for id in pod.containers.values() {
+            let _ = self.runtime.stop_container(id, Duration::ZERO).await;
+        }
+        self.runtime
+            .stop_pod_sandbox(&pod.sandbox_id)
+            .await
+            .unwrap_or_else(|e| panic!("stop sandbox of {}: {e}", pod.spec.name));
+        self.runtime
+            .remove_pod_sandbox(&pod.sandbox_id)
+            .await
+            .unwrap_or_else(|e| panic!("remove sandbox of {}: {e}", pod.spec.name));
+    }
+}

@@ -1,0 +1,102 @@
+//! Shared helpers of the integration and end-to-end tests: finding the real runtime lab, and a
+//! small "kubelet" that creates pods through CRI the way the kubelet does.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the support module"
+)]
+
+pub mod kubelet;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kruised::cri::{Endpoint, RemoteRuntime, Timeouts};
+
+/// The real containerd + registry started by `tests/cri-lab.sh` (see TESTING.md).
+#[derive(Clone, Debug)]
+pub struct Lab {
+    /// The lab's directory (`$LAB`).
+    pub dir: PathBuf,
+    /// containerd's CRI socket.
+    pub socket: PathBuf,
+    /// The registry's `host:port`.
+    pub registry: String,
+}
+
+impl Lab {
+    /// The lab named by `KRUISED_LAB`, if its containerd socket exists. When it is absent the
+    /// test is skipped with a message, except in CI (`CI=true`) or with `KRUISED_REQUIRE_LAB=1`,
+    /// where a missing lab fails the test: the end-to-end tests must never be skipped silently.
+    pub fn get() -> Option<Lab> {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+            || std::env::var("KRUISED_REQUIRE_LAB").is_ok_and(|v| v == "1");
+        let dir = std::env::var_os("KRUISED_LAB").map(PathBuf::from);
+        let lab = dir.and_then(|dir| {
+            let socket = dir.join("containerd.sock");
+            socket.exists().then(|| Lab {
+                registry: std::env::var("KRUISED_LAB_REGISTRY")
+                    .unwrap_or_else(|_| "127.0.0.1:5000".to_string()),
+                dir,
+                socket,
+            })
+        });
+        if lab.is_none() {
+            assert!(
+                !required,
+                "the real-runtime lab is required here but KRUISED_LAB does not point at a running \
+                 lab: run the tests with tests/run.sh"
+            );
+            eprintln!("SKIPPED: no real-runtime lab (run the tests with tests/run.sh)");
+        }
+        lab
+    }
+
+    /// The CRI endpoint of the lab's containerd.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::unix(&self.socket)
+    }
+
+    /// A client of the lab's containerd.
+    pub fn runtime(&self) -> RemoteRuntime {
+        RemoteRuntime::new(self.endpoint(), None, Timeouts::default())
+    }
+
+    /// `registry/test/<name>`.
+    pub fn image(&self, name: &str) -> String {
+        format!("{}/test/{name}", self.registry)
+    }
+
+    /// Runs `tests/cri-lab.sh <cmd>` against this lab.
+    pub fn script(&self, cmd: &str) {
+        let status = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
+            .arg(cmd)
+            .env("LAB", &self.dir)
+            .status()
+            .expect("run cri-lab.sh");
+        assert!(status.success(), "cri-lab.sh {cmd} failed");
+    }
+}
+
+/// Awaits `fut`, failing the test with `what` if it takes longer than `limit`.
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
+}
+
+/// Unique suffix for names in one test run (tests run in parallel and share one containerd).
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
