@@ -164,6 +164,17 @@ impl RuntimeArgs {
                 reason: "both name the runtime socket; give one",
             });
         }
+        // validate what the flags say before reading any file, so their errors come first
+        let flag_endpoint = self
+            .runtime_endpoint
+            .as_deref()
+            .map(|e| endpoint("--runtime-endpoint", e))
+            .transpose()?;
+        let flag_image_endpoint = self
+            .image_endpoint
+            .as_deref()
+            .map(|e| endpoint("--image-endpoint", e))
+            .transpose()?;
         let file_path = self
             .crictl_config
             .clone()
@@ -173,8 +184,8 @@ impl RuntimeArgs {
         } else {
             read_crictl_file(&file_path, self.crictl_config.is_some())?
         };
-        let source = if let Some(e) = &self.runtime_endpoint {
-            EndpointSource::Explicit(endpoint("--runtime-endpoint", e)?)
+        let source = if let Some(e) = flag_endpoint {
+            EndpointSource::Explicit(e)
         } else if let Some(name) = &self.socket_file {
             if name.is_empty() {
                 return Err(ConfigError::Invalid {
@@ -196,8 +207,8 @@ impl RuntimeArgs {
                 host_run_dir: self.host_run_dir.clone(),
             }
         };
-        let image_endpoint = match (&self.image_endpoint, &file.image_endpoint) {
-            (Some(e), _) => Some(endpoint("--image-endpoint", e)?),
+        let image_endpoint = match (flag_image_endpoint, &file.image_endpoint) {
+            (Some(e), _) => Some(e),
             (None, Some(e)) if !e.is_empty() => Some(endpoint(
                 &format!("image-endpoint in {}", file_path.display()),
                 e,
