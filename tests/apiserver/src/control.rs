@@ -1,0 +1,536 @@
+//! The test control API: seed and mutate objects directly (still bumping the
+//! RV and emitting watch events), compact history, drop watches, inject
+//! failures and delays, inspect request counts and the request log, and wait
+//! for conditions without sleeping. The same operations are served over HTTP
+//! under `/_double/` for the standalone binary (see [`handle_http`]).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::ops::{self, Origin, Preconditions, Sub};
+use crate::server::Shared;
+use crate::status::ApiError;
+use crate::store::StoreView;
+
+/// An injected failure: answer the next `count` requests that match `verb`
+/// and `resource` (both optional) with a `Status` of `code`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fault {
+    /// How many requests to fail.
+    pub count: usize,
+    /// HTTP code (500, 409, 429, 503, ...).
+    pub code: u16,
+    /// Only requests with this verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`).
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// Only requests for this resource (`pods`, `pods/status`, ...).
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// `Retry-After` seconds (defaults to 1 for 429 and 503).
+    #[serde(default)]
+    pub retry_after_seconds: Option<u64>,
+    /// Message for the `Status` (a generic one if absent).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// Injected failures and delay.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    rules: Vec<Fault>,
+    pub delay: Duration,
+}
+
+impl Faults {
+    /// Consume one matching rule, if any, and return the error to answer.
+    pub(crate) fn take(&mut self, verb: &str, resource: &str) -> Option<ApiError> {
+        let rule = self.rules.iter_mut().find(|r| {
+            r.count > 0
+                && r.verb.as_deref().is_none_or(|v| v == verb)
+                && r.resource.as_deref().is_none_or(|x| x == resource)
+        })?;
+        rule.count -= 1;
+        let message = rule
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("injected failure {} for {verb} {resource}", rule.code));
+        let mut err = ApiError::from_code(rule.code, message);
+        err.retry_after = rule
+            .retry_after_seconds
+            .or(matches!(rule.code, 429 | 503).then_some(1));
+        self.rules.retain(|r| r.count > 0);
+        Some(err)
+    }
+}
+
+/// One request the server received (control requests under `/_double/` excluded).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestRecord {
+    /// HTTP method.
+    pub method: String,
+    /// Path without query.
+    pub path: String,
+    /// Raw query string.
+    pub query: String,
+    /// `Content-Type` header.
+    pub content_type: Option<String>,
+    /// `User-Agent` header.
+    pub user_agent: Option<String>,
+    /// Request body as text (lossy UTF-8).
+    pub body: String,
+    /// `get|list|watch|create|update|patch|delete|deletecollection`, empty for non-resource paths.
+    pub verb: String,
+    /// `plural` or `plural/subresource`, empty for non-resource paths.
+    pub resource: String,
+    /// Namespace from the path.
+    pub namespace: Option<String>,
+    /// Object name from the path.
+    pub name: Option<String>,
+}
+
+impl RequestRecord {
+    /// The request body parsed as JSON (`Null` if it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+const LOG_LIMIT: usize = 10_000;
+
+/// Request counts by `(verb, resource)` and the most recent requests.
+#[derive(Debug, Default)]
+pub struct RequestLog {
+    counts: BTreeMap<(String, String), usize>,
+    log: VecDeque<RequestRecord>,
+}
+
+impl RequestLog {
+    pub(crate) fn push(&mut self, rec: RequestRecord) {
+        if !rec.verb.is_empty() {
+            *self
+                .counts
+                .entry((rec.verb.clone(), rec.resource.clone()))
+                .or_default() += 1;
+        }
+        self.log.push_back(rec);
+        while self.log.len() > LOG_LIMIT {
+            self.log.pop_front();
+        }
+    }
+
+    /// Requests counted for `(verb, resource)`, e.g. `("patch", "pods/status")`.
+    pub fn count(&self, verb: &str, resource: &str) -> usize {
+        self.counts
+            .get(&(verb.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The retained requests, oldest first (at most the last 10 000).
+    pub fn records(&self) -> impl Iterator<Item = &RequestRecord> {
+        self.log.iter()
+    }
+}
+
+/// A condition awaited with [`Control::wait_for`] did not hold in time.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("condition not met within {0:?}")]
+pub struct WaitTimeout(pub Duration);
+
+/// Test control handle; cheap to clone. Resources are named `pods`, `Pod`,
+/// `nodeimages`, `nodeimages.apps.kruise.io`, `events.events.k8s.io` or
+/// `group/version/plural`; namespaces are `""` for cluster-scoped kinds.
+#[derive(Clone)]
+pub struct Control {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Control {
+    fn kind(&self, resource: &str) -> Result<usize, ApiError> {
+        self.shared
+            .kinds
+            .resolve(resource)
+            .ok_or_else(ApiError::no_such_resource)
+    }
+
+    fn ns_arg<'a>(&self, kidx: usize, ns: &'a str) -> Option<&'a str> {
+        self.shared.kinds.get(kidx).namespaced.then_some(ns)
+    }
+
+    fn lock_requests(&self) -> MutexGuard<'_, RequestLog> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_faults(&self) -> MutexGuard<'_, Faults> {
+        self.shared.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Create an object as given, `.status` included (namespace defaults to
+    /// `default` and is created if missing). Emits ADDED.
+    pub fn create(&self, resource: &str, obj: Value) -> Result<Value, ApiError> {
+        let kidx = self.kind(resource)?;
+        self.shared
+            .store
+            .write(|st| ops::create(st, kidx, None, obj, Origin::Control, false))
+    }
+
+    /// Replace an object wholesale (`.status` included, no resourceVersion
+    /// precondition). Removing the last finalizer of a deleting object deletes it.
+    pub fn update(&self, resource: &str, obj: Value) -> Result<Value, ApiError> {
+        let kidx = self.kind(resource)?;
+        self.shared
+            .store
+            .write(|st| {
+                ops::update(
+                    st,
+                    kidx,
+                    None,
+                    None,
+                    obj,
+                    Sub::Main,
+                    Origin::Control,
+                    false,
+                    false,
+                )
+            })
+            .map(|(v, _)| v)
+    }
+
+    /// Change an object in place with `f`, atomically.
+    pub fn modify(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Value, ApiError> {
+        let kidx = self.kind(resource)?;
+        let ns = self.ns_arg(kidx, namespace);
+        self.shared.store.write(|st| {
+            let kinds = st.kinds.clone();
+            let kind = kinds.get(kidx);
+            let cur = st
+                .get(kinds.storage_of(kidx), ns.unwrap_or(""), name)
+                .ok_or_else(|| ApiError::not_found(kind, name))?;
+            let mut obj = crate::kinds::from_storage(kind, cur);
+            f(&mut obj);
+            ops::update(
+                st,
+                kidx,
+                ns,
+                Some(name),
+                obj,
+                Sub::Main,
+                Origin::Control,
+                false,
+                false,
+            )
+            .map(|(v, _)| v)
+        })
+    }
+
+    /// Apply an RFC 7386 merge patch to any part of an object (status included).
+    pub fn merge_patch(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.modify(resource, namespace, name, |obj| {
+            crate::patch::merge_patch(obj, patch)
+        })
+    }
+
+    /// Delete like a client would: objects with finalizers only get a
+    /// `deletionTimestamp`. Emits DELETED or MODIFIED.
+    pub fn delete(&self, resource: &str, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let kidx = self.kind(resource)?;
+        let ns = self.ns_arg(kidx, namespace);
+        self.shared
+            .store
+            .write(|st| ops::delete(st, kidx, ns, name, &Preconditions::default(), false))
+            .map(|(v, _)| v)
+    }
+
+    /// Remove an object at once, finalizers or not. Emits DELETED.
+    pub fn force_delete(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        let kidx = self.kind(resource).ok()?;
+        self.shared
+            .store
+            .write(|st| ops::force_remove(st, kidx, namespace, name))
+    }
+
+    /// One object, if present.
+    pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.shared
+            .store
+            .read(|st| StoreView { state: st }.get(resource, namespace, name))
+    }
+
+    /// All objects of a resource in `namespace` (or everywhere with `None`).
+    pub fn list(&self, resource: &str, namespace: Option<&str>) -> Vec<Value> {
+        self.shared
+            .store
+            .read(|st| StoreView { state: st }.list(resource, namespace))
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.read(|st| st.rv)
+    }
+
+    /// Make every resourceVersion up to now too old: new watches from such an
+    /// RV get `410 Expired`, old continue tokens too. The global RV moves on by
+    /// one so a fresh LIST yields a watchable RV. Returns the compaction point.
+    pub fn compact(&self) -> u64 {
+        self.shared.store.write(|st| st.compact())
+    }
+
+    /// Abort every open watch connection, as a network drop would.
+    pub fn drop_watches(&self) {
+        self.shared.drop_tx.send_modify(|g| *g += 1);
+    }
+
+    /// Number of watch streams currently open.
+    pub fn open_watches(&self) -> usize {
+        self.shared.open_watches.load(Ordering::SeqCst)
+    }
+
+    /// Answer the next `n` requests matching `verb` and `resource` (when
+    /// given) with a `Status` of `code` (429/503 carry `Retry-After: 1`).
+    pub fn fail_next(&self, n: usize, code: u16, verb: Option<&str>, resource: Option<&str>) {
+        self.add_fault(Fault {
+            count: n,
+            code,
+            verb: verb.map(str::to_string),
+            resource: resource.map(str::to_string),
+            ..Fault::default()
+        });
+    }
+
+    /// Register a fully specified [`Fault`].
+    pub fn add_fault(&self, fault: Fault) {
+        if fault.count > 0 {
+            self.lock_faults().rules.push(fault);
+        }
+    }
+
+    /// Forget every pending fault.
+    pub fn clear_faults(&self) {
+        self.lock_faults().rules.clear();
+    }
+
+    /// Delay every API response by `delay` (zero turns it off).
+    pub fn set_delay(&self, delay: Duration) {
+        self.lock_faults().delay = delay;
+    }
+
+    /// Requests counted for `(verb, resource)`, e.g. `("patch", "pods/status")`.
+    pub fn request_count(&self, verb: &str, resource: &str) -> usize {
+        self.lock_requests().count(verb, resource)
+    }
+
+    /// All counts by `(verb, resource)`.
+    pub fn request_counts(&self) -> BTreeMap<(String, String), usize> {
+        self.lock_requests().counts.clone()
+    }
+
+    /// The retained request log, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.lock_requests().log.iter().cloned().collect()
+    }
+
+    /// Clear the request counts and the request log.
+    pub fn reset_requests(&self) {
+        let mut log = self.lock_requests();
+        log.counts.clear();
+        log.log.clear();
+    }
+
+    /// Wait until `pred` holds for the store, re-checking after every write.
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&StoreView<'_>) -> bool,
+    ) -> Result<(), WaitTimeout> {
+        self.wait_for_value(timeout, |v| pred(v).then_some(()))
+            .await
+    }
+
+    /// Wait until `f` returns `Some`, re-checking after every write.
+    pub async fn wait_for_value<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&StoreView<'_>) -> Option<T>,
+    ) -> Result<T, WaitTimeout> {
+        let deadline = Instant::now() + timeout;
+        let mut rx = self.shared.store.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if let Some(v) = self.shared.store.read(|st| f(&StoreView { state: st })) {
+                return Ok(v);
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Err(WaitTimeout(timeout)),
+            }
+        }
+    }
+
+    /// Wait until `pred` holds for the request log, re-checking after every request.
+    pub async fn wait_for_requests(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&RequestLog) -> bool,
+    ) -> Result<(), WaitTimeout> {
+        let deadline = Instant::now() + timeout;
+        let mut rx = self.shared.requests_tx.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if pred(&self.lock_requests()) {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Err(WaitTimeout(timeout)),
+            }
+        }
+    }
+
+    /// Record a request (called by the HTTP layer).
+    pub(crate) fn record(&self, rec: RequestRecord) {
+        self.lock_requests().push(rec);
+        self.shared.requests_tx.send_modify(|n| *n += 1);
+    }
+
+    /// Delay and fault for a request (called by the HTTP layer).
+    pub(crate) fn fault_for(&self, verb: &str, resource: &str) -> (Duration, Option<ApiError>) {
+        let mut f = self.lock_faults();
+        let delay = f.delay;
+        (delay, f.take(verb, resource))
+    }
+}
+
+/// Serve a `/_double/...` control request. Returns `(status, JSON body)`.
+pub(crate) fn handle_http(
+    control: &Control,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: &[u8],
+) -> (u16, Value) {
+    let q = |k: &str| {
+        query
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let ns = q("namespace").unwrap_or("");
+    let parsed: Result<Value, String> = if body.is_empty() {
+        Ok(Value::Null)
+    } else {
+        serde_json::from_slice(body).map_err(|e| e.to_string())
+    };
+    let body = match parsed {
+        Ok(v) => v,
+        Err(e) => return err(ApiError::bad_request(format!("invalid JSON body: {e}"))),
+    };
+    let segs: Vec<&str> = path
+        .trim_start_matches("/_double/")
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let result = |r: Result<Value, ApiError>, ok: u16| match r {
+        Ok(v) => (ok, v),
+        Err(e) => err(e),
+    };
+    match (method, segs.as_slice()) {
+        ("GET", ["objects", res]) => (200, json!({"items": control.list(res, q("namespace"))})),
+        ("GET", ["objects", res, name]) => match control.get(res, ns, name) {
+            Some(v) => (200, v),
+            None => err(ApiError::new(
+                404,
+                "NotFound",
+                format!("{res} \"{name}\" not found"),
+            )),
+        },
+        ("POST", ["objects", res]) => result(control.create(res, body), 201),
+        ("PUT", ["objects", res]) => result(control.update(res, body), 200),
+        ("PATCH", ["objects", res, name]) => result(control.merge_patch(res, ns, name, &body), 200),
+        ("DELETE", ["objects", res, name]) if q("force") == Some("true") => {
+            match control.force_delete(res, ns, name) {
+                Some(v) => (200, v),
+                None => err(ApiError::new(
+                    404,
+                    "NotFound",
+                    format!("{res} \"{name}\" not found"),
+                )),
+            }
+        }
+        ("DELETE", ["objects", res, name]) => result(control.delete(res, ns, name), 200),
+        ("GET", ["resource-version"]) => {
+            (200, json!({"resourceVersion": control.resource_version()}))
+        }
+        ("POST", ["compact"]) => {
+            let compacted = control.compact();
+            (
+                200,
+                json!({"compacted": compacted, "resourceVersion": control.resource_version()}),
+            )
+        }
+        ("POST", ["drop-watches"]) => {
+            let open = control.open_watches();
+            control.drop_watches();
+            (200, json!({"dropped": open}))
+        }
+        ("GET", ["watches"]) => (200, json!({"open": control.open_watches()})),
+        ("POST", ["fail-next"]) => match serde_json::from_value::<Fault>(body) {
+            Ok(f) => {
+                control.add_fault(f);
+                (200, json!({}))
+            }
+            Err(e) => err(ApiError::bad_request(format!("invalid fault: {e}"))),
+        },
+        ("DELETE", ["fail-next"]) => {
+            control.clear_faults();
+            (200, json!({}))
+        }
+        ("PUT", ["delay"]) => match body.get("millis").and_then(Value::as_u64) {
+            Some(ms) => {
+                control.set_delay(Duration::from_millis(ms));
+                (200, json!({"millis": ms}))
+            }
+            None => err(ApiError::bad_request("expected {\"millis\": N}")),
+        },
+        ("GET", ["counts"]) => {
+            let counts: Vec<Value> = control
+                .request_counts()
+                .into_iter()
+                .map(|((verb, resource), count)| json!({"verb": verb, "resource": resource, "count": count}))
+                .collect();
+            (200, json!({"counts": counts}))
+        }
+        ("GET", ["requests"]) => (200, json!({"requests": control.requests()})),
+        ("DELETE", ["counts"]) | ("DELETE", ["requests"]) => {
+            control.reset_requests();
+            (200, json!({}))
+        }
+        _ => err(ApiError::no_such_resource()),
+    }
+}
+
+fn err(e: ApiError) -> (u16, Value) {
+    (e.code, e.to_status())
+}

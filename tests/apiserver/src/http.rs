@@ -1,0 +1,520 @@
+//! The HTTP front: routing of kube-apiserver paths, request accounting, fault
+//! injection and delays, and the handlers for every verb. JSON only; protobuf
+//! is never offered, so clients fall back to JSON as they do with CRDs.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::control::{self, Control, RequestRecord};
+use crate::discovery;
+use crate::kinds::{KindInfo, Kinds};
+use crate::list;
+use crate::ops::{self, Origin, Preconditions, Sub};
+use crate::patch::PatchType;
+use crate::selectors::Selectors;
+use crate::server::Shared;
+use crate::status::ApiError;
+use crate::util::{parse_query, percent_decode};
+use crate::watch::{self, Start, WatchRequest};
+
+/// Response body type for every response (watch bodies may abort with an error).
+pub(crate) type Body = BoxBody<Bytes, io::Error>;
+
+/// The real server refuses bodies over 3 MiB.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Watch duration when `timeoutSeconds` is absent (the real server picks 30–60 min).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn json_response(code: u16, v: &Value) -> Response<Body> {
+    let mut r = Response::new(full(v.to_string()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(e.code, &e.to_status());
+    if let Some(secs) = e.retry_after
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        r.headers_mut().insert(RETRY_AFTER, v);
+    }
+    r
+}
+
+/// Decoded query parameters.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1"))
+    }
+
+    fn dry_run(&self) -> bool {
+        self.0.iter().any(|(k, v)| k == "dryRun" && v == "All")
+    }
+}
+
+/// A path under `/api/v1` or `/apis/{g}/{v}` that names a served resource.
+#[derive(Clone, Debug)]
+struct ResTarget {
+    kidx: usize,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+    watch_path: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    Version,
+    Health,
+    ApiVersions,
+    GroupList,
+    Group(String),
+    ResourceList(String, String),
+    Resource(ResTarget),
+    Unknown,
+}
+
+fn resource_target(kinds: &Kinds, group: &str, version: &str, rest: &[&str]) -> Option<ResTarget> {
+    let (watch_path, rest) = match rest {
+        ["watch", r @ ..] => (true, r),
+        r => (false, r),
+    };
+    let named = |kidx: usize, ns: Option<&str>, tail: &[&str]| -> Option<ResTarget> {
+        let (name, sub) = match tail {
+            [] => (None, None),
+            [name] => (Some(*name), None),
+            [name, sub] => (Some(*name), Some(*sub)),
+            _ => return None,
+        };
+        Some(ResTarget {
+            kidx,
+            ns: ns.map(str::to_string),
+            name: name.map(str::to_string),
+            sub: sub.map(str::to_string),
+            watch_path,
+        })
+    };
+    match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if !(group.is_empty()
+                && tail.is_empty()
+                && matches!(*plural, "status" | "finalize")) =>
+        {
+            let kidx = kinds.find(group, version, plural)?;
+            kinds.get(kidx).namespaced.then_some(())?;
+            named(kidx, Some(ns), tail)
+        }
+        [plural, tail @ ..] => {
+            let kidx = kinds.find(group, version, plural)?;
+            if kinds.get(kidx).namespaced && !tail.is_empty() {
+                return None;
+            }
+            named(kidx, None, tail)
+        }
+        [] => None,
+    }
+}
+
+fn route(kinds: &Kinds, path: &str) -> Target {
+    let owned: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segs: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let res = |t: Option<ResTarget>| t.map(Target::Resource).unwrap_or(Target::Unknown);
+    match segs.as_slice() {
+        ["version"] => Target::Version,
+        ["healthz"] | ["readyz"] | ["livez"] => Target::Health,
+        ["api"] => Target::ApiVersions,
+        ["apis"] => Target::GroupList,
+        ["apis", g] => Target::Group(g.to_string()),
+        ["api", "v1"] => Target::ResourceList(String::new(), "v1".into()),
+        ["apis", g, v] => Target::ResourceList(g.to_string(), v.to_string()),
+        ["api", "v1", rest @ ..] => res(resource_target(kinds, "", "v1", rest)),
+        ["apis", g, v, rest @ ..] => res(resource_target(kinds, g, v, rest)),
+        _ => Target::Unknown,
+    }
+}
+
+fn verb_of(method: &str, t: &ResTarget, params: &Params) -> String {
+    let watch = t.watch_path || params.flag("watch");
+    match (method, t.name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "deletecollection",
+        ("DELETE", true) => "delete",
+        (other, _) => return other.to_lowercase(),
+    }
+    .to_string()
+}
+
+/// Serve one HTTP request.
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let (parts, incoming) = req.into_parts();
+    let method = parts.method.as_str().to_string();
+    let path = parts.uri.path().to_string();
+    let raw_query = parts.uri.query().unwrap_or("").to_string();
+    let user_agent = parts
+        .headers
+        .get(hyper::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let ctype = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match Limited::new(incoming, MAX_BODY).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return error_response(&ApiError::from_code(413, "the request body is too large"));
+        }
+        Err(e) => {
+            return error_response(&ApiError::bad_request(format!(
+                "reading the request body: {e}"
+            )));
+        }
+    };
+    let params = Params(parse_query(&raw_query));
+    let control = Control {
+        shared: shared.clone(),
+    };
+    if path == "/_double" || path.starts_with("/_double/") {
+        let (code, v) = control::handle_http(&control, &method, &path, &params.0, &body);
+        return json_response(code, &v);
+    }
+    let target = route(&shared.kinds, &path);
+    let (verb, resource, namespace, name) = match &target {
+        Target::Resource(t) => {
+            let plural = &shared.kinds.get(t.kidx).plural;
+            let resource = match &t.sub {
+                Some(sub) => format!("{plural}/{sub}"),
+                None => plural.clone(),
+            };
+            (
+                verb_of(&method, t, &params),
+                resource,
+                t.ns.clone(),
+                t.name.clone(),
+            )
+        }
+        _ => (String::new(), String::new(), None, None),
+    };
+    tracing::debug!(%method, %path, %raw_query, %verb, %resource, "request");
+    control.record(RequestRecord {
+        method: method.clone(),
+        path: path.clone(),
+        query: raw_query,
+        content_type: ctype.clone(),
+        user_agent,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        verb: verb.clone(),
+        resource: resource.clone(),
+        namespace,
+        name,
+    });
+    let (delay, fault) = control.fault_for(&verb, &resource);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(e) = fault {
+        return error_response(&e);
+    }
+    match dispatch(&shared, &method, target, &params, ctype.as_deref(), &body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    method: &str,
+    target: Target,
+    params: &Params,
+    ctype: Option<&str>,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let kinds = shared.kinds.all();
+    if !matches!(target, Target::Resource(_)) && method != "GET" {
+        return Err(ApiError::method_not_allowed());
+    }
+    let doc = match target {
+        Target::Version => Some(discovery::version(&shared.config.git_version)),
+        Target::Health => return Ok(Response::new(full("ok"))),
+        Target::ApiVersions => Some(discovery::api_versions(shared.addr)),
+        Target::GroupList => Some(discovery::group_list(kinds)),
+        Target::Group(g) => discovery::group(kinds, &g),
+        Target::ResourceList(g, v) => discovery::resource_list(kinds, &g, &v),
+        Target::Unknown => None,
+        Target::Resource(t) => return resource(shared, method, t, params, ctype, body).await,
+    };
+    doc.map(|d| json_response(200, &d))
+        .ok_or_else(ApiError::no_such_resource)
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+fn parse_rv(v: Option<&str>) -> Result<Option<u64>, ApiError> {
+    match v {
+        None | Some("") | Some("0") => Ok(None),
+        Some(s) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}"))),
+    }
+}
+
+/// Wait (bounded) until the store reaches `rv`, else 504 like the real server.
+async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<(), ApiError> {
+    let mut rx = shared.store.subscribe();
+    let reached = tokio::time::timeout(shared.config.too_large_rv_wait, async {
+        loop {
+            if *rx.borrow_and_update() >= rv {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    if reached.is_ok() && shared.store.read(|st| st.rv) >= rv {
+        return Ok(());
+    }
+    let current = shared.store.read(|st| st.rv);
+    let mut e = ApiError::new(504, "Timeout", format!("Too large resource version: {rv}, current: {current}"))
+        .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
+    e.retry_after = Some(1);
+    Err(e)
+}
+
+async fn resource(
+    shared: &Arc<Shared>,
+    method: &str,
+    t: ResTarget,
+    params: &Params,
+    ctype: Option<&str>,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let kind = shared.kinds.get(t.kidx).clone();
+    let sub = match t.sub.as_deref() {
+        None => Sub::Main,
+        Some("status") if kind.status_subresource => Sub::Status,
+        Some(_) => return Err(ApiError::no_such_resource()),
+    };
+    let watch = t.watch_path || params.flag("watch");
+    let ns = t.ns.as_deref();
+    let kidx = t.kidx;
+    let dry_run = params.dry_run();
+    let store = &shared.store;
+    match (method, t.name.as_deref()) {
+        ("GET", _) if watch => start_watch(shared, &kind, &t, params).await,
+        ("GET", None) => {
+            let sel = Selectors::parse(
+                &kind,
+                params.get("labelSelector"),
+                params.get("fieldSelector"),
+            )?;
+            if params.get("continue").is_none()
+                && let Some(rv) = parse_rv(params.get("resourceVersion"))?
+            {
+                wait_for_rv(shared, rv).await?;
+            }
+            let limit = match params.get("limit") {
+                Some(l) => Some(
+                    l.parse::<usize>()
+                        .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+                ),
+                None => None,
+            };
+            let list =
+                store.write(|st| list::list(st, kidx, ns, &sel, limit, params.get("continue")))?;
+            Ok(json_response(200, &list))
+        }
+        ("GET", Some(name)) => {
+            let obj = store.read(|st| {
+                st.get(st.kinds.storage_of(kidx), ns.unwrap_or(""), name)
+                    .map(|o| crate::kinds::from_storage(&kind, o))
+            });
+            obj.map(|o| json_response(200, &o))
+                .ok_or_else(|| ApiError::not_found(&kind, name))
+        }
+        ("POST", None) => {
+            if kind.namespaced && ns.is_none() {
+                return Err(ApiError::method_not_allowed());
+            }
+            let obj = parse_json(body)?;
+            let created =
+                store.write(|st| ops::create(st, kidx, ns, obj, Origin::Http, dry_run))?;
+            Ok(json_response(201, &created))
+        }
+        ("PUT", Some(name)) => {
+            let obj = parse_json(body)?;
+            let (v, created) = store.write(|st| {
+                ops::update(
+                    st,
+                    kidx,
+                    ns,
+                    Some(name),
+                    obj,
+                    sub,
+                    Origin::Http,
+                    dry_run,
+                    true,
+                )
+            })?;
+            Ok(json_response(if created { 201 } else { 200 }, &v))
+        }
+        ("PATCH", Some(name)) => {
+            let accepted = if kind.custom {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            } else {
+                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+            };
+            let ptype = ctype
+                .and_then(PatchType::from_content_type)
+                .ok_or_else(|| ApiError::unsupported_patch(accepted))?;
+            let patch = parse_json(body)?;
+            let manager = params.get("fieldManager");
+            let (v, created) = store
+                .write(|st| ops::patch(st, kidx, ns, name, sub, ptype, &patch, manager, dry_run))?;
+            Ok(json_response(if created { 201 } else { 200 }, &v))
+        }
+        ("DELETE", Some(name)) if sub == Sub::Main => {
+            let opts = if body.is_empty() {
+                json!({})
+            } else {
+                parse_json(body)?
+            };
+            let pre = Preconditions {
+                uid: opts
+                    .pointer("/preconditions/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                resource_version: opts
+                    .pointer("/preconditions/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            };
+            let dry = dry_run
+                || opts
+                    .get("dryRun")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| a.iter().any(|x| x == "All"));
+            let (v, gone) = store.write(|st| ops::delete(st, kidx, ns, name, &pre, dry))?;
+            Ok(json_response(if gone { 200 } else { 202 }, &v))
+        }
+        ("DELETE", None) => {
+            let sel = Selectors::parse(
+                &kind,
+                params.get("labelSelector"),
+                params.get("fieldSelector"),
+            )?;
+            let out =
+                store.write(|st| list::delete_collection(st, &kind, kidx, ns, &sel, dry_run))?;
+            Ok(json_response(200, &out))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+async fn start_watch(
+    shared: &Arc<Shared>,
+    kind: &KindInfo,
+    t: &ResTarget,
+    params: &Params,
+) -> Result<Response<Body>, ApiError> {
+    let selectors = Selectors::parse(
+        kind,
+        params.get("labelSelector"),
+        params.get("fieldSelector"),
+    )?;
+    let rv = parse_rv(params.get("resourceVersion"))?;
+    let bookmarks = params.flag("allowWatchBookmarks");
+    let send_initial = params
+        .get("sendInitialEvents")
+        .map(|v| v == "true" || v == "1");
+    if send_initial == Some(true)
+        && (params.get("resourceVersionMatch") != Some("NotOlderThan") || !bookmarks)
+    {
+        let lo = KindInfo::core("meta.k8s.io", "v1", "listoptions", "ListOptions", false);
+        return Err(ApiError::invalid(&lo, "", &[(
+            "sendInitialEvents",
+            "FieldValueForbidden",
+            "Forbidden: sendInitialEvents requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true".into(),
+        )]));
+    }
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_WATCH_TIMEOUT);
+    if let Some(r) = rv {
+        wait_for_rv(shared, r).await?;
+    }
+    let current = shared.store.read(|st| st.rv);
+    let start = match (send_initial, rv) {
+        (Some(true), _) | (None, None) => Start::Initial,
+        (Some(false), r) => Start::From(r.unwrap_or(current)),
+        (None, Some(r)) => Start::From(r),
+    };
+    let req = WatchRequest {
+        kidx: t.kidx,
+        namespace: t.ns.clone(),
+        name: t.name.clone(),
+        selectors,
+        start,
+        bookmarks,
+        initial_events_end: send_initial == Some(true),
+        timeout,
+    };
+    let (tx, rx) = mpsc::channel::<watch::Chunk>(64);
+    let guard = watch::OpenGuard::new(shared.open_watches.clone());
+    tokio::spawn(watch::run(shared.watch_ctx(), req, tx, guard));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk.map(Frame::data), rx))
+    });
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(r)
+}

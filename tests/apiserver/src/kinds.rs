@@ -1,0 +1,369 @@
+//! The table of kinds the double serves, and how each one behaves.
+//!
+//! Add a kind by pushing a [`KindInfo`] onto [`Config::kinds`](crate::Config::kinds):
+//! [`KindInfo::custom`] gives CRD semantics (status subresource, generation,
+//! resourceVersion required on update, strategic merge refused), [`KindInfo::core`]
+//! gives built-in semantics that can be adjusted with the builder methods.
+
+use serde_json::{Map, Value, json};
+
+/// What happens to `.status` when an object is created over HTTP.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusOnCreate {
+    /// Keep whatever the client sent.
+    Keep,
+    /// Drop it (custom resources with a status subresource).
+    Drop,
+    /// Replace it with this value (pods start `Pending`, namespaces `Active`).
+    Replace(Value),
+}
+
+/// A kind served as a different representation of another kind's storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conversion {
+    /// `events.k8s.io/v1` `Event`, stored as core `v1` `Event` (shared storage,
+    /// converted field by field like the real server does).
+    EventsV1,
+}
+
+/// A field selector key a kind supports beyond `metadata.name`/`metadata.namespace`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FieldKey {
+    /// The selector key, e.g. `spec.nodeName`.
+    pub key: String,
+    /// Dotted path into the object, e.g. `spec.nodeName`.
+    pub path: String,
+    /// Value used when the path is absent (e.g. `false` for booleans).
+    pub default: String,
+}
+
+/// Everything the double needs to know about one served resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindInfo {
+    /// API group, `""` for core.
+    pub group: String,
+    /// API version, e.g. `v1alpha1`.
+    pub version: String,
+    /// Plural resource name used in paths, e.g. `nodeimages`.
+    pub plural: String,
+    /// Singular name for discovery.
+    pub singular: String,
+    /// `kind`, e.g. `NodeImage`.
+    pub kind: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Custom resource semantics: strategic merge patch is refused with 415 and
+    /// an update without `metadata.resourceVersion` is 422.
+    pub custom: bool,
+    /// Whether `metadata.generation` is kept (1 on create, +1 on spec changes).
+    pub tracks_generation: bool,
+    /// Whether a `/status` subresource exists (then main writes ignore `.status`).
+    pub status_subresource: bool,
+    /// Whether PUT on a missing object creates it (true for core events).
+    pub allow_create_on_update: bool,
+    /// Field selectors supported beyond `metadata.name`/`metadata.namespace`.
+    pub fields: Vec<FieldKey>,
+    /// What HTTP create does to `.status`.
+    pub status_on_create: StatusOnCreate,
+    /// Set when this kind is a view of another kind's storage.
+    pub conversion: Option<Conversion>,
+    /// Short names for discovery.
+    pub short_names: Vec<String>,
+}
+
+impl KindInfo {
+    /// A built-in (core-like) kind with no status subresource.
+    pub fn core(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
+        KindInfo {
+            group: group.to_string(),
+            version: version.to_string(),
+            plural: plural.to_string(),
+            singular: kind.to_lowercase(),
+            kind: kind.to_string(),
+            namespaced,
+            custom: false,
+            tracks_generation: false,
+            status_subresource: false,
+            allow_create_on_update: false,
+            fields: Vec::new(),
+            status_on_create: StatusOnCreate::Keep,
+            conversion: None,
+            short_names: Vec::new(),
+        }
+    }
+
+    /// A custom resource with a status subresource, like a CRD with
+    /// `subresources: {status: {}}`.
+    pub fn custom(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
+        KindInfo {
+            custom: true,
+            tracks_generation: true,
+            status_subresource: true,
+            status_on_create: StatusOnCreate::Drop,
+            ..KindInfo::core(group, version, plural, kind, namespaced)
+        }
+    }
+
+    /// Enable or disable the `/status` subresource.
+    pub fn with_status_subresource(mut self, on: bool) -> Self {
+        self.status_subresource = on;
+        self
+    }
+
+    /// Add a supported field selector key read from a dotted `path`.
+    pub fn with_field(mut self, key: &str, path: &str, default: &str) -> Self {
+        self.fields.push(FieldKey {
+            key: key.to_string(),
+            path: path.to_string(),
+            default: default.to_string(),
+        });
+        self
+    }
+
+    /// Set what HTTP create does with `.status`.
+    pub fn with_status_on_create(mut self, s: StatusOnCreate) -> Self {
+        self.status_on_create = s;
+        self
+    }
+
+    /// Let PUT on a missing object create it.
+    pub fn with_create_on_update(mut self) -> Self {
+        self.allow_create_on_update = true;
+        self
+    }
+
+    /// Add discovery short names.
+    pub fn with_short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// `v1` for core, `group/version` otherwise.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods` or `nodeimages.apps.kruise.io`, as used in error messages.
+    pub fn qualified_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// `Pod` or `NodeImage.apps.kruise.io`, as used in `Invalid` messages.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    /// Whether `key` is a supported field selector key.
+    pub fn supports_field(&self, key: &str) -> bool {
+        key == "metadata.name"
+            || key == "metadata.namespace"
+            || self.fields.iter().any(|f| f.key == key)
+    }
+}
+
+/// The kinds served by default: core pods, events, secrets, namespaces, nodes,
+/// `events.k8s.io/v1` events and the three `apps.kruise.io/v1alpha1` kinds.
+pub fn default_kinds() -> Vec<KindInfo> {
+    vec![
+        KindInfo::core("", "v1", "pods", "Pod", true)
+            .with_status_subresource(true)
+            .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Pending"})))
+            .with_field("spec.nodeName", "spec.nodeName", "")
+            .with_field("spec.restartPolicy", "spec.restartPolicy", "")
+            .with_field("spec.schedulerName", "spec.schedulerName", "")
+            .with_field("spec.serviceAccountName", "spec.serviceAccountName", "")
+            .with_field("spec.hostNetwork", "spec.hostNetwork", "false")
+            .with_field("status.phase", "status.phase", "")
+            .with_field("status.podIP", "status.podIP", "")
+            .with_field("status.nominatedNodeName", "status.nominatedNodeName", "")
+            .with_short_names(&["po"]),
+        KindInfo::core("", "v1", "events", "Event", true)
+            .with_create_on_update()
+            .with_field("involvedObject.kind", "involvedObject.kind", "")
+            .with_field("involvedObject.namespace", "involvedObject.namespace", "")
+            .with_field("involvedObject.name", "involvedObject.name", "")
+            .with_field("involvedObject.uid", "involvedObject.uid", "")
+            .with_field("involvedObject.apiVersion", "involvedObject.apiVersion", "")
+            .with_field(
+                "involvedObject.resourceVersion",
+                "involvedObject.resourceVersion",
+                "",
+            )
+            .with_field("involvedObject.fieldPath", "involvedObject.fieldPath", "")
+            .with_field("reason", "reason", "")
+            .with_field("reportingComponent", "reportingComponent", "")
+            .with_field("source", "source.component", "")
+            .with_field("type", "type", "")
+            .with_short_names(&["ev"]),
+        KindInfo::core("", "v1", "secrets", "Secret", true).with_field("type", "type", ""),
+        KindInfo::core("", "v1", "namespaces", "Namespace", false)
+            .with_status_subresource(true)
+            .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Active"})))
+            .with_field("status.phase", "status.phase", "")
+            .with_short_names(&["ns"]),
+        KindInfo::core("", "v1", "nodes", "Node", false)
+            .with_status_subresource(true)
+            .with_field("spec.unschedulable", "spec.unschedulable", "false")
+            .with_short_names(&["no"]),
+        KindInfo {
+            conversion: Some(Conversion::EventsV1),
+            ..KindInfo::core("events.k8s.io", "v1", "events", "Event", true)
+                .with_create_on_update()
+                .with_field("regarding.kind", "regarding.kind", "")
+                .with_field("regarding.namespace", "regarding.namespace", "")
+                .with_field("regarding.name", "regarding.name", "")
+                .with_field("regarding.uid", "regarding.uid", "")
+                .with_field("reason", "reason", "")
+                .with_field("reportingController", "reportingController", "")
+                .with_field("type", "type", "")
+                .with_short_names(&["ev"])
+        },
+        KindInfo::custom(
+            "apps.kruise.io",
+            "v1alpha1",
+            "nodeimages",
+            "NodeImage",
+            false,
+        ),
+        KindInfo::custom(
+            "apps.kruise.io",
+            "v1alpha1",
+            "containerrecreaterequests",
+            "ContainerRecreateRequest",
+            true,
+        )
+        .with_short_names(&["crr"]),
+        KindInfo::custom(
+            "apps.kruise.io",
+            "v1alpha1",
+            "nodepodprobes",
+            "NodePodProbe",
+            false,
+        ),
+    ]
+}
+
+/// The registered kinds, with lookups by path and by name.
+#[derive(Clone, Debug)]
+pub(crate) struct Kinds {
+    list: Vec<KindInfo>,
+    storage: Vec<usize>,
+}
+
+impl Kinds {
+    /// Build the registry; a kind with a conversion is stored with its storage kind.
+    pub(crate) fn new(list: Vec<KindInfo>) -> Self {
+        let storage = list
+            .iter()
+            .enumerate()
+            .map(|(i, k)| match k.conversion {
+                Some(Conversion::EventsV1) => list
+                    .iter()
+                    .position(|s| s.group.is_empty() && s.plural == "events")
+                    .unwrap_or(i),
+                None => i,
+            })
+            .collect();
+        Kinds { list, storage }
+    }
+
+    pub(crate) fn all(&self) -> &[KindInfo] {
+        &self.list
+    }
+
+    pub(crate) fn get(&self, idx: usize) -> &KindInfo {
+        &self.list[idx]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Index of the kind whose objects are stored for `idx`.
+    pub(crate) fn storage_of(&self, idx: usize) -> usize {
+        self.storage[idx]
+    }
+
+    /// Kind served at `/api[s]/{group}/{version}/{plural}`.
+    pub(crate) fn find(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|k| k.group == group && k.version == version && k.plural == plural)
+    }
+
+    /// Resolve a kubectl-style name: `pods`, `Pod`, `nodeimages.apps.kruise.io`,
+    /// `events.events.k8s.io`, or `group/version/plural`. Core wins on ties.
+    pub(crate) fn resolve(&self, name: &str) -> Option<usize> {
+        let parts: Vec<&str> = name.split('/').collect();
+        if parts.len() == 3 {
+            return self.find(parts[0], parts[1], parts[2]);
+        }
+        if parts.len() == 2 {
+            return self.find("", parts[0], parts[1]);
+        }
+        let by = |f: &dyn Fn(&KindInfo) -> bool| self.list.iter().position(f);
+        by(&|k| k.group.is_empty() && (k.plural == name || k.kind == name))
+            .or_else(|| by(&|k| k.plural == name || k.kind == name || k.singular == name))
+            .or_else(|| by(&|k| !k.group.is_empty() && format!("{}.{}", k.plural, k.group) == name))
+            .or_else(|| by(&|k| format!("{}.{}.{}", k.plural, k.version, k.group) == name))
+    }
+}
+
+/// Convert an object from `kind`'s representation to its storage representation.
+pub(crate) fn to_storage(kind: &KindInfo, obj: Value) -> Value {
+    match kind.conversion {
+        None => obj,
+        Some(Conversion::EventsV1) => rename_fields(obj, EVENT_FIELDS, true, "v1"),
+    }
+}
+
+/// Convert a stored object to `kind`'s representation (sets kind/apiVersion).
+pub(crate) fn from_storage(kind: &KindInfo, obj: &Value) -> Value {
+    match kind.conversion {
+        None => obj.clone(),
+        Some(Conversion::EventsV1) => {
+            rename_fields(obj.clone(), EVENT_FIELDS, false, &kind.api_version())
+        }
+    }
+}
+
+/// `(events.k8s.io/v1 name, core v1 name)`.
+const EVENT_FIELDS: &[(&str, &str)] = &[
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+];
+
+fn rename_fields(obj: Value, table: &[(&str, &str)], forward: bool, api_version: &str) -> Value {
+    let Value::Object(mut map) = obj else {
+        return obj;
+    };
+    let mut out = Map::new();
+    for (from, to) in table {
+        let (from, to) = if forward { (*from, *to) } else { (*to, *from) };
+        if let Some(v) = map.remove(from) {
+            out.insert(to.to_string(), v);
+        }
+    }
+    for (k, v) in map {
+        out.entry(k).or_insert(v);
+    }
+    out.insert("apiVersion".into(), json!(api_version));
+    Value::Object(out)
+}

@@ -1,0 +1,719 @@
+//! Write and list semantics shared by the HTTP API and the control API:
+//! create, update (main resource and `/status`), patch, delete with
+//! finalizers, and paged lists. Each function runs under the store lock, so a
+//! read-modify-write is atomic, exactly like a single etcd transaction.
+
+use serde_json::{Map, Value, json};
+
+use crate::kinds::{KindInfo, StatusOnCreate, from_storage, to_storage};
+use crate::patch::{self, PatchType};
+use crate::status::ApiError;
+use crate::store::{State, rv_of};
+use crate::util;
+
+/// Who asked for a write: a client over HTTP (full API semantics) or a test
+/// through the control API (may set `.status` directly, no RV preconditions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Http,
+    Control,
+}
+
+/// Main resource or the `/status` subresource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sub {
+    Main,
+    Status,
+}
+
+/// `DeleteOptions.preconditions`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+fn non_empty(s: Option<&str>) -> Option<&str> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// 400 unless `body` carries this kind's `kind`/`apiVersion`; the control API fills them in.
+fn check_type(kind: &KindInfo, body: &mut Value, origin: Origin) -> Result<(), ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    if origin == Origin::Control {
+        body["kind"] = json!(kind.kind);
+        body["apiVersion"] = json!(kind.api_version());
+        return Ok(());
+    }
+    let k = non_empty(body.get("kind").and_then(Value::as_str));
+    let av = non_empty(body.get("apiVersion").and_then(Value::as_str));
+    match (k, av) {
+        (None, _) => Err(ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{body}'"
+        ))),
+        (_, None) => Err(ApiError::bad_request(format!(
+            "Object 'apiVersion' is missing in '{body}'"
+        ))),
+        (Some(k), Some(av)) if k != kind.kind || av != kind.api_version() => {
+            Err(ApiError::bad_request(format!(
+                "{k} in version \"{av}\" cannot be handled as a {}: no kind \"{k}\" is registered for version \"{av}\"",
+                kind.kind
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn is_core(kind: &KindInfo, plural: &str) -> bool {
+    kind.group.is_empty() && kind.plural == plural
+}
+
+fn qos_class(spec: &Value) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    let containers = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|f| spec.get(*f).and_then(Value::as_array))
+        .flatten();
+    for c in containers {
+        let req = c.pointer("/resources/requests");
+        let lim = c.pointer("/resources/limits");
+        for r in ["cpu", "memory"] {
+            let rq = req.and_then(|x| x.get(r));
+            let lm = lim.and_then(|x| x.get(r));
+            any |= rq.is_some() || lm.is_some();
+            if lm.is_none() || rq.is_some_and(|q| Some(q) != lm) {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+fn name_causes(kind: &KindInfo, name: &str) -> Option<(&'static str, &'static str, String)> {
+    let ok = if is_core(kind, "namespaces") {
+        util::is_dns_label(name)
+    } else {
+        util::is_dns_subdomain(name)
+    };
+    (!ok).then(|| {
+        ("metadata.name", "FieldValueInvalid", format!(
+            "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        ))
+    })
+}
+
+fn check_meta(kind: &KindInfo, name: &str, obj: &Value) -> Result<(), ApiError> {
+    let Some(meta) = obj.get("metadata").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    let causes = util::validate_meta(meta);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, &str, String)> = causes
+        .iter()
+        .map(|(f, r, m)| (f.as_str(), *r, m.clone()))
+        .collect();
+    Err(ApiError::invalid(kind, name, &causes))
+}
+
+/// Create an object. `url_ns` is the namespace segment of the request path.
+pub(crate) fn create(
+    st: &mut State,
+    kidx: usize,
+    url_ns: Option<&str>,
+    mut body: Value,
+    origin: Origin,
+    dry_run: bool,
+) -> Result<Value, ApiError> {
+    let kinds = st.kinds.clone();
+    let kind = kinds.get(kidx);
+    let sidx = kinds.storage_of(kidx);
+    check_type(kind, &mut body, origin)?;
+    let mut obj = to_storage(kind, body);
+    let storage_kind = kinds.get(sidx);
+    obj["kind"] = json!(storage_kind.kind);
+    obj["apiVersion"] = json!(storage_kind.api_version());
+
+    let body_ns = non_empty(meta_str(&obj, "namespace")).map(str::to_string);
+    let ns = if kind.namespaced {
+        match (url_ns, body_ns) {
+            (Some(u), Some(b)) if b != u => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            (Some(u), _) => u.to_string(),
+            (None, Some(b)) => b,
+            (None, None) if origin == Origin::Control => "default".to_string(),
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the object must be set",
+                ));
+            }
+        }
+    } else {
+        String::new()
+    };
+
+    let mut name = non_empty(meta_str(&obj, "name")).unwrap_or("").to_string();
+    if name.is_empty() {
+        match non_empty(meta_str(&obj, "generateName")) {
+            Some(prefix) => {
+                let prefix = prefix.to_string();
+                loop {
+                    name = format!("{prefix}{}", util::name_suffix());
+                    if st.get(sidx, &ns, &name).is_none() {
+                        break;
+                    }
+                }
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    kind,
+                    "",
+                    &[(
+                        "metadata.name",
+                        "FieldValueRequired",
+                        "Required value: name or generateName is required".into(),
+                    )],
+                ));
+            }
+        }
+    }
+    if let Some(cause) = name_causes(kind, &name) {
+        return Err(ApiError::invalid(kind, &name, &[cause]));
+    }
+    if origin == Origin::Http && non_empty(meta_str(&obj, "resourceVersion")).is_some() {
+        return Err(ApiError::internal(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    check_meta(kind, &name, &obj)?;
+
+    if kind.namespaced && st.require_namespaces && !st.namespace_exists(&ns) {
+        match origin {
+            Origin::Http => return Err(ApiError::namespace_not_found(&ns)),
+            Origin::Control => {
+                if let Some(ns_idx) = kinds.find("", "v1", "namespaces") {
+                    create(
+                        st,
+                        ns_idx,
+                        None,
+                        json!({"metadata": {"name": ns}}),
+                        Origin::Control,
+                        dry_run,
+                    )?;
+                }
+            }
+        }
+    }
+    if st.get(sidx, &ns, &name).is_some() {
+        return Err(ApiError::already_exists(kind, &name));
+    }
+
+    let meta = meta_mut(&mut obj);
+    meta.insert("name".into(), json!(name));
+    if kind.namespaced {
+        meta.insert("namespace".into(), json!(ns));
+    } else {
+        meta.remove("namespace");
+    }
+    meta.insert("uid".into(), json!(util::new_uid()));
+    meta.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
+    meta.remove("resourceVersion");
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    if storage_kind.tracks_generation {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    if origin == Origin::Http {
+        match &kind.status_on_create {
+            StatusOnCreate::Keep => {}
+            StatusOnCreate::Drop => {
+                obj.as_object_mut().map(|m| m.remove("status"));
+            }
+            StatusOnCreate::Replace(v) => {
+                let mut status = v.clone();
+                if is_core(storage_kind, "pods") {
+                    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+                    status["qosClass"] = json!(qos_class(&spec));
+                }
+                obj["status"] = status;
+            }
+        }
+    }
+    if is_core(storage_kind, "secrets")
+        && non_empty(obj.get("type").and_then(Value::as_str)).is_none()
+    {
+        obj["type"] = json!("Opaque");
+    }
+    if is_core(storage_kind, "namespaces") && obj.pointer("/spec/finalizers").is_none() {
+        obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        if !obj.get("status").is_some_and(Value::is_object) {
+            obj["status"] = json!({"phase": "Active"});
+        }
+    }
+    if dry_run {
+        return Ok(from_storage(kind, &obj));
+    }
+    let stored = st.put(sidx, obj);
+    Ok(from_storage(kind, &stored))
+}
+
+const POD_UPDATE_FORBIDDEN: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// The pod spec with every field an update may change blanked out.
+fn immutable_pod_spec(spec: Option<&Value>) -> Value {
+    let mut spec = spec.cloned().unwrap_or(Value::Null);
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for c in cs {
+                c.as_object_mut().map(|m| m.remove("image"));
+            }
+        }
+    }
+    if let Some(m) = spec.as_object_mut() {
+        for f in [
+            "activeDeadlineSeconds",
+            "tolerations",
+            "terminationGracePeriodSeconds",
+            "schedulingGates",
+        ] {
+            m.remove(f);
+        }
+    }
+    spec
+}
+
+fn without_meta_and_status(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    o
+}
+
+fn copy_field(dst: &mut Value, src: &Value, field: &str) {
+    match src.get(field) {
+        Some(v) => dst[field] = v.clone(),
+        None => {
+            dst.as_object_mut().map(|m| m.remove(field));
+        }
+    }
+}
+
+fn copy_meta_field(dst: &mut Value, src: &Value, field: &str) {
+    let v = src.get("metadata").and_then(|m| m.get(field)).cloned();
+    let meta = meta_mut(dst);
+    match v {
+        Some(v) => {
+            meta.insert(field.to_string(), v);
+        }
+        None => {
+            meta.remove(field);
+        }
+    }
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Replace an object (PUT). `require_rv` is false for the result of a patch,
+/// which is unconditional unless the patch itself carried a resourceVersion.
+/// Returns the object and whether it was created (create-on-update kinds).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn update(
+    st: &mut State,
+    kidx: usize,
+    url_ns: Option<&str>,
+    url_name: Option<&str>,
+    mut body: Value,
+    sub: Sub,
+    origin: Origin,
+    dry_run: bool,
+    require_rv: bool,
+) -> Result<(Value, bool), ApiError> {
+    let kinds = st.kinds.clone();
+    let kind = kinds.get(kidx);
+    let sidx = kinds.storage_of(kidx);
+    let storage_kind = kinds.get(sidx);
+    check_type(kind, &mut body, origin)?;
+    let mut new = to_storage(kind, body);
+    new["kind"] = json!(storage_kind.kind);
+    new["apiVersion"] = json!(storage_kind.api_version());
+
+    let body_name = non_empty(meta_str(&new, "name")).map(str::to_string);
+    let name = match (url_name, body_name) {
+        (Some(u), Some(b)) if b != u => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({b}) does not match the name on the URL ({u})"
+            )));
+        }
+        (Some(u), _) => u.to_string(),
+        (None, Some(b)) => b,
+        (None, None) => return Err(ApiError::bad_request("name is required")),
+    };
+    let body_ns = non_empty(meta_str(&new, "namespace")).map(str::to_string);
+    let ns = if kind.namespaced {
+        match (url_ns, body_ns) {
+            (Some(u), Some(b)) if b != u => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            (Some(u), _) => u.to_string(),
+            (None, Some(b)) => b,
+            (None, None) => "default".to_string(),
+        }
+    } else {
+        String::new()
+    };
+
+    let Some(old) = st.get(sidx, &ns, &name).cloned() else {
+        if kind.allow_create_on_update && sub == Sub::Main {
+            meta_mut(&mut new).remove("resourceVersion");
+            let served = from_storage(kind, &new);
+            let url_ns = kind.namespaced.then_some(ns.as_str());
+            return create(st, kidx, url_ns, served, origin, dry_run).map(|v| (v, true));
+        }
+        return Err(ApiError::not_found(kind, &name));
+    };
+
+    if origin == Origin::Http {
+        match non_empty(meta_str(&new, "resourceVersion")) {
+            Some(rv) if rv != rv_of(&old).to_string() => {
+                return Err(ApiError::conflict(kind, &name));
+            }
+            Some(_) => {}
+            None if require_rv && kind.custom => {
+                return Err(ApiError::invalid(
+                    kind,
+                    &name,
+                    &[(
+                        "metadata.resourceVersion",
+                        "FieldValueInvalid",
+                        "Invalid value: 0x0: must be specified for an update".into(),
+                    )],
+                ));
+            }
+            None => {}
+        }
+    }
+
+    let mut next = match (origin, sub) {
+        (Origin::Control, _) => new,
+        (Origin::Http, Sub::Main) => {
+            if storage_kind.status_subresource {
+                copy_field(&mut new, &old, "status");
+            }
+            if is_core(storage_kind, "pods")
+                && immutable_pod_spec(new.get("spec")) != immutable_pod_spec(old.get("spec"))
+            {
+                return Err(ApiError::invalid(
+                    kind,
+                    &name,
+                    &[("spec", "FieldValueForbidden", POD_UPDATE_FORBIDDEN.into())],
+                ));
+            }
+            new
+        }
+        (Origin::Http, Sub::Status) if storage_kind.custom => {
+            let mut n = (*old).clone();
+            copy_field(&mut n, &new, "status");
+            n
+        }
+        (Origin::Http, Sub::Status) => {
+            copy_field(&mut new, &old, "spec");
+            copy_meta_field(&mut new, &old, "ownerReferences");
+            new
+        }
+    };
+    {
+        let meta = meta_mut(&mut next);
+        meta.insert("name".into(), json!(name));
+        if kind.namespaced {
+            meta.insert("namespace".into(), json!(ns));
+        } else {
+            meta.remove("namespace");
+        }
+    }
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        copy_meta_field(&mut next, &old, f);
+    }
+    next["kind"] = json!(storage_kind.kind);
+    next["apiVersion"] = json!(storage_kind.api_version());
+
+    if meta_str(&old, "deletionTimestamp").is_some() {
+        let before = finalizers(&old);
+        let added: Vec<String> = finalizers(&next)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            return Err(ApiError::invalid(
+                kind,
+                &name,
+                &[(
+                    "metadata.finalizers",
+                    "FieldValueForbidden",
+                    format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    ),
+                )],
+            ));
+        }
+    }
+    check_meta(kind, &name, &next)?;
+    if storage_kind.tracks_generation {
+        let gen_old = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let changed = without_meta_and_status(&old) != without_meta_and_status(&next);
+        meta_mut(&mut next).insert("generation".into(), json!(gen_old + i64::from(changed)));
+    }
+
+    let mut same = next.clone();
+    crate::store::set_rv(&mut same, rv_of(&old));
+    if same == *old {
+        return Ok((from_storage(kind, &old), false));
+    }
+    if dry_run {
+        return Ok((from_storage(kind, &next), false));
+    }
+    if meta_str(&next, "deletionTimestamp").is_some() && finalizers(&next).is_empty() {
+        let last = st.remove(sidx, next);
+        return Ok((from_storage(kind, &last), false));
+    }
+    let stored = st.put(sidx, next);
+    Ok((from_storage(kind, &stored), false))
+}
+
+/// Patch an object. Apply (server-side apply) is approximated as "create if
+/// absent, else strategic merge (core kinds) or merge patch (custom kinds)".
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn patch(
+    st: &mut State,
+    kidx: usize,
+    ns: Option<&str>,
+    name: &str,
+    sub: Sub,
+    ptype: PatchType,
+    body: &Value,
+    field_manager: Option<&str>,
+    dry_run: bool,
+) -> Result<(Value, bool), ApiError> {
+    let kinds = st.kinds.clone();
+    let kind = kinds.get(kidx);
+    let sidx = kinds.storage_of(kidx);
+    if ptype == PatchType::Strategic && kind.custom {
+        return Err(ApiError::unsupported_patch(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    if ptype == PatchType::Apply {
+        if non_empty(field_manager).is_none() {
+            let pkind = KindInfo::core("meta.k8s.io", "v1", "patchoptions", "PatchOptions", false);
+            return Err(ApiError::invalid(
+                &pkind,
+                "",
+                &[(
+                    "fieldManager",
+                    "FieldValueRequired",
+                    "Required value: is required for apply patch".into(),
+                )],
+            ));
+        }
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the double only accepts JSON bodies for apply patches",
+            ));
+        }
+    }
+    if ptype == PatchType::Merge && !body.is_object() {
+        return Err(ApiError::bad_request("merge patch must be a JSON object"));
+    }
+    let ns_key = if kind.namespaced {
+        ns.unwrap_or("")
+    } else {
+        ""
+    };
+    let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
+        if ptype == PatchType::Apply && sub == Sub::Main {
+            let mut b = body.clone();
+            let meta = meta_mut(&mut b);
+            meta.entry("name").or_insert(json!(name));
+            return create(st, kidx, ns, b, Origin::Http, dry_run).map(|v| (v, true));
+        }
+        return Err(ApiError::not_found(kind, name));
+    };
+    let mut served = from_storage(kind, &cur);
+    match ptype {
+        PatchType::Json => patch::json_patch(&mut served, body)?,
+        PatchType::Merge => patch::merge_patch(&mut served, body),
+        PatchType::Strategic => patch::strategic_merge(&mut served, body)?,
+        PatchType::Apply => {
+            let mut b = body.clone();
+            check_type(kind, &mut b, Origin::Http)?;
+            if kind.custom {
+                patch::merge_patch(&mut served, &b);
+            } else {
+                patch::strategic_merge(&mut served, &b)?;
+            }
+        }
+    }
+    update(
+        st,
+        kidx,
+        ns,
+        Some(name),
+        served,
+        sub,
+        Origin::Http,
+        dry_run,
+        false,
+    )
+}
+
+/// Delete an object. With finalizers it only gets a `deletionTimestamp`.
+/// Returns the object and whether it is gone now (200) or still there (202).
+pub(crate) fn delete(
+    st: &mut State,
+    kidx: usize,
+    ns: Option<&str>,
+    name: &str,
+    pre: &Preconditions,
+    dry_run: bool,
+) -> Result<(Value, bool), ApiError> {
+    let kinds = st.kinds.clone();
+    let kind = kinds.get(kidx);
+    let sidx = kinds.storage_of(kidx);
+    let ns_key = if kind.namespaced {
+        ns.unwrap_or("")
+    } else {
+        ""
+    };
+    let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
+        return Err(ApiError::not_found(kind, name));
+    };
+    if let Some(uid) = non_empty(pre.uid.as_deref()) {
+        let actual = meta_str(&cur, "uid").unwrap_or("");
+        if uid != actual {
+            return Err(ApiError::conflict_with(
+                kind,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = non_empty(pre.resource_version.as_deref()) {
+        let actual = rv_of(&cur).to_string();
+        if rv != actual {
+            return Err(ApiError::conflict_with(
+                kind,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                ),
+            ));
+        }
+    }
+    if !finalizers(&cur).is_empty() {
+        if meta_str(&cur, "deletionTimestamp").is_some() || dry_run {
+            return Ok((from_storage(kind, &cur), false));
+        }
+        let mut next = (*cur).clone();
+        let gen_now = next.pointer("/metadata/generation").and_then(Value::as_i64);
+        let meta = meta_mut(&mut next);
+        meta.insert("deletionTimestamp".into(), json!(util::now_rfc3339()));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        if let Some(g) = gen_now.filter(|g| *g > 0) {
+            meta.insert("generation".into(), json!(g + 1));
+        }
+        let stored = st.put(sidx, next);
+        return Ok((from_storage(kind, &stored), false));
+    }
+    if dry_run {
+        return Ok((from_storage(kind, &cur), true));
+    }
+    let last = st.remove(sidx, (*cur).clone());
+    if is_core(kinds.get(sidx), "namespaces") {
+        remove_namespace_contents(st, name);
+    }
+    Ok((from_storage(kind, &last), true))
+}
+
+/// Remove everything in a deleted namespace (the namespace controller's job,
+/// done at once and ignoring finalizers).
+fn remove_namespace_contents(st: &mut State, ns: &str) {
+    let kinds = st.kinds.clone();
+    let mut sidxs: Vec<usize> = (0..kinds.len())
+        .filter(|i| kinds.get(*i).namespaced)
+        .map(|i| kinds.storage_of(i))
+        .collect();
+    sidxs.sort_unstable();
+    sidxs.dedup();
+    for sidx in sidxs {
+        let doomed: Vec<Value> = st
+            .objects(sidx)
+            .filter(|o| meta_str(o, "namespace") == Some(ns))
+            .map(|o| (**o).clone())
+            .collect();
+        for o in doomed {
+            st.remove(sidx, o);
+        }
+    }
+}
+
+/// Remove an object regardless of finalizers (control API).
+pub(crate) fn force_remove(st: &mut State, kidx: usize, ns: &str, name: &str) -> Option<Value> {
+    let kinds = st.kinds.clone();
+    let sidx = kinds.storage_of(kidx);
+    let cur = st.get(sidx, ns, name)?.clone();
+    let last = st.remove(sidx, (*cur).clone());
+    Some(from_storage(kinds.get(kidx), &last))
+}

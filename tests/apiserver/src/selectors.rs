@@ -1,0 +1,475 @@
+//! Label and field selectors with kube-apiserver's grammar and semantics.
+//!
+//! Label selectors: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`,
+//! `k notin (a,b)`, `k>n`, `k<n`, comma means AND. `!=` and `notin` match
+//! objects without the label, like the real server.
+//!
+//! Field selectors: `key=v`, `key==v`, `key!=v`, comma means AND, with `\`
+//! escaping. Keys a kind does not support answer `400 BadRequest`.
+
+use serde_json::Value;
+
+use crate::kinds::KindInfo;
+use crate::status::ApiError;
+
+#[derive(Clone, Debug, PartialEq)]
+enum LabelOp {
+    Eq(String),
+    NotEq(String),
+    In(Vec<String>),
+    NotIn(Vec<String>),
+    Exists,
+    NotExists,
+    Gt(i64),
+    Lt(i64),
+}
+
+/// A parsed label selector (AND of requirements).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LabelSelector {
+    reqs: Vec<(String, LabelOp)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Word(String),
+    Eq,
+    DoubleEq,
+    NotEq,
+    Bang,
+    Open,
+    Close,
+    Comma,
+    Gt,
+    Lt,
+}
+
+fn tokenize(s: &str) -> Result<Vec<Tok>, String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        match c {
+            ' ' | '\t' | '\n' => i += 1,
+            '=' if next == Some('=') => {
+                out.push(Tok::DoubleEq);
+                i += 2;
+            }
+            '=' => {
+                out.push(Tok::Eq);
+                i += 1;
+            }
+            '!' if next == Some('=') => {
+                out.push(Tok::NotEq);
+                i += 2;
+            }
+            '!' => {
+                out.push(Tok::Bang);
+                i += 1;
+            }
+            '(' => {
+                out.push(Tok::Open);
+                i += 1;
+            }
+            ')' => {
+                out.push(Tok::Close);
+                i += 1;
+            }
+            ',' => {
+                out.push(Tok::Comma);
+                i += 1;
+            }
+            '>' => {
+                out.push(Tok::Gt);
+                i += 1;
+            }
+            '<' => {
+                out.push(Tok::Lt);
+                i += 1;
+            }
+            _ => {
+                let start = i;
+                while i < chars.len() && !" \t\n=!(),<>".contains(chars[i]) {
+                    i += 1;
+                }
+                out.push(Tok::Word(chars[start..i].iter().collect()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl LabelSelector {
+    /// Parse a `labelSelector` query value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let toks = tokenize(s)?;
+        let mut reqs = Vec::new();
+        let mut i = 0;
+        let word = |i: usize| match toks.get(i) {
+            Some(Tok::Word(w)) => Some(w.clone()),
+            _ => None,
+        };
+        while i < toks.len() {
+            if toks[i] == Tok::Bang {
+                let key =
+                    word(i + 1).ok_or("unable to parse requirement: expected a key after '!'")?;
+                reqs.push((key, LabelOp::NotExists));
+                i += 2;
+            } else {
+                let key = word(i).ok_or_else(|| {
+                    format!(
+                        "unable to parse requirement: found {:?}, expected: identifier",
+                        toks[i]
+                    )
+                })?;
+                i += 1;
+                match toks.get(i) {
+                    None | Some(Tok::Comma) => reqs.push((key, LabelOp::Exists)),
+                    Some(Tok::Eq) | Some(Tok::DoubleEq) | Some(Tok::NotEq) => {
+                        let neg = toks[i] == Tok::NotEq;
+                        let value = word(i + 1).unwrap_or_default();
+                        if word(i + 1).is_some() {
+                            i += 1;
+                        }
+                        i += 1;
+                        reqs.push((
+                            key,
+                            if neg {
+                                LabelOp::NotEq(value)
+                            } else {
+                                LabelOp::Eq(value)
+                            },
+                        ));
+                    }
+                    Some(Tok::Gt) | Some(Tok::Lt) => {
+                        let gt = toks[i] == Tok::Gt;
+                        let n: i64 = word(i + 1)
+                            .and_then(|w| w.parse().ok())
+                            .ok_or("unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer")?;
+                        i += 2;
+                        reqs.push((key, if gt { LabelOp::Gt(n) } else { LabelOp::Lt(n) }));
+                    }
+                    Some(Tok::Word(w)) if w == "in" || w == "notin" => {
+                        let notin = w == "notin";
+                        i += 1;
+                        if toks.get(i) != Some(&Tok::Open) {
+                            return Err(
+                                "unable to parse requirement: found '', expected: '('".into()
+                            );
+                        }
+                        i += 1;
+                        let mut values = Vec::new();
+                        loop {
+                            match toks.get(i) {
+                                Some(Tok::Close) => {
+                                    i += 1;
+                                    break;
+                                }
+                                Some(Tok::Comma) => i += 1,
+                                Some(Tok::Word(v)) => {
+                                    values.push(v.clone());
+                                    i += 1;
+                                }
+                                _ => return Err("unable to parse requirement: expected ')'".into()),
+                            }
+                        }
+                        reqs.push((
+                            key,
+                            if notin {
+                                LabelOp::NotIn(values)
+                            } else {
+                                LabelOp::In(values)
+                            },
+                        ));
+                    }
+                    Some(t) => {
+                        return Err(format!(
+                            "unable to parse requirement: found {t:?}, expected: in, notin, =, ==, !=, gt, lt"
+                        ));
+                    }
+                }
+            }
+            match toks.get(i) {
+                None => {}
+                Some(Tok::Comma) => i += 1,
+                Some(t) => return Err(format!("found {t:?}, expected: ',' or 'end of string'")),
+            }
+        }
+        for (k, _) in &reqs {
+            if k.is_empty() || k.len() > 317 {
+                return Err(format!("invalid label key {k:?}"));
+            }
+        }
+        Ok(LabelSelector { reqs })
+    }
+
+    /// Whether the selector has no requirements (matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    /// Whether an object's `metadata.labels` satisfy every requirement.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.reqs.iter().all(|(k, op)| match op {
+            LabelOp::Eq(v) => get(k) == Some(v.as_str()),
+            LabelOp::NotEq(v) => get(k) != Some(v.as_str()),
+            LabelOp::In(vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+            LabelOp::NotIn(vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
+            LabelOp::Exists => get(k).is_some(),
+            LabelOp::NotExists => get(k).is_none(),
+            LabelOp::Gt(n) => get(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x > *n),
+            LabelOp::Lt(n) => get(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x < *n),
+        })
+    }
+}
+
+/// A parsed field selector (AND of `key=value` / `key!=value` terms).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FieldSelector {
+    reqs: Vec<(String, bool, String)>,
+}
+
+fn split_unescaped(s: &str, sep: char) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            cur.push(c);
+            if let Some(n) = chars.next() {
+                cur.push(n);
+            }
+        } else if c == sep {
+            parts.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(c);
+        }
+    }
+    parts.push(cur);
+    parts
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(n) = chars.next() {
+                out.push(n);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Find the first unescaped operator in a term: `(byte index, op, negated)`.
+fn find_op(term: &str) -> Option<(usize, usize, bool)> {
+    let bytes = term.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'!' if bytes.get(i + 1) == Some(&b'=') => return Some((i, 2, true)),
+            b'=' if bytes.get(i + 1) == Some(&b'=') => return Some((i, 2, false)),
+            b'=' => return Some((i, 1, false)),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+impl FieldSelector {
+    /// Parse a `fieldSelector` query value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(FieldSelector { reqs });
+        }
+        for term in split_unescaped(s, ',') {
+            let (at, len, neg) = find_op(&term)
+                .ok_or_else(|| format!("invalid selector: '{s}'; can't understand '{term}'"))?;
+            let key = term[..at].trim().to_string();
+            let value = unescape(&term[at + len..]);
+            reqs.push((key, neg, value));
+        }
+        Ok(FieldSelector { reqs })
+    }
+
+    /// Whether the selector has no terms.
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    /// The value the selector requires for `key` with `=`, if any.
+    pub fn required(&self, key: &str) -> Option<&str> {
+        self.reqs
+            .iter()
+            .find(|(k, neg, _)| k == key && !neg)
+            .map(|(_, _, v)| v.as_str())
+    }
+
+    /// 400 for keys `kind` does not support, worded like the real server.
+    pub fn check(&self, kind: &KindInfo) -> Result<(), ApiError> {
+        for (key, _, _) in &self.reqs {
+            if !kind.supports_field(key) {
+                let msg = if kind.custom {
+                    format!(
+                        "\"{key}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                    )
+                } else {
+                    format!("field label not supported: {key}")
+                };
+                return Err(ApiError::bad_request(msg));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `obj` (in `kind`'s representation) satisfies every term.
+    pub fn matches(&self, kind: &KindInfo, obj: &Value) -> bool {
+        self.reqs.iter().all(|(key, neg, want)| {
+            let got = field_value(kind, obj, key);
+            (got == *want) != *neg
+        })
+    }
+}
+
+fn field_value(kind: &KindInfo, obj: &Value, key: &str) -> String {
+    let (path, default) = match key {
+        "metadata.name" => ("metadata.name", ""),
+        "metadata.namespace" => ("metadata.namespace", ""),
+        _ => match kind.fields.iter().find(|f| f.key == key) {
+            Some(f) => (f.path.as_str(), f.default.as_str()),
+            None => return String::new(),
+        },
+    };
+    let mut cur = obj;
+    for seg in path.split('.') {
+        match cur.get(seg) {
+            Some(v) => cur = v,
+            None => return default.to_string(),
+        }
+    }
+    match cur {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => default.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The selectors of one list or watch request.
+#[derive(Clone, Debug, Default)]
+pub struct Selectors {
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+}
+
+impl Selectors {
+    /// Parse both selectors and check the field keys against `kind`.
+    pub fn parse(
+        kind: &KindInfo,
+        label: Option<&str>,
+        field: Option<&str>,
+    ) -> Result<Self, ApiError> {
+        let labels = LabelSelector::parse(label.unwrap_or("")).map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(field.unwrap_or("")).map_err(ApiError::bad_request)?;
+        fields.check(kind)?;
+        Ok(Selectors { labels, fields })
+    }
+
+    /// Whether `obj` (in `kind`'s representation) matches both selectors.
+    pub fn matches(&self, kind: &KindInfo, obj: &Value) -> bool {
+        self.labels.matches(obj) && self.fields.matches(kind, obj)
+    }
+
+    /// Whether neither selector has any terms.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(labels: Value) -> Value {
+        json!({"metadata": {"name": "a", "labels": labels}, "spec": {"nodeName": "n1"}})
+    }
+
+    #[test]
+    fn label_selector_grammar_matches_like_the_real_server() {
+        let o = obj(json!({"app": "web", "tier": "fe", "n": "5"}));
+        let yes = [
+            "app=web",
+            "app==web",
+            "app!=db",
+            "app",
+            "!missing",
+            "app in (web,db)",
+            "tier notin (be)",
+            "missing notin (x)",
+            "app=web,tier=fe",
+            "n>3",
+            "n<6",
+            "app in ( web , db )",
+        ];
+        let no = [
+            "app=db",
+            "app!=web",
+            "missing",
+            "!app",
+            "app in (db)",
+            "app notin (web)",
+            "app=web,tier=be",
+            "n>5",
+        ];
+        for s in yes {
+            assert!(
+                LabelSelector::parse(s).unwrap().matches(&o),
+                "{s} should match"
+            );
+        }
+        for s in no {
+            assert!(
+                !LabelSelector::parse(s).unwrap().matches(&o),
+                "{s} should not match"
+            );
+        }
+        assert!(LabelSelector::parse("app in (a").is_err());
+        assert!(LabelSelector::parse("=x").is_err());
+    }
+
+    #[test]
+    fn field_selector_handles_escapes_and_negation() {
+        let kind = crate::kinds::default_kinds().remove(0);
+        let o = obj(json!({}));
+        let sel = FieldSelector::parse("metadata.name=a,spec.nodeName!=n2").unwrap();
+        assert!(sel.matches(&kind, &o));
+        let sel = FieldSelector::parse("spec.nodeName==n2").unwrap();
+        assert!(!sel.matches(&kind, &o));
+        let sel = FieldSelector::parse(r"metadata.name=a\,b").unwrap();
+        assert_eq!(sel.required("metadata.name"), Some("a,b"));
+        assert!(
+            FieldSelector::parse("spec.foo=1")
+                .unwrap()
+                .check(&kind)
+                .is_err()
+        );
+        assert!(FieldSelector::parse("nonsense").is_err());
+    }
+}

@@ -1,0 +1,266 @@
+//! Starting and stopping the server: [`Config`], [`ApiServer`], [`Handle`],
+//! the accept loop and the state shared by every connection.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::control::{Control, Faults, RequestLog};
+use crate::kinds::{KindInfo, Kinds, default_kinds};
+use crate::ops::{self, Origin};
+use crate::store::{State, Store};
+use crate::watch::WatchCtx;
+
+/// Server settings. `Config::default()` serves the default kinds on `127.0.0.1:0`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address to bind; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// Served kinds; push more to extend.
+    pub kinds: Vec<KindInfo>,
+    /// Period of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// HTTP creates in a missing namespace answer 404 (real behaviour); the
+    /// control API creates the namespace instead.
+    pub require_namespaces: bool,
+    /// Namespaces that exist at start (like a fresh cluster).
+    pub initial_namespaces: Vec<String>,
+    /// Events retained for watch replay; older ones are compacted away.
+    pub history_limit: usize,
+    /// How long a LIST/WATCH with a resourceVersion newer than the store waits
+    /// before answering `504 Timeout` ("Too large resource version").
+    pub too_large_rv_wait: Duration,
+    /// `gitVersion` reported by `/version`.
+    pub git_version: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kinds: default_kinds(),
+            bookmark_interval: Duration::from_secs(1),
+            require_namespaces: true,
+            initial_namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            history_limit: 100_000,
+            too_large_rv_wait: Duration::from_secs(3),
+            git_version: "v1.33.0".to_string(),
+        }
+    }
+}
+
+/// State shared by the accept loop, every request and the control API.
+pub(crate) struct Shared {
+    pub store: Arc<Store>,
+    pub kinds: Arc<Kinds>,
+    pub config: Config,
+    pub addr: SocketAddr,
+    pub faults: Mutex<Faults>,
+    pub requests: Mutex<RequestLog>,
+    pub requests_tx: watch::Sender<u64>,
+    pub drop_tx: watch::Sender<u64>,
+    pub shutdown_rx: watch::Receiver<bool>,
+    pub open_watches: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    pub(crate) fn watch_ctx(&self) -> WatchCtx {
+        WatchCtx {
+            store: self.store.clone(),
+            drop_rx: self.drop_tx.subscribe(),
+            shutdown_rx: self.shutdown_rx.clone(),
+            bookmark_interval: self.config.bookmark_interval,
+        }
+    }
+}
+
+/// Entry point: `ApiServer::start(addr)` or `ApiServer::start_with(config)`.
+pub struct ApiServer;
+
+impl ApiServer {
+    /// Serve the default kinds on `addr` (use `127.0.0.1:0` for a free port).
+    pub async fn start(addr: SocketAddr) -> io::Result<Handle> {
+        ApiServer::start_with(Config {
+            addr,
+            ..Config::default()
+        })
+        .await
+    }
+
+    /// Serve with explicit settings.
+    pub async fn start_with(config: Config) -> io::Result<Handle> {
+        let listener = TcpListener::bind(config.addr).await?;
+        let addr = listener.local_addr()?;
+        let kinds = Arc::new(Kinds::new(config.kinds.clone()));
+        let mut state = State::new(
+            kinds.clone(),
+            config.history_limit,
+            config.require_namespaces,
+        );
+        if let Some(ns_idx) = kinds.find("", "v1", "namespaces") {
+            for ns in &config.initial_namespaces {
+                ops::create(
+                    &mut state,
+                    ns_idx,
+                    None,
+                    json!({"metadata": {"name": ns}}),
+                    Origin::Control,
+                    false,
+                )
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            }
+        }
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            store: Arc::new(Store::new(state)),
+            kinds,
+            config,
+            addr,
+            faults: Mutex::new(Faults::default()),
+            requests: Mutex::new(RequestLog::default()),
+            requests_tx: watch::channel(0).0,
+            drop_tx: watch::channel(0).0,
+            shutdown_rx: shutdown_rx.clone(),
+            open_watches: Arc::new(AtomicUsize::new(0)),
+        });
+        let task = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
+        tracing::info!(%addr, "apiserver double listening");
+        Ok(Handle {
+            control: Control { shared },
+            shutdown_tx,
+            task: Some(task),
+        })
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = shared.clone();
+                    conns.spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let shared = shared.clone();
+                            async move { Ok::<_, Infallible>(crate::http::handle(shared, req).await) }
+                        });
+                        if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+/// A running server. Dropping it (or [`Handle::shutdown`]) stops the server and
+/// closes every connection. Derefs to [`Control`] for the test control API.
+pub struct Handle {
+    control: Control,
+    shutdown_tx: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Handle {
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.control.shared.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.control.shared.addr
+    }
+
+    /// A cloneable control handle that stays usable while the server runs.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// A kubeconfig (YAML) whose current context points at this server with a
+    /// dummy bearer token and namespace `default`.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig_for(&self.url())
+    }
+
+    /// Write [`Handle::kubeconfig`] to `path`.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Stop serving and wait until every connection is closed.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown_tx.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl std::ops::Deref for Handle {
+    type Target = Control;
+
+    fn deref(&self) -> &Control {
+        &self.control
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.shutdown_tx.send(true);
+    }
+}
+
+/// A kubeconfig for a plain-HTTP server at `url`.
+pub fn kubeconfig_for(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: apiserver-double
+  cluster:
+    server: {url}
+contexts:
+- name: apiserver-double
+  context:
+    cluster: apiserver-double
+    user: apiserver-double
+    namespace: default
+current-context: apiserver-double
+users:
+- name: apiserver-double
+  user:
+    token: apiserver-double-token
+preferences: {{}}
+"
+    )
+}

@@ -1,0 +1,241 @@
+//! WATCH streams: newline-delimited `{"type", "object"}` events over a chunked
+//! HTTP/1.1 response, produced by one task per watch.
+//!
+//! A watch replays retained history after its start RV (or first sends the
+//! current objects as ADDED), then follows live writes. Selector transitions
+//! follow the real watch cache: an object that stops matching is sent as
+//! DELETED (its previous state, stamped with the new RV), one that starts
+//! matching as ADDED. BOOKMARKs carry the RV up to which every event has been
+//! considered, so resuming from a bookmark never skips an event.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::kinds::{KindInfo, from_storage};
+use crate::selectors::Selectors;
+use crate::status::ApiError;
+use crate::store::{EventType, HistEvent, Store, set_rv};
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Send the current matching objects as ADDED, then follow.
+    Initial,
+    /// Replay events with RV greater than this, then follow.
+    From(u64),
+}
+
+/// A validated watch request.
+#[derive(Clone, Debug)]
+pub(crate) struct WatchRequest {
+    pub kidx: usize,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub selectors: Selectors,
+    pub start: Start,
+    pub bookmarks: bool,
+    /// `sendInitialEvents=true`: end the initial events with a marked BOOKMARK.
+    pub initial_events_end: bool,
+    pub timeout: Duration,
+}
+
+/// What every watch task needs from the server.
+#[derive(Clone)]
+pub(crate) struct WatchCtx {
+    pub store: Arc<Store>,
+    pub drop_rx: watch::Receiver<u64>,
+    pub shutdown_rx: watch::Receiver<bool>,
+    pub bookmark_interval: Duration,
+}
+
+/// One chunk of a watch body; an `Err` aborts the connection.
+pub(crate) type Chunk = Result<Bytes, io::Error>;
+
+/// Counts a watch as open from creation until dropped.
+pub(crate) struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenGuard {
+    pub(crate) fn new(open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::SeqCst);
+        OpenGuard(open)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn line(etype: &str, object: &Value) -> Bytes {
+    let mut s = json!({"type": etype, "object": object}).to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn bookmark(kind: &KindInfo, rv: u64, initial_end: bool) -> Bytes {
+    let mut obj = json!({
+        "kind": kind.kind,
+        "apiVersion": kind.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+    });
+    if initial_end {
+        obj["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line("BOOKMARK", &obj)
+}
+
+fn too_old(rv: u64, compacted: u64) -> Bytes {
+    let status =
+        ApiError::expired(format!("too old resource version: {rv} ({compacted})")).to_status();
+    line("ERROR", &status)
+}
+
+impl WatchRequest {
+    fn in_scope(&self, kind: &KindInfo, obj: &Value) -> bool {
+        let meta = |f: &str| obj.pointer(f).and_then(Value::as_str).unwrap_or("");
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| meta("/metadata/namespace") == ns)
+            && self
+                .name
+                .as_deref()
+                .is_none_or(|n| meta("/metadata/name") == n)
+            && self.selectors.matches(kind, obj)
+    }
+
+    /// The event this watcher sees for a stored write, if any.
+    fn transform(&self, kind: &KindInfo, ev: &HistEvent) -> Option<(EventType, Value)> {
+        let new = from_storage(kind, &ev.object);
+        let new_match = self.in_scope(kind, &new);
+        match ev.etype {
+            EventType::Added | EventType::Deleted => new_match.then_some((ev.etype, new)),
+            EventType::Modified => {
+                let old = ev.prev.as_ref().map(|p| from_storage(kind, p));
+                let old_match = old.as_ref().is_some_and(|o| self.in_scope(kind, o));
+                match (old_match, new_match) {
+                    (true, true) => Some((EventType::Modified, new)),
+                    (false, true) => Some((EventType::Added, new)),
+                    (true, false) => old.map(|mut o| {
+                        set_rv(&mut o, ev.rv);
+                        (EventType::Deleted, o)
+                    }),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+/// Produce the watch body into `tx` until timeout, drop, shutdown or client exit.
+pub(crate) async fn run(
+    ctx: WatchCtx,
+    req: WatchRequest,
+    tx: mpsc::Sender<Chunk>,
+    guard: OpenGuard,
+) {
+    let _guard = guard;
+    let mut drop_rx = ctx.drop_rx.clone();
+    drop_rx.borrow_and_update();
+    let mut shutdown_rx = ctx.shutdown_rx.clone();
+    let mut rv_rx = ctx.store.subscribe();
+    rv_rx.borrow_and_update();
+    let deadline = Instant::now() + req.timeout;
+
+    let (kind, sidx) = ctx.store.read(|st| {
+        (
+            st.kinds.get(req.kidx).clone(),
+            st.kinds.storage_of(req.kidx),
+        )
+    });
+    let send = |b: Bytes| {
+        let tx = tx.clone();
+        async move { tx.send(Ok(b)).await.is_ok() }
+    };
+
+    let mut last = match req.start {
+        Start::From(rv) => {
+            let compacted = ctx.store.read(|st| st.compacted);
+            if compacted > 0 && rv <= compacted {
+                let _ = send(too_old(rv, compacted)).await;
+                return;
+            }
+            rv
+        }
+        Start::Initial => {
+            let (rv, initial) = ctx.store.read(|st| {
+                let objs: Vec<Value> = st
+                    .objects(sidx)
+                    .map(|o| from_storage(&kind, o))
+                    .filter(|o| req.in_scope(&kind, o))
+                    .collect();
+                (st.rv, objs)
+            });
+            for obj in initial {
+                if !send(line("ADDED", &obj)).await {
+                    return;
+                }
+            }
+            if req.initial_events_end && !send(bookmark(&kind, rv, true)).await {
+                return;
+            }
+            rv
+        }
+    };
+
+    let period = ctx.bookmark_interval.max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut bookmark_due = false;
+    let mut closing = false;
+    loop {
+        let (events, now_rv, compacted) = ctx
+            .store
+            .read(|st| (st.events_after(last), st.rv, st.compacted));
+        let Some(events) = events else {
+            let _ = send(too_old(last, compacted)).await;
+            return;
+        };
+        for ev in events.iter().filter(|e| e.sidx == sidx) {
+            if let Some((etype, obj)) = req.transform(&kind, ev)
+                && !send(line(etype.as_str(), &obj)).await
+            {
+                return;
+            }
+        }
+        last = now_rv;
+        if bookmark_due && req.bookmarks && !send(bookmark(&kind, last, false)).await {
+            return;
+        }
+        bookmark_due = false;
+        if closing {
+            return;
+        }
+        tokio::select! {
+            biased;
+            _ = shutdown_rx.changed() => return,
+            _ = drop_rx.changed() => {
+                let _ = tx.send(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "watch dropped by the test"))).await;
+                return;
+            }
+            _ = tx.closed() => return,
+            _ = tokio::time::sleep_until(deadline) => {
+                closing = true;
+                bookmark_due = true;
+            }
+            _ = ticker.tick(), if req.bookmarks => bookmark_due = true,
+            changed = rv_rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

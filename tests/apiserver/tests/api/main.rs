@@ -1,0 +1,10 @@
+//! Integration tests: the double driven over real HTTP with a plain hyper
+//! client, one module per group of requirements.
+
+mod common;
+mod control;
+mod crud;
+mod patch;
+mod selectors;
+mod status;
+mod watch;
