@@ -64,9 +64,285 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once at start")]
 pub enum Command {
+    /// Run the node daemon.
+    Run(RunArgs),
     /// Print kruised's version and the container runtime's.
     Version(VersionArgs),
+    /// Print the CustomResourceDefinitions of the apps.kruise.io resources kruised uses (for
+    /// clusters without OpenKruise's own CRDs).
+    Crds,
+}
+
+/// Arguments of `kruised run`. Flags keep kruise-daemon's names where they mean the same.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The node this daemon serves (kruise-daemon: the NODE_NAME env, from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Address of the admin server: /healthz, /readyz, /metrics. Go-style `:10221` binds all
+    /// interfaces.
+    #[arg(long, default_value = ":10221")]
+    pub addr: String,
+    /// kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Client-side limit of API requests per second (0: the default, 20).
+    #[arg(long, default_value_t = 0.0)]
+    pub rest_config_qps: f64,
+    /// Client-side burst of API requests (0: the default, 30).
+    #[arg(long, default_value_t = 0)]
+    pub rest_config_burst: u32,
+    /// Most image pulls at once; -1: no limit (kruise-daemon's default).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub max_workers_for_pull_image: i32,
+    /// Feature gates, kruise syntax: `A=true,B=false`; kruise's gate names.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+    /// Namespace of image pull secrets (kruise's convention).
+    #[arg(
+        long,
+        env = "KRUISED_CONFIG_NAMESPACE",
+        default_value = "kruise-daemon-config"
+    )]
+    pub config_namespace: String,
+    /// How often the runtime is relisted in the absence of events.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub relist_interval: Duration,
+    /// How long SIGTERM waits for in-flight work before exiting.
+    #[arg(long, value_parser = parse_duration, default_value = "8s")]
+    pub drain_timeout: Duration,
+    /// How to reach the container runtime.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// kruise-daemon flag, accepted for compatibility: Go's pprof has no equivalent here.
+    #[arg(long, hide = true)]
+    pub enable_pprof: Option<String>,
+    /// kruise-daemon flag, accepted for compatibility (see --enable-pprof).
+    #[arg(long, hide = true)]
+    pub pprof_addr: Option<String>,
+    /// klog flag, accepted for compatibility: kruised always logs to stderr.
+    #[arg(long, hide = true)]
+    pub logtostderr: Option<String>,
+    /// klog verbosity, accepted for compatibility: 4 and above mean debug logs, unless RUST_LOG
+    /// says otherwise.
+    #[arg(long = "v", hide = true)]
+    pub klog_verbosity: Option<u8>,
+}
+
+/// Settings of `kruised run`, validated.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    /// The node.
+    pub node_name: String,
+    /// Admin server address.
+    pub addr: std::net::SocketAddr,
+    /// kubeconfig file, if given.
+    pub kubeconfig: Option<PathBuf>,
+    /// Client-side request rate.
+    pub qps: f64,
+    /// Client-side burst.
+    pub burst: u32,
+    /// Most pulls at once; `None`: unlimited.
+    pub max_pull_workers: Option<usize>,
+    /// Feature gates in effect.
+    pub gates: FeatureGates,
+    /// Namespace of pull secrets.
+    pub config_namespace: String,
+    /// Relist interval.
+    pub relist_interval: Duration,
+    /// Drain deadline.
+    pub drain_timeout: Duration,
+    /// The runtime.
+    pub runtime: RuntimeConfig,
+}
+
+/// Default client-side request rate (controller-runtime 0.20's default, as kruise-daemon has).
+pub const DEFAULT_QPS: f64 = 20.0;
+/// Default client-side burst.
+pub const DEFAULT_BURST: u32 = 30;
+
+impl RunArgs {
+    /// Validates the flags into a [`DaemonConfig`].
+    pub fn resolve(&self) -> Result<DaemonConfig, ConfigError> {
+        let invalid = |setting: &str, reason: String| ConfigError::Invalid {
+            setting: setting.to_string(),
+            reason,
+        };
+        let node_name = self
+            .node_name
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "NODE_NAME",
+                    "required: set the NODE_NAME environment variable (spec.nodeName through the \
+                     downward API) or --node-name"
+                        .into(),
+                )
+            })?;
+        let addr =
+            crate::admin::parse_addr(&self.addr).map_err(|e| invalid("--addr", e.to_string()))?;
+        if !self.rest_config_qps.is_finite() || self.rest_config_qps < 0.0 {
+            return Err(invalid("--rest-config-qps", "must be 0 or more".into()));
+        }
+        let qps = if self.rest_config_qps == 0.0 {
+            DEFAULT_QPS
+        } else {
+            self.rest_config_qps
+        };
+        let burst = if self.rest_config_burst == 0 {
+            DEFAULT_BURST
+        } else {
+            self.rest_config_burst
+        };
+        let max_pull_workers = match self.max_workers_for_pull_image {
+            n if n < 0 => None,
+            0 => {
+                return Err(invalid(
+                    "--max-workers-for-pull-image",
+                    "0 would never pull; use -1 for no limit or a positive number".into(),
+                ));
+            }
+            n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        };
+        let gates = FeatureGates::parse(&self.feature_gates)?;
+        if self.config_namespace.is_empty() {
+            return Err(invalid("--config-namespace", "empty".into()));
+        }
+        if self.relist_interval < Duration::from_secs(1) {
+            return Err(invalid("--relist-interval", "must be at least 1s".into()));
+        }
+        Ok(DaemonConfig {
+            node_name,
+            addr,
+            kubeconfig: self.kubeconfig.clone(),
+            qps,
+            burst,
+            max_pull_workers,
+            gates,
+            config_namespace: self.config_namespace.clone(),
+            relist_interval: self.relist_interval,
+            drain_timeout: self.drain_timeout,
+            runtime: self.runtime.resolve()?,
+        })
+    }
+}
+
+/// kruise's feature gates that change what the daemon does, with kruise's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// Watch the node's pods: container meta and env-from-metadata restarts.
+    pub daemon_watching_pod: bool,
+    /// Restart containers whose env-from-metadata changed (needs DaemonWatchingPod).
+    pub in_place_update_env_from_metadata: bool,
+    /// Run NodePodProbe probes.
+    pub pod_probe_marker: bool,
+    /// Pre-pull the images of later in-place batches (kruised's own; not in kruise).
+    pub prepull_next_batch: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        FeatureGates {
+            daemon_watching_pod: true,
+            in_place_update_env_from_metadata: true,
+            pod_probe_marker: true,
+            prepull_next_batch: true,
+        }
+    }
+}
+
+/// Every gate kruise defines (`pkg/features/kruise_features.go`). The chart passes one
+/// `--feature-gates` value to manager and daemon, so the manager's gates must be accepted too;
+/// those do nothing here.
+const KRUISE_GATES: &[&str] = &[
+    "KruiseDaemon",
+    "PodWebhook",
+    "CloneSetShortHash",
+    "KruisePodReadinessGate",
+    "PreDownloadImageForInPlaceUpdate",
+    "CloneSetPartitionRollback",
+    "ResourcesDeletionProtection",
+    "PodUnavailableBudgetDeleteGate",
+    "PodUnavailableBudgetUpdateGate",
+    "WorkloadSpread",
+    "DaemonWatchingPod",
+    "TemplateNoDefaults",
+    "InPlaceUpdateEnvFromMetadata",
+    "StatefulSetAutoDeletePVC",
+    "SidecarSetPatchPodMetadataDefaultsAllowed",
+    "SidecarTerminator",
+    "PodProbeMarkerGate",
+    "PreDownloadImageForDaemonSetUpdate",
+    "CloneSetEventHandlerOptimization",
+    "PreparingUpdateAsUpdate",
+    "ImagePullJobGate",
+    "ResourceDistributionGate",
+    "DeletionProtectionForCRDCascadingGate",
+    "EnhancedLivenessProbe",
+    "RecreatePodWhenChangeVCTInCloneSetGate",
+    "StatefulSetStartOrdinal",
+    "PodIndexLabel",
+    "EnableExternalCerts",
+    "StatefulSetAutoResizePVCGate",
+    "InPlaceWorkloadVerticalScaling",
+    "EnablePodProbeMarkerOnServerless",
+    "EnableSortSidecarContainerByName",
+    "InPlacePodVerticalScaling",
+    "DefaultHostNetworkHostPortsInPodTemplates",
+    "DaemonSetPruneIneligibleNodes",
+    "AllAlpha",
+    "AllBeta",
+];
+
+/// kruised's own gate for pre-pulling the next in-place batch.
+const PREPULL_NEXT_BATCH: &str = "PrePullNextBatch";
+
+impl FeatureGates {
+    /// Parses `A=true,B=false`. Unknown names and values that are not booleans are refused.
+    /// `KruiseDaemon=false` turns every daemon capability off, as it does in kruise.
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        let mut g = FeatureGates::default();
+        let mut daemon = true;
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let invalid = |reason: String| ConfigError::Invalid {
+                setting: format!("--feature-gates {item}"),
+                reason,
+            };
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| invalid("expected NAME=true|false".into()))?;
+            let (name, value) = (name.trim(), value.trim());
+            let on = match value.to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(invalid(format!("{value:?} is not true or false"))),
+            };
+            match name {
+                "DaemonWatchingPod" => g.daemon_watching_pod = on,
+                "InPlaceUpdateEnvFromMetadata" => g.in_place_update_env_from_metadata = on,
+                "PodProbeMarkerGate" => g.pod_probe_marker = on,
+                "KruiseDaemon" => daemon = on,
+                PREPULL_NEXT_BATCH => g.prepull_next_batch = on,
+                n if KRUISE_GATES.contains(&n) => {}
+                _ => return Err(invalid(format!("unknown feature gate {name:?}"))),
+            }
+        }
+        if !daemon {
+            g.daemon_watching_pod = false;
+            g.in_place_update_env_from_metadata = false;
+            g.pod_probe_marker = false;
+            g.prepull_next_batch = false;
+        }
+        if !g.daemon_watching_pod {
+            // both need the pod watch
+            g.in_place_update_env_from_metadata = false;
+            g.prepull_next_batch = false;
+        }
+        Ok(g)
+    }
 }
 
 /// Arguments of `kruised version`.
@@ -268,6 +544,81 @@ mod tests {
     }
 
     #[test]
+    fn feature_gates_follow_kruise_names_and_defaults() {
+        assert_eq!(FeatureGates::parse("").unwrap(), FeatureGates::default());
+        let g = FeatureGates::parse("DaemonWatchingPod=false, PodProbeMarkerGate=true").unwrap();
+        assert!(!g.daemon_watching_pod && !g.in_place_update_env_from_metadata);
+        assert!(g.pod_probe_marker);
+        // the manager's gates arrive in the same flag from the chart: accepted, no effect
+        assert_eq!(
+            FeatureGates::parse("ImagePullJobGate=true,AllAlpha=false").unwrap(),
+            FeatureGates::default()
+        );
+        let off = FeatureGates::parse("KruiseDaemon=false").unwrap();
+        assert!(!off.daemon_watching_pod && !off.pod_probe_marker);
+    }
+
+    #[test]
+    fn unknown_feature_gates_and_bad_values_are_refused_by_name() {
+        let err = FeatureGates::parse("NoSuchGate=true")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("NoSuchGate"), "{err}");
+        let err = FeatureGates::parse("DaemonWatchingPod=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("DaemonWatchingPod=yes"), "{err}");
+        assert!(FeatureGates::parse("DaemonWatchingPod").is_err());
+    }
+
+    #[test]
+    fn run_requires_a_node_name() {
+        let cli = Cli::try_parse_from(["kruised", "run", "--node-name", ""]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        let err = r.resolve().unwrap_err().to_string();
+        assert!(err.contains("NODE_NAME"), "{err}");
+    }
+
+    #[test]
+    fn run_accepts_kruise_daemon_chart_arguments() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "run",
+            "--node-name",
+            "n1",
+            "--logtostderr=true",
+            "--v=4",
+            "--addr=:10221",
+            "--feature-gates=PodProbeMarkerGate=true",
+            "--socket-file=containerd.sock",
+            "--enable-pprof=true",
+            "--pprof-addr=localhost:10222",
+            "--max-workers-for-pull-image=2",
+            "--config",
+            "/nonexistent/crictl.yaml",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        // an explicit missing crictl config is refused; without it the rest is valid
+        assert!(r.resolve().is_err());
+        let r = RunArgs {
+            runtime: RuntimeArgs {
+                crictl_config: None,
+                ..r.runtime.clone()
+            },
+            ..r
+        };
+        let c = r.resolve().unwrap();
+        assert_eq!(c.addr, "0.0.0.0:10221".parse().unwrap());
+        assert_eq!(c.max_pull_workers, Some(2));
+        assert_eq!((c.qps, c.burst), (DEFAULT_QPS, DEFAULT_BURST));
+    }
+
+    #[test]
     fn durations_parse_with_units() {
         assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
@@ -377,7 +728,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.log_format, LogFormat::Json);
-        let Command::Version(v) = cli.command;
+        let Command::Version(v) = cli.command else {
+            panic!("not version")
+        };
         assert_eq!(
             v.runtime.runtime_endpoint.as_deref(),
             Some("unix:///run/x.sock")

@@ -2,10 +2,14 @@
 //!
 //! `main.rs` parses the command line and starts telemetry; everything else starts here.
 
+pub mod admin;
 pub mod config;
+pub mod controller;
 pub mod cri;
+pub mod daemon;
 pub mod hash;
 pub mod k8s;
+pub mod metrics;
 pub mod telemetry;
 mod version;
 
@@ -18,5 +22,10 @@ pub use config::{Cli, Command};
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Version(args) => version::run(args).await,
+        Command::Run(args) => daemon::run(args.resolve()?).await,
+        Command::Crds => {
+            print!("{}", k8s::crd::crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -6,6 +6,7 @@
     reason = "each test binary uses a different part of the support module"
 )]
 
+pub mod daemon;
 pub mod kubelet;
 
 use std::path::PathBuf;

@@ -1,0 +1,301 @@
+//! `kruised run`: starts the runtime client, the watches, the admin server and the capability
+//! controllers that are enabled, and drains them on SIGTERM.
+//!
+//! Nothing here crash-loops: an unreachable API server or runtime is retried with backoff while
+//! `/readyz` says what is missing. Only a configuration error (no node name, a port in use, no
+//! kubeconfig at all) ends the process.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::admin::{self, AdminState, Liveness, Readiness, ReadinessCondition};
+use crate::config::DaemonConfig;
+use crate::cri::{RuntimeService, Runtimes};
+use crate::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe};
+use crate::k8s::{client, keys, watch as kwatch};
+use crate::metrics;
+
+/// How often the runtime is asked `Version` to keep readiness honest.
+const RUNTIME_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// First pause after a failed runtime discovery; doubles up to [`RUNTIME_RETRY_MAX`].
+const RUNTIME_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between runtime discovery attempts: short, so a runtime that comes back is
+/// found again within seconds.
+const RUNTIME_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The daemon's shared handles, passed to each capability controller.
+#[derive(Clone)]
+pub struct Context {
+    /// Validated settings.
+    pub config: Arc<DaemonConfig>,
+    /// The API client.
+    pub client: kube::Client,
+    /// The runtimes, once found (`None` until then).
+    pub runtimes: watch::Receiver<Option<Runtimes>>,
+    /// The node's pods, if pods are watched.
+    pub pods: Option<kwatch::Watched<Pod>>,
+    /// The NodeImage named after the node.
+    pub node_images: kwatch::Watched<NodeImage>,
+    /// The node's active recreate requests.
+    pub recreate_requests: kwatch::Watched<ContainerRecreateRequest>,
+    /// The NodePodProbe named after the node, if probes are enabled.
+    pub pod_probes: Option<kwatch::Watched<NodePodProbe>>,
+    /// Ends every task when cancelled.
+    pub cancel: CancellationToken,
+    /// Tracks every task, for the drain.
+    pub tracker: TaskTracker,
+}
+
+/// Runs the daemon until SIGTERM/SIGINT (drain, then exit 0) or a second signal (exit now).
+pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
+    let config = Arc::new(config);
+    tracing::info!(
+        node = %config.node_name,
+        addr = %config.addr,
+        gates = ?config.gates,
+        version = crate::version::VERSION,
+        "starting kruised"
+    );
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let readiness = Readiness::new();
+    let liveness = Liveness::new();
+    let mut registry = metrics::new_registry();
+
+    // bound early, like kruise-daemon: a taken port is a configuration error, reported at once
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--addr {}: cannot listen: {e}", config.addr))?;
+    let runtime_ready = readiness.condition("runtime");
+    let (runtimes_tx, runtimes) = watch::channel(None);
+    tracker.spawn(
+        runtime_loop(
+            config.clone(),
+            runtime_ready,
+            runtimes_tx,
+            liveness.clone(),
+            cancel.clone(),
+        )
+        .instrument(tracing::info_span!("runtime")),
+    );
+
+    let client = client::build(&client::ClientSettings {
+        kubeconfig: config.kubeconfig.clone(),
+        qps: config.qps,
+        burst: config.burst,
+    })
+    .await?;
+    tracing::info!(api = %client.default_namespace(), "Kubernetes client ready");
+    let node = config.node_name.as_str();
+    let pods = config.gates.daemon_watching_pod.then(|| {
+        kwatch::spawn(
+            "pods",
+            Api::<Pod>::all(client.clone()),
+            kwatch::pods_of_node(node),
+            kwatch::prune_pod,
+            readiness.condition("pods"),
+            cancel.clone(),
+            &tracker,
+        )
+    });
+    let node_images = kwatch::spawn(
+        "nodeimages",
+        Api::<NodeImage>::all(client.clone()),
+        kwatch::named(node),
+        kwatch::prune_managed_fields,
+        readiness.condition("nodeimage"),
+        cancel.clone(),
+        &tracker,
+    );
+    let recreate_requests = kwatch::spawn(
+        "containerrecreaterequests",
+        Api::<ContainerRecreateRequest>::all(client.clone()),
+        kube::runtime::watcher::Config::default().labels(&keys::crr_label_selector(node)),
+        kwatch::prune_managed_fields,
+        readiness.condition("containerrecreaterequests"),
+        cancel.clone(),
+        &tracker,
+    );
+    let pod_probes = config.gates.pod_probe_marker.then(|| {
+        kwatch::spawn(
+            "nodepodprobes",
+            Api::<NodePodProbe>::all(client.clone()),
+            kwatch::named(node),
+            kwatch::prune_managed_fields,
+            readiness.condition("nodepodprobe"),
+            cancel.clone(),
+            &tracker,
+        )
+    });
+    let ctx = Context {
+        config: config.clone(),
+        client,
+        runtimes,
+        pods,
+        node_images,
+        recreate_requests,
+        pod_probes,
+        cancel: cancel.clone(),
+        tracker: tracker.clone(),
+    };
+    crate::controller::start(&ctx, &mut registry);
+
+    let admin_state = AdminState {
+        readiness: readiness.clone(),
+        liveness: liveness.clone(),
+        registry: Arc::new(registry),
+    };
+    tracker.spawn(
+        admin::serve(listener, admin_state, cancel.clone())
+            .instrument(tracing::info_span!("admin")),
+    );
+
+    // ready or not, wait for the signal; readiness is reported by /readyz
+    let signals = Signals::install()?;
+    let ready_log = {
+        let readiness = readiness.clone();
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                () = readiness.wait_ready() => tracing::info!("daemon ready: caches synced, runtime reachable"),
+                () = cancel.cancelled() => {}
+            }
+        }
+    };
+    tracker.spawn(ready_log);
+    drain(signals, cancel, tracker, config.drain_timeout).await
+}
+
+/// Waits for the first signal, cancels everything, and waits for the tasks at most `deadline`;
+/// a second signal exits at once.
+async fn drain(
+    mut signals: Signals,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    deadline: Duration,
+) -> anyhow::Result<ExitCode> {
+    let which = signals.next().await;
+    tracing::info!(
+        signal = which,
+        ?deadline,
+        "shutting down: draining in-flight work"
+    );
+    cancel.cancel();
+    tracker.close();
+    tokio::select! {
+        () = tracker.wait() => {
+            tracing::info!("drained; exiting");
+            Ok(ExitCode::SUCCESS)
+        }
+        () = tokio::time::sleep(deadline) => {
+            tracing::warn!(?deadline, "drain deadline passed; exiting with work unfinished");
+            Ok(ExitCode::SUCCESS)
+        }
+        which = signals.next() => {
+            tracing::warn!(signal = which, "second signal: exiting now");
+            Ok(ExitCode::from(130))
+        }
+    }
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Finds the runtime (retrying with jittered backoff, logging each distinct failure once),
+/// publishes it, and keeps readiness honest with a `Version` probe.
+async fn runtime_loop(
+    config: Arc<DaemonConfig>,
+    ready: ReadinessCondition,
+    publish: watch::Sender<Option<Runtimes>>,
+    liveness: Liveness,
+    cancel: CancellationToken,
+) {
+    let heartbeat = liveness.register("runtime", RUNTIME_PROBE_INTERVAL * 3 + RUNTIME_RETRY_MAX);
+    let rt = &config.runtime;
+    ready.set_not_ready("looking for the container runtime");
+    let mut pause = RUNTIME_RETRY_MIN;
+    let mut last_error = String::new();
+    let runtimes = loop {
+        heartbeat.beat();
+        match Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await {
+            Ok(r) => break r,
+            Err(e) => {
+                let text = e.to_string();
+                if text != last_error {
+                    tracing::error!(error = %text, "container runtime not found; retrying");
+                    last_error = text.clone();
+                }
+                ready.set_not_ready(text);
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(jitter(pause)) => {}
+        }
+        pause = (pause * 2).min(RUNTIME_RETRY_MAX);
+    };
+    ready.set_ready();
+    let primary = runtimes.primary().clone();
+    let _ = publish.send(Some(runtimes));
+    let mut was_up = true;
+    loop {
+        heartbeat.beat();
+        let every = if was_up {
+            RUNTIME_PROBE_INTERVAL
+        } else {
+            RUNTIME_RETRY_MAX
+        };
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(jitter(every)) => {}
+        }
+        match primary.version().await {
+            Ok(_) if !was_up => {
+                tracing::info!(endpoint = %primary.endpoint(), "container runtime is back");
+                ready.set_ready();
+                was_up = true;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if was_up {
+                    tracing::error!(error = %e, "container runtime stopped answering");
+                }
+                ready.set_not_ready(e.to_string());
+                was_up = false;
+            }
+        }
+    }
+}
+
+/// `d` ± 20 %, so many nodes do not retry in step.
+pub fn jitter(d: Duration) -> Duration {
+    d.mul_f64(rand::random_range(0.8..1.2))
+}

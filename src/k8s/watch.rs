@@ -1,0 +1,248 @@
+//! Watches of the API objects of this node, each kept in an in-memory store: the node's pods
+//! (field selector `spec.nodeName`), the NodeImage and NodePodProbe named after the node, and
+//! the node's active ContainerRecreateRequests.
+//!
+//! A watch relists on `410 Gone`, backs off on errors, prunes what the daemon never reads, marks
+//! its readiness condition once the first list is in, and tells subscribers what changed.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::admin::ReadinessCondition;
+
+/// How many unread changes a slow subscriber may fall behind before it must resync.
+const CHANGE_BUFFER: usize = 4096;
+
+/// Something that changed in a watched store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change<K: Resource<DynamicType = ()>> {
+    /// The object was added or modified.
+    Applied(ObjectRef<K>),
+    /// The object was deleted.
+    Deleted(ObjectRef<K>),
+    /// The store was (re)filled from a full list: objects may have vanished without a
+    /// `Deleted` (after `410 Gone`). Subscribers compare with the store.
+    Resynced,
+}
+
+/// A watched, cached set of objects.
+#[derive(Clone)]
+pub struct Watched<K: Resource<DynamicType = ()> + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    changes: broadcast::Sender<Change<K>>,
+    generation: watch::Receiver<u64>,
+}
+
+impl<K> Watched<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    /// The current objects.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// The current objects, as a list.
+    pub fn state(&self) -> Vec<Arc<K>> {
+        self.store.state()
+    }
+
+    /// A receiver of changes from now on. A receiver that lags gets
+    /// `RecvError::Lagged` and should treat it as [`Change::Resynced`].
+    pub fn subscribe(&self) -> broadcast::Receiver<Change<K>> {
+        self.changes.subscribe()
+    }
+
+    /// A counter bumped after every change is applied to the store, for waiting on a condition
+    /// without polling.
+    pub fn generation(&self) -> watch::Receiver<u64> {
+        self.generation.clone()
+    }
+
+    /// Waits until the first list is in the store.
+    pub async fn wait_synced(&self) {
+        // the writer lives as long as the watch task; an ended task also ends the wait
+        let _ = self.store.wait_until_ready().await;
+    }
+}
+
+/// Starts a watch of `api` with `config` in a task that ends with `cancel`. `prune` drops what
+/// the daemon never reads before the object is stored. `ready` becomes ready after the first
+/// list.
+pub fn spawn<K>(
+    name: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    prune: fn(&mut K),
+    ready: ReadinessCondition,
+    cancel: CancellationToken,
+    tracker: &tokio_util::task::TaskTracker,
+) -> Watched<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+    let (gen_tx, generation) = watch::channel(0u64);
+    let tx = changes.clone();
+    ready.set_not_ready("waiting for the first list");
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(prune)
+        .reflect(writer);
+    tracker.spawn(
+        async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut synced = false;
+            let mut last_error: Option<String> = None;
+            loop {
+                let event = tokio::select! {
+                    () = cancel.cancelled() => break,
+                    e = stream.next() => e,
+                };
+                let change = match event {
+                    None => break,
+                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                        Some(Change::Applied(ObjectRef::from_obj(&o)))
+                    }
+                    Some(Ok(watcher::Event::Delete(o))) => {
+                        Some(Change::Deleted(ObjectRef::from_obj(&o)))
+                    }
+                    Some(Ok(watcher::Event::Init)) => None,
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        if !synced {
+                            tracing::info!("synced");
+                        } else {
+                            tracing::info!("relisted");
+                        }
+                        synced = true;
+                        last_error = None;
+                        ready.set_ready();
+                        Some(Change::Resynced)
+                    }
+                    Some(Err(e)) => {
+                        // log each distinct error once; the watcher backs off by itself
+                        let text = e.to_string();
+                        if last_error.as_deref() != Some(&text) {
+                            tracing::warn!(error = %text, "watch failed; retrying with backoff");
+                            last_error = Some(text.clone());
+                        }
+                        if !synced {
+                            ready.set_not_ready(format!("not listed yet: {text}"));
+                        }
+                        None
+                    }
+                };
+                if let Some(c) = change {
+                    // no subscriber is fine
+                    let _ = tx.send(c);
+                    gen_tx.send_modify(|g| *g += 1);
+                }
+            }
+            tracing::debug!("watch stopped");
+        }
+        .instrument(tracing::info_span!("watch", resource = name)),
+    );
+    Watched {
+        store: reader,
+        changes,
+        generation,
+    }
+}
+
+/// The field selector of the node's pods.
+pub fn pods_of_node(node: &str) -> watcher::Config {
+    watcher::Config::default().fields(&format!("spec.nodeName={node}"))
+}
+
+/// The field selector of a cluster-scoped object named after the node.
+pub fn named(node: &str) -> watcher::Config {
+    watcher::Config::default().fields(&format!("metadata.name={node}"))
+}
+
+/// Drops what the daemon never reads from a pod, to keep the cache small on a full node:
+/// managed fields, the last-applied copy, volumes, scheduling constraints.
+pub fn prune_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.remove(crate::k8s::keys::LAST_APPLIED_CONFIGURATION);
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        spec.topology_spread_constraints = None;
+        spec.node_selector = None;
+        spec.image_pull_secrets = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.volume_mounts = None;
+            c.volume_devices = None;
+        }
+    }
+}
+
+/// Drops managed fields, the one part of every object the daemon never reads.
+pub fn prune_managed_fields<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_a_pod_keeps_what_the_daemon_reads() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u1",
+                "labels": {"app": "x"},
+                "annotations": {
+                    "apps.kruise.io/inplace-update-state": "{}",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\":true}"
+                },
+                "managedFields": [{"manager": "kubectl"}]
+            },
+            "spec": {
+                "nodeName": "n1",
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{
+                    "name": "main", "image": "nginx:1",
+                    "env": [{"name": "E", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}}],
+                    "volumeMounts": [{"name": "v", "mountPath": "/v"}]
+                }]
+            },
+            "status": {"containerStatuses": [{"name": "main", "containerID": "containerd://1",
+                "image": "nginx:1", "imageID": "sha256:1", "ready": true, "restartCount": 0}]}
+        }))
+        .unwrap();
+        prune_pod(&mut pod);
+        assert!(pod.metadata.managed_fields.is_none());
+        let annotations = pod.metadata.annotations.as_ref().unwrap();
+        assert!(annotations.contains_key("apps.kruise.io/inplace-update-state"));
+        assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(spec.volumes.is_none() && spec.tolerations.is_none());
+        assert_eq!(spec.containers[0].env.as_ref().unwrap().len(), 1);
+        assert!(spec.containers[0].volume_mounts.is_none());
+        assert_eq!(pod.status.unwrap().container_statuses.unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,252 @@
+//! Writes to the API server, each carrying only what this daemon owns:
+//!
+//! - one pod annotation, by strategic-merge patch on `pods/status` (the subresource kruise's RBAC
+//!   grants; it accepts metadata changes);
+//! - status fields of our custom resources, by JSON merge patch on `/status`;
+//! - where the API demands a whole object, a read-modify-write at the current
+//!   `resourceVersion`, retried on conflict with fresh data;
+//! - Events, aggregated like client-go's recorder and sent off the caller's path.
+//!
+//! [`is_retryable`] is the one place that decides which API errors are worth retrying.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+use super::client::FIELD_MANAGER;
+
+/// How often a read-modify-write is tried before giving up on conflicts.
+const MAX_CONFLICT_ATTEMPTS: u32 = 5;
+
+/// Whether an API error may go away by itself: conflicts (retry on fresh data), throttling,
+/// server errors, timeouts and connection failures. Everything else (forbidden, not found,
+/// invalid) needs someone to change something first.
+pub fn is_retryable(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => matches!(status.code, 409 | 429 | 500..=599),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether the error is a `409 Conflict`.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Whether the error is a `404 Not Found`.
+pub fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 404)
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Sets (or with `None` removes) one annotation of a pod, by a strategic-merge patch on
+/// `pods/status` that carries nothing else: every other annotation and label, whoever wrote it,
+/// is left as it is, also when another writer changes the pod at the same time.
+pub async fn patch_pod_annotation(
+    api: &Api<Pod>,
+    name: &str,
+    key: &str,
+    value: Option<&str>,
+) -> Result<Pod, kube::Error> {
+    let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+    api.patch_status(name, &params(), &Patch::Strategic(&patch))
+        .await
+}
+
+/// Merges `status` (only the fields we own) into the object's status by JSON merge patch on
+/// `/status`. Fields absent from `status` keep their values; `null` removes one.
+pub async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &serde_json::Value,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(name, &params(), &Patch::Merge(&patch))
+        .await
+}
+
+/// Replaces an object's status after `mutate` changed a freshly read copy, at that copy's
+/// `resourceVersion`; on `409 Conflict` reads again and retries (at most 5 times, with a short
+/// jittered pause). `mutate` returns `false` when nothing needs writing. Returns the written
+/// object, or `None` when nothing was written.
+pub async fn update_status_with_retry<K, F>(
+    api: &Api<K>,
+    name: &str,
+    mut mutate: F,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    F: FnMut(&mut K) -> bool,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut obj = api.get(name).await?;
+        if !mutate(&mut obj) {
+            return Ok(None);
+        }
+        match api
+            .replace_status(
+                name,
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..Default::default()
+                },
+                &obj,
+            )
+            .await
+        {
+            Ok(o) => return Ok(Some(o)),
+            Err(e) if is_conflict(&e) && attempt < MAX_CONFLICT_ATTEMPTS => {
+                tracing::debug!(
+                    object = name,
+                    attempt,
+                    "status update conflicted; rereading"
+                );
+                let pause = Duration::from_millis(rand::random_range(10..50) * u64::from(attempt));
+                tokio::time::sleep(pause).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One event to record.
+#[derive(Clone, Debug)]
+pub struct EventSpec {
+    /// The object it is about.
+    pub regarding: k8s_openapi::api::core::v1::ObjectReference,
+    /// Warning or not.
+    pub warning: bool,
+    /// Machine-readable reason (kruise's: `Killing`, `PullImageSucceed`, ...).
+    pub reason: String,
+    /// Human-readable note.
+    pub note: String,
+    /// What was done (events.k8s.io `action`).
+    pub action: String,
+}
+
+/// Records Events without blocking the caller: events go through a bounded queue to a task that
+/// publishes them with kube's recorder (which aggregates repeats into a series, like
+/// client-go's). When the queue is full, events are dropped and counted, never waited for.
+#[derive(Clone, Debug)]
+pub struct EventSink {
+    tx: mpsc::Sender<EventSpec>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Events waiting to be published before new ones are dropped.
+const EVENT_QUEUE: usize = 256;
+
+impl EventSink {
+    /// Starts the publishing task; it ends when every sink is dropped or `cancel` fires.
+    pub fn spawn(
+        client: kube::Client,
+        component: &str,
+        node: &str,
+        cancel: tokio_util::sync::CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Self {
+        let (tx, mut rx) = mpsc::channel::<EventSpec>(EVENT_QUEUE);
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: component.to_string(),
+                instance: Some(node.to_string()),
+            },
+        );
+        tracker.spawn(async move {
+            loop {
+                let spec = tokio::select! {
+                    () = cancel.cancelled() => break,
+                    s = rx.recv() => match s { Some(s) => s, None => break },
+                };
+                let ev = Event {
+                    type_: if spec.warning {
+                        EventType::Warning
+                    } else {
+                        EventType::Normal
+                    },
+                    reason: spec.reason.clone(),
+                    note: Some(spec.note.clone()),
+                    action: spec.action.clone(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&ev, &spec.regarding).await {
+                    tracing::warn!(error = %e, reason = %spec.reason, "could not record event");
+                }
+            }
+        });
+        EventSink {
+            tx,
+            dropped: Default::default(),
+        }
+    }
+
+    /// Queues an event; drops it when the queue is full.
+    pub fn record(&self, spec: EventSpec) {
+        if self.tx.try_send(spec).is_err() {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Events dropped so far because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// An `ObjectReference` to `obj`, for events.
+pub fn object_ref<K: Resource<DynamicType = ()>>(
+    obj: &K,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    let mut r = obj.object_ref(&());
+    // events about an object need no field path
+    r.field_path = None;
+    if r.namespace.is_none() {
+        r.namespace = obj.namespace();
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn conflicts_throttling_and_server_errors_are_retryable() {
+        for code in [409, 429, 500, 503, 504] {
+            assert!(is_retryable(&api_error(code)), "{code}");
+        }
+        for code in [400, 401, 403, 404, 415, 422] {
+            assert!(!is_retryable(&api_error(code)), "{code}");
+        }
+        assert!(is_conflict(&api_error(409)) && !is_conflict(&api_error(500)));
+        assert!(is_not_found(&api_error(404)));
+    }
+}

@@ -1,0 +1,353 @@
+//! The daemon's Kubernetes side against the API-server double, reached over HTTP by the real kube
+//! client: the node's pod cache, the writers, readiness.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use apiserver_double::ApiServer;
+use k8s_openapi::api::core::v1::Pod;
+use kruised::admin::Readiness;
+use kruised::k8s::crd::NodeImage;
+use kruised::k8s::{client, watch as kwatch, write};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+async fn double() -> (apiserver_double::Handle, kube::Client, tempfile::TempDir) {
+    let server = ApiServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let client = client::build(&client::ClientSettings {
+        kubeconfig: Some(kubeconfig),
+        qps: 1000.0,
+        burst: 1000,
+    })
+    .await
+    .unwrap();
+    (server, client, dir)
+}
+
+fn pod(name: &str, node: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "x"},
+                     "annotations": {"team": "a"}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox:v1"}]}
+    })
+}
+
+/// Waits until the cached pod names equal `want`.
+async fn cache_holds(pods: &kwatch::Watched<Pod>, want: &[&str], what: &str) {
+    let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+    let mut generation = pods.generation();
+    support::within(LIMIT, what, async {
+        loop {
+            let have: BTreeSet<String> = pods.state().iter().map(|p| p.name_any()).collect();
+            if have == want {
+                return;
+            }
+            generation.changed().await.expect("watch task ended");
+        }
+    })
+    .await;
+}
+
+fn watch_pods(
+    client: &kube::Client,
+    node: &str,
+    readiness: &Readiness,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+) -> kwatch::Watched<Pod> {
+    kwatch::spawn(
+        "pods",
+        Api::<Pod>::all(client.clone()),
+        kwatch::pods_of_node(node),
+        kwatch::prune_pod,
+        readiness.condition("pods"),
+        cancel.clone(),
+        tracker,
+    )
+}
+
+#[tokio::test]
+async fn pod_cache_holds_exactly_the_nodes_pods_through_adds_updates_and_deletes() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    server.create("pods", pod("other", "n2")).unwrap();
+    let (readiness, cancel, tracker) = (
+        Readiness::new(),
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    cache_holds(&pods, &["a"], "initial list").await;
+
+    server.create("pods", pod("b", "n1")).unwrap();
+    server.create("pods", pod("c", "n2")).unwrap();
+    cache_holds(&pods, &["a", "b"], "add").await;
+
+    server
+        .modify("pods", "default", "b", |p| {
+            p["metadata"]["labels"]["app"] = json!("y")
+        })
+        .unwrap();
+    let mut generation = pods.generation();
+    support::within(LIMIT, "update", async {
+        while pods
+            .state()
+            .iter()
+            .find(|p| p.name_any() == "b")
+            .is_none_or(|p| p.labels().get("app").map(String::as_str) != Some("y"))
+        {
+            generation.changed().await.unwrap();
+        }
+    })
+    .await;
+
+    server.delete("pods", "default", "a").unwrap();
+    cache_holds(&pods, &["b"], "delete").await;
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn pod_cache_recovers_from_a_dropped_watch_and_from_410_gone() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    server.create("pods", pod("b", "n1")).unwrap();
+    let (readiness, cancel, tracker) = (
+        Readiness::new(),
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    cache_holds(&pods, &["a", "b"], "initial list").await;
+
+    // a network drop: the watch resumes from its last resourceVersion
+    server.drop_watches();
+    server.create("pods", pod("c", "n1")).unwrap();
+    cache_holds(&pods, &["a", "b", "c"], "add after a dropped watch").await;
+
+    // history compacted while the watch was down: it gets 410 Gone, relists, and a pod deleted
+    // meanwhile disappears although no DELETED event was ever sent for it
+    let before = server.request_count("list", "pods");
+    server.delete("pods", "default", "a").unwrap();
+    server.compact();
+    server.drop_watches();
+    server.create("pods", pod("d", "n1")).unwrap();
+    cache_holds(&pods, &["b", "c", "d"], "relist after 410").await;
+    assert!(readiness.is_ready(), "a relist keeps the cache ready");
+    assert!(
+        server.request_count("list", "pods") > before,
+        "the cache relisted rather than missing the delete"
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn readiness_flips_to_ready_only_after_the_first_list() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    // the first lists fail: the watch backs off and retries, and stays not ready meanwhile
+    server.fail_next(2, 500, Some("list"), Some("pods"));
+    let (readiness, cancel, tracker) = (
+        Readiness::new(),
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    assert!(!readiness.is_ready(), "not ready before the first list");
+    server
+        .wait_for_requests(LIMIT, |log| log.count("list", "pods") >= 2)
+        .await
+        .unwrap();
+    support::within(LIMIT, "readiness", readiness.wait_ready()).await;
+    assert_eq!(
+        pods.state().len(),
+        1,
+        "ready means the cache holds the list"
+    );
+    assert!(server.request_count("list", "pods") >= 3);
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn annotation_patch_never_touches_anyone_elses_annotations_or_labels() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("p", "n1")).unwrap();
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    let key = "apps.kruise.io/runtime-containers-meta";
+
+    // another writer changes the pod's annotations and labels while we patch ours, many times
+    let other = server.control();
+    let writer = tokio::task::spawn_blocking(move || {
+        for i in 0..50 {
+            other
+                .modify("pods", "default", "p", |p| {
+                    p["metadata"]["annotations"][format!("other-{i}")] = json!(i.to_string());
+                    p["metadata"]["labels"]["rev"] = json!(i.to_string());
+                })
+                .unwrap();
+        }
+    });
+    for i in 0..50 {
+        write::patch_pod_annotation(&api, "p", key, Some(&format!("{{\"n\":{i}}}")))
+            .await
+            .unwrap();
+    }
+    writer.await.unwrap();
+
+    let p = server.get("pods", "default", "p").unwrap();
+    let annotations = p["metadata"]["annotations"].as_object().unwrap();
+    assert_eq!(annotations[key], json!("{\"n\":49}"));
+    assert_eq!(
+        annotations["team"],
+        json!("a"),
+        "a pre-existing annotation survives"
+    );
+    for i in 0..50 {
+        assert_eq!(
+            annotations[&format!("other-{i}")],
+            json!(i.to_string()),
+            "other-{i} lost"
+        );
+    }
+    assert_eq!(p["metadata"]["labels"]["rev"], json!("49"));
+    assert_eq!(p["metadata"]["labels"]["app"], json!("x"));
+
+    // on the wire: a strategic-merge patch of pods/status carrying our annotation only
+    let patches: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "patch")
+        .collect();
+    assert_eq!(patches.len(), 50);
+    for r in &patches {
+        assert_eq!(r.resource, "pods/status");
+        let ctype = r.content_type.as_deref().unwrap_or_default();
+        assert!(ctype.contains("strategic-merge-patch"), "{ctype}");
+        let body = r.json();
+        assert_eq!(
+            body["metadata"]["annotations"].as_object().unwrap().len(),
+            1
+        );
+        assert_eq!(
+            body.as_object().unwrap().len(),
+            1,
+            "nothing but metadata: {body}"
+        );
+    }
+
+    // and None removes ours, still leaving everyone else's
+    write::patch_pod_annotation(&api, "p", key, None)
+        .await
+        .unwrap();
+    let p = server.get("pods", "default", "p").unwrap();
+    assert!(p["metadata"]["annotations"].get(key).is_none());
+    assert_eq!(p["metadata"]["annotations"]["team"], json!("a"));
+}
+
+fn node_image(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+        "metadata": {"name": name},
+        "spec": {"images": {"busybox": {"tags": [{"tag": "v1", "version": 1}]}}},
+        "status": {"desired": 1, "succeeded": 0, "failed": 0, "pulling": 0,
+                   "firstSyncStatus": {"status": "Succeeded", "message": "manager's"}}
+    })
+}
+
+#[tokio::test]
+async fn status_update_that_meets_a_conflict_is_retried_on_fresh_data() {
+    let (server, client, _dir) = double().await;
+    server.create("nodeimages", node_image("n1")).unwrap();
+    let api: Api<NodeImage> = Api::all(client);
+    let other = server.control();
+    let mut calls = 0;
+    let written = write::update_status_with_retry(&api, "n1", |ni| {
+        calls += 1;
+        if calls == 1 {
+            // someone else writes between our read and our write: our PUT must get 409
+            other
+                .modify("nodeimages", "", "n1", |o| o["status"]["failed"] = json!(7))
+                .unwrap();
+        }
+        let status = ni.status.get_or_insert_with(Default::default);
+        status.succeeded = 1;
+        true
+    })
+    .await
+    .unwrap()
+    .expect("written");
+    assert_eq!(calls, 2, "read again after the conflict");
+    let status = written.status.unwrap();
+    assert_eq!(
+        (status.succeeded, status.failed),
+        (1, 7),
+        "the other writer's change is kept"
+    );
+    assert_eq!(server.request_count("update", "nodeimages/status"), 2);
+    let stored = server.get("nodeimages", "", "n1").unwrap();
+    assert_eq!(
+        stored["status"]["firstSyncStatus"]["message"],
+        json!("manager's")
+    );
+}
+
+#[tokio::test]
+async fn status_merge_patch_carries_only_our_fields() {
+    let (server, client, _dir) = double().await;
+    server.create("nodeimages", node_image("n1")).unwrap();
+    let api: Api<NodeImage> = Api::all(client);
+    write::patch_status(&api, "n1", &json!({"succeeded": 1, "pulling": 0}))
+        .await
+        .unwrap();
+    let stored = server.get("nodeimages", "", "n1").unwrap();
+    assert_eq!(stored["status"]["succeeded"], json!(1));
+    assert_eq!(
+        stored["status"]["firstSyncStatus"]["message"],
+        json!("manager's")
+    );
+    assert_eq!(
+        stored["spec"]["images"]["busybox"]["tags"][0]["tag"],
+        json!("v1")
+    );
+    let r = server
+        .requests()
+        .into_iter()
+        .find(|r| r.verb == "patch")
+        .unwrap();
+    assert_eq!(r.resource, "nodeimages/status");
+    let ctype = r.content_type.as_deref().unwrap_or_default();
+    assert_eq!(ctype, "application/merge-patch+json");
+}
+
+#[tokio::test]
+async fn requests_carry_kruiseds_user_agent() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    api.get("a").await.unwrap();
+    let r = server
+        .requests()
+        .into_iter()
+        .find(|r| r.verb == "get")
+        .unwrap();
+    assert_eq!(
+        r.user_agent.as_deref(),
+        Some(concat!("kruised/", env!("CARGO_PKG_VERSION")))
+    );
+}

@@ -1,0 +1,172 @@
+//! The `kruised` binary as its own process: started with JSON logs on a pipe, so tests wait on
+//! what it says (a log line) instead of sleeping, and stopped with a real SIGTERM.
+
+use std::net::SocketAddr;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, Command};
+
+/// A running `kruised run`.
+pub struct Daemon {
+    child: Child,
+    lines: Lines<BufReader<ChildStderr>>,
+    /// Every log line read so far.
+    pub log: Vec<serde_json::Value>,
+    /// The admin server's address.
+    pub admin: SocketAddr,
+}
+
+/// A free loopback port (bound, then released for the daemon to take).
+pub fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local addr")
+}
+
+impl Daemon {
+    /// Starts `kruised run` for node `node` with extra `args`.
+    pub fn start(node: &str, args: &[&str]) -> Daemon {
+        let admin = free_addr();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kruised"));
+        cmd.args(["--log-format", "json", "run", "--node-name", node, "--addr"])
+            .arg(admin.to_string())
+            .args(args)
+            .env("RUST_LOG", "info,kruised=debug")
+            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("start kruised");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        Daemon {
+            child,
+            lines: BufReader::new(stderr).lines(),
+            log: Vec::new(),
+            admin,
+        }
+    }
+
+    /// Reads the log until a line whose message contains `needle` (or finds one already read),
+    /// at most `limit`. Panics with the log so far if it does not come.
+    pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> serde_json::Value {
+        let seen = self
+            .log
+            .iter()
+            .find(|v| v["message"].as_str().is_some_and(|m| m.contains(needle)));
+        if let Some(v) = seen {
+            return v.clone();
+        }
+        let found = tokio::time::timeout(limit, async {
+            while let Ok(Some(line)) = self.lines.next_line().await {
+                let v: serde_json::Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "message": line }));
+                self.log.push(v.clone());
+                if v["message"].as_str().is_some_and(|m| m.contains(needle)) {
+                    return Some(v);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(v)) => v,
+            Ok(None) => panic!(
+                "kruised exited before logging {needle:?}; log: {:#?}",
+                self.log
+            ),
+            Err(_) => panic!(
+                "kruised did not log {needle:?} within {limit:?}; log: {:#?}",
+                self.log
+            ),
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let pid = self.child.id().expect("kruised is running");
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -TERM {pid}");
+    }
+
+    /// Waits for the process to exit, at most `limit`; reads the rest of its log.
+    pub async fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "kruised did not exit within {limit:?}; log: {:#?}",
+                    self.log
+                )
+            })
+            .expect("wait for kruised");
+        while let Ok(Some(line)) = self.lines.next_line().await {
+            self.log.push(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "message": line })),
+            );
+        }
+        status
+    }
+
+    /// Whether any log line's message contains `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log
+            .iter()
+            .any(|v| v["message"].as_str().is_some_and(|m| m.contains(needle)))
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback: status code and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (code, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
