@@ -70,6 +70,11 @@ pub enum Command {
     Run(RunArgs),
     /// Print kruised's version and the container runtime's.
     Version(VersionArgs),
+    /// Print, per container of a Pod (YAML or JSON, file or stdin), the kubelet's container hash
+    /// in both formulas and kruise's expected env-from-metadata hash.
+    Hash(HashArgs),
+    /// Show, per container of a pod on this node, what the daemon sees and decides.
+    Explain(ExplainArgs),
     /// Print the CustomResourceDefinitions of the apps.kruise.io resources kruised uses (for
     /// clusters without OpenKruise's own CRDs).
     Crds,
@@ -107,6 +112,10 @@ pub struct RunArgs {
         default_value = "kruise-daemon-config"
     )]
     pub config_namespace: String,
+    /// Free space the image filesystem must keep: a pull that would start below it fails with a
+    /// message instead of filling the disk. `0` turns the check off. E.g. `5Gi`, `500Mi`.
+    #[arg(long, value_parser = parse_size, default_value = "0")]
+    pub image_fs_min_free: u64,
     /// How often the runtime is relisted in the absence of events.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub relist_interval: Duration,
@@ -150,6 +159,8 @@ pub struct DaemonConfig {
     pub gates: FeatureGates,
     /// Namespace of pull secrets.
     pub config_namespace: String,
+    /// Free space floor of the image filesystem, bytes (0: no check).
+    pub image_fs_min_free: u64,
     /// Relist interval.
     pub relist_interval: Duration,
     /// Drain deadline.
@@ -223,6 +234,7 @@ impl RunArgs {
             max_pull_workers,
             gates,
             config_namespace: self.config_namespace.clone(),
+            image_fs_min_free: self.image_fs_min_free,
             relist_interval: self.relist_interval,
             drain_timeout: self.drain_timeout,
             runtime: self.runtime.resolve()?,
@@ -343,6 +355,42 @@ impl FeatureGates {
         }
         Ok(g)
     }
+}
+
+/// Output format of the inspection commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// A table.
+    #[default]
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// Arguments of `kruised hash`.
+#[derive(Debug, Args)]
+pub struct HashArgs {
+    /// The Pod manifest; `-` or nothing reads stdin.
+    pub file: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+/// Arguments of `kruised explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod, as `namespace/name` (or `name` in the default namespace).
+    pub pod: String,
+    /// kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// How to reach the container runtime.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
 }
 
 /// Arguments of `kruised version`.
@@ -510,6 +558,35 @@ impl RuntimeArgs {
     }
 }
 
+/// Parses a size: bytes, or with a unit `Ki` `Mi` `Gi` `Ti` (powers of 1024) or `K` `M` `G` `T`
+/// (powers of 1000), as Kubernetes quantities write them.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 0, 500Mi, 5Gi)"))?;
+    let factor: u64 = match unit {
+        "" => 1,
+        "K" | "k" => 1000,
+        "M" => 1000_u64.pow(2),
+        "G" => 1000_u64.pow(3),
+        "T" => 1000_u64.pow(4),
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use Ki, Mi, Gi, Ti, K, M, G, T)"
+            ));
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
 /// Parses `1h`, `2m`, `30s`, `500ms`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -616,6 +693,15 @@ mod tests {
         assert_eq!(c.addr, "0.0.0.0:10221".parse().unwrap());
         assert_eq!(c.max_pull_workers, Some(2));
         assert_eq!((c.qps, c.burst), (DEFAULT_QPS, DEFAULT_BURST));
+    }
+
+    #[test]
+    fn sizes_parse_like_kubernetes_quantities() {
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert_eq!(parse_size("5Gi").unwrap(), 5 << 30);
+        assert_eq!(parse_size("500M").unwrap(), 500_000_000);
+        assert!(parse_size("5GB").is_err());
+        assert!(parse_size("-1").is_err());
     }
 
     #[test]

@@ -7,7 +7,9 @@ pub mod config;
 pub mod controller;
 pub mod cri;
 pub mod daemon;
+pub mod explain;
 pub mod hash;
+pub mod hashcmd;
 pub mod k8s;
 pub mod metrics;
 pub mod telemetry;
@@ -23,6 +25,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Version(args) => version::run(args).await,
         Command::Run(args) => daemon::run(args.resolve()?).await,
+        Command::Hash(args) => hashcmd::run(args),
+        Command::Explain(args) => explain::run(args).await,
         Command::Crds => {
             print!("{}", k8s::crd::crds_yaml()?);
             Ok(ExitCode::SUCCESS)

@@ -97,3 +97,38 @@ fn client_only_version_needs_no_runtime() {
         format!("Version:  {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+#[test]
+fn hash_prints_the_kubelet_vectors_for_a_pod_on_stdin() {
+    use std::io::Write;
+    let pod = r#"{"metadata":{"name":"p"},"spec":{"containers":[{"name":"test_container",
+        "image":"foo/image:v1","args":["/bin/sh","-c","echo abc"],"ports":[{"containerPort":8001}]}]}}"#;
+    let mut child = kruised()
+        .args(["hash", "-o", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(pod.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["kubeletHash"], "8e45cbd0");
+    assert_eq!(v[0]["kubeletHashLegacy"], "3c42280f");
+    assert_eq!(v[0]["envFromMetadataHash"], 86_995_377);
+}
+
+#[test]
+fn hash_of_a_file_that_is_not_a_pod_says_which_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("junk.yaml");
+    std::fs::write(&f, "- just\n- a list\n").unwrap();
+    let out = kruised().arg("hash").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("junk.yaml"));
+}

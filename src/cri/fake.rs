@@ -61,6 +61,8 @@ pub struct FakeState {
     pub max_concurrent_pulls: usize,
     /// Calls received, per RPC name.
     pub calls: BTreeMap<String, u64>,
+    /// Every StopContainer received: container ID and when.
+    pub stops: Vec<(String, std::time::Instant)>,
     faults: HashMap<String, Fault>,
     delays: HashMap<String, Duration>,
     unimplemented: Vec<String>,
@@ -112,6 +114,8 @@ fn now_ns() -> i64 {
 #[derive(Clone)]
 struct Shared {
     state: Arc<Mutex<FakeState>>,
+    /// Bumped after every call, so tests wait on the state instead of polling it.
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
     events: broadcast::Sender<ContainerEvent>,
     runtime_name: String,
 }
@@ -142,13 +146,20 @@ impl Shared {
             };
             (delay, fault)
         };
+        self.changed.send_modify(|n| *n += 1);
         if let Some(d) = delay {
             tokio::time::sleep(d).await;
         }
         fault.map_or(Ok(()), Err)
     }
 
+    /// Wakes the tests waiting on the state.
+    fn touch(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
     fn emit(&self, container_id: &str, sandbox_id: &str, kind: ContainerEventKind) {
+        self.touch();
         // no subscriber is fine
         let _ = self.events.send(ContainerEvent {
             container_id: container_id.to_string(),
@@ -176,6 +187,7 @@ impl FakeRuntime {
         let (events, _) = broadcast::channel(1024);
         let shared = Shared {
             state: Arc::new(Mutex::new(FakeState::default())),
+            changed: Arc::new(tokio::sync::watch::channel(0).0),
             events,
             runtime_name: runtime_name.to_string(),
         };
@@ -209,6 +221,26 @@ impl FakeRuntime {
     /// Locks the state for inspection or changes. Do not hold it across an await.
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
         self.shared.lock()
+    }
+
+    /// Waits until `cond` holds of the state (checked after every call), at most `limit`.
+    pub async fn wait_for(
+        &self,
+        limit: Duration,
+        mut cond: impl FnMut(&FakeState) -> bool,
+    ) -> Result<(), tokio::time::error::Elapsed> {
+        let mut rx = self.shared.changed.subscribe();
+        tokio::time::timeout(limit, async {
+            loop {
+                if cond(&self.state()) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await
     }
 
     /// The next `n` calls of `rpc` fail with `code`.
@@ -593,6 +625,8 @@ impl RuntimeRpc for Svc {
         let id = r.into_inner().container_id;
         let sandbox = {
             let mut st = self.0.lock();
+            st.stops.push((id.clone(), std::time::Instant::now()));
+            self.0.touch();
             let c = st
                 .containers
                 .get_mut(&id)
@@ -908,9 +942,13 @@ impl ImageRpc for Svc {
         let mut st = self.0.lock();
         st.pulls_in_flight -= 1;
         if let Some((code, message)) = failure {
+            drop(st);
+            self.0.touch();
             return Err(Status::new(code, message));
         }
         let id = st.add_image(&req.image);
+        drop(st);
+        self.0.touch();
         Ok(Response::new(proto::PullImageResponse { image_ref: id }))
     }
 

@@ -8,6 +8,7 @@
 
 pub mod daemon;
 pub mod kubelet;
+pub mod node;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +24,9 @@ pub struct Lab {
     pub socket: PathBuf,
     /// The registry's `host:port`.
     pub registry: String,
+    /// The `host:port` of the second registry, which requires a login
+    /// (`KRUISED_LAB_AUTH_REGISTRY`, default `127.0.0.1:5001`).
+    pub auth_registry: String,
 }
 
 impl Lab {
@@ -38,6 +42,8 @@ impl Lab {
             socket.exists().then(|| Lab {
                 registry: std::env::var("KRUISED_LAB_REGISTRY")
                     .unwrap_or_else(|_| "127.0.0.1:5000".to_string()),
+                auth_registry: std::env::var("KRUISED_LAB_AUTH_REGISTRY")
+                    .unwrap_or_else(|_| "127.0.0.1:5001".to_string()),
                 dir,
                 socket,
             })
@@ -68,12 +74,23 @@ impl Lab {
         format!("{}/test/{name}", self.registry)
     }
 
+    /// User and password of the authenticated registry (written by `cri-lab.sh start` to
+    /// `$LAB/registry-auth/credentials` as `user:password`).
+    pub fn auth_credentials(&self) -> (String, String) {
+        let text = std::fs::read_to_string(self.dir.join("registry-auth/credentials"))
+            .expect("the lab's registry-auth/credentials (cri-lab.sh start writes it)");
+        let (user, password) = text.trim().split_once(':').expect("user:password");
+        (user.to_string(), password.to_string())
+    }
+
     /// Runs `tests/cri-lab.sh <cmd>` against this lab.
     pub fn script(&self, cmd: &str) {
         let status = std::process::Command::new("bash")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
             .arg(cmd)
             .env("LAB", &self.dir)
+            .env("REG_ADDR", &self.registry)
+            .env("REG_AUTH_ADDR", &self.auth_registry)
             .status()
             .expect("run cri-lab.sh");
         assert!(status.success(), "cri-lab.sh {cmd} failed");

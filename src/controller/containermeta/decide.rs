@@ -1,0 +1,539 @@
+//! What the container meta controller decides, as pure functions over the pod, the runtime's
+//! containers and the previous annotation: which pods it manages, the new
+//! `runtime-containers-meta`, and whether a container must be stopped for env from metadata.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+
+use crate::cri::{Container, ContainerState};
+use crate::hash::env::expected_env_hash;
+use crate::hash::kubelet::{hash_container, hash_container_legacy, parse_hash};
+use crate::k8s::keys::{
+    self, InPlaceUpdateState, RuntimeContainerHashes, RuntimeContainerMeta, RuntimeContainerMetaSet,
+};
+
+/// The API group whose controllers own the pods this capability manages.
+const KRUISE_GROUP: &str = "apps.kruise.io";
+
+/// Whether kruise manages the pod: a controller owner in `apps.kruise.io`, or a sidecar set.
+pub fn is_managed(pod: &Pod) -> bool {
+    let owned = pod.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true) && o.api_version.split('/').next() == Some(KRUISE_GROUP)
+    });
+    owned
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(keys::SIDECARSET_HASH))
+}
+
+/// Whether the controller has taken the pod out of service for an in-place update: its
+/// `InPlaceUpdateReady` condition is explicitly `False`.
+pub fn in_place_update_pending(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == keys::INPLACE_UPDATE_READY && c.status == "False")
+}
+
+/// The pod's labels and annotations (empty when absent).
+pub fn metadata_maps(pod: &Pod) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    (
+        pod.metadata.labels.clone().unwrap_or_default(),
+        pod.metadata.annotations.clone().unwrap_or_default(),
+    )
+}
+
+/// The newest runtime container of each name (highest attempt, then latest creation): what the
+/// kubelet considers the current one.
+pub fn newest_by_name(containers: &[Container]) -> BTreeMap<&str, &Container> {
+    let mut out: BTreeMap<&str, &Container> = BTreeMap::new();
+    for c in containers {
+        let Some(name) = c.labels.get(keys::KUBELET_CONTAINER_NAME) else {
+            continue;
+        };
+        let newer = out.get(name.as_str()).is_none_or(|cur| {
+            (c.metadata.attempt, c.created_at) > (cur.metadata.attempt, cur.created_at)
+        });
+        if newer {
+            out.insert(name, c);
+        }
+    }
+    out
+}
+
+/// A container whose current env-from-metadata hash must be read from the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvToRead {
+    /// Container name.
+    pub name: String,
+    /// Runtime container ID (without the runtime prefix).
+    pub id: String,
+}
+
+/// Builds the new meta set, in the order of `status.containerStatuses`, matching spec, status
+/// and runtime containers by name (never by index: kruise #2451). An entry whose container ID
+/// did not change is kept as it was (its env hash was computed once for that container).
+/// Returns the set and the running containers whose env hash is still unknown.
+pub fn build_meta(
+    pod: &Pod,
+    runtime_name: &str,
+    newest: &BTreeMap<&str, &Container>,
+    old: Option<&RuntimeContainerMetaSet>,
+    with_env: bool,
+) -> (RuntimeContainerMetaSet, Vec<EnvToRead>) {
+    let spec_names: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()))
+        .collect();
+    let mut set = RuntimeContainerMetaSet::default();
+    let mut to_read = Vec::new();
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    for status in statuses.into_iter().flatten() {
+        if !spec_names.contains(&status.name.as_str()) {
+            continue;
+        }
+        let Some(c) = newest.get(status.name.as_str()) else {
+            continue;
+        };
+        let container_id = format!("{runtime_name}://{}", c.id);
+        let mut entry = match old.and_then(|o| o.container(&status.name)) {
+            Some(prev) if prev.container_id == container_id => prev.clone(),
+            _ => RuntimeContainerMeta {
+                name: status.name.clone(),
+                container_id,
+                restart_count: c
+                    .annotations
+                    .get(keys::KUBELET_CONTAINER_RESTART_COUNT)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+                hashes: RuntimeContainerHashes {
+                    plain_hash: c
+                        .annotations
+                        .get(keys::KUBELET_CONTAINER_HASH)
+                        .and_then(|h| parse_hash(h))
+                        .unwrap_or(0),
+                    extracted_env_from_metadata_hash: 0,
+                },
+            },
+        };
+        if !with_env {
+            entry.hashes.extracted_env_from_metadata_hash = 0;
+        } else if entry.hashes.extracted_env_from_metadata_hash == 0
+            && c.state == ContainerState::Running
+        {
+            to_read.push(EnvToRead {
+                name: entry.name.clone(),
+                id: c.id.clone(),
+            });
+        }
+        set.containers.push(entry);
+    }
+    (set, to_read)
+}
+
+/// Why a container is or is not stopped for env from metadata; also what `kruised explain`
+/// prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Stop it: its env from metadata is stale and nothing else will replace it.
+    Restart,
+    /// Nothing to do: its env matches the pod's metadata.
+    UpToDate,
+    /// Its env is stale, but it must not be stopped now; the reason says why.
+    Blocked(String),
+    /// Its current env hash is not known yet (not running, or not read yet).
+    Unknown(String),
+}
+
+/// Whether the kubelet will recreate this container by itself because its spec no longer
+/// matches what the runtime recorded at creation. The recorded hash is compared with both
+/// kubelet formulas of the current spec; when neither matches and the node's kubelet is known
+/// to use one of them, the spec changed. When the node's formula is unknown (a kubelet hashing
+/// some other way), the image decides: `image_id_matches` says whether the spec image resolves
+/// to the image the container runs.
+pub fn kubelet_will_recreate(
+    spec: &SpecContainer,
+    running: &Container,
+    formula_known: bool,
+    image_id_matches: Option<bool>,
+) -> bool {
+    let recorded = running
+        .annotations
+        .get(keys::KUBELET_CONTAINER_HASH)
+        .and_then(|h| parse_hash(h));
+    let Some(recorded) = recorded else {
+        return image_id_matches == Some(false);
+    };
+    if recorded == hash_container(spec) || recorded == hash_container_legacy(spec) {
+        return false;
+    }
+    if formula_known {
+        return true;
+    }
+    image_id_matches != Some(true)
+}
+
+/// Whether some container of the pod shows which formula its kubelet uses: its recorded hash
+/// equals one of ours for its current spec.
+pub fn formula_known(pod: &Pod, newest: &BTreeMap<&str, &Container>) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .any(|spec| {
+            newest
+                .get(spec.name.as_str())
+                .and_then(|c| c.annotations.get(keys::KUBELET_CONTAINER_HASH))
+                .and_then(|h| parse_hash(h))
+                .is_some_and(|h| h == hash_container(spec) || h == hash_container_legacy(spec))
+        })
+}
+
+/// Whether `name` belongs to a later batch of a multi-batch in-place update, or outside the
+/// current batch: only the current batch is restarted.
+pub fn outside_current_batch(state: Option<&InPlaceUpdateState>, name: &str) -> bool {
+    let Some(state) = state else {
+        return false;
+    };
+    if state.next_container_images.contains_key(name)
+        || state.next_container_ref_metadata.contains_key(name)
+    {
+        return true;
+    }
+    state
+        .container_batches_record
+        .last()
+        .is_some_and(|batch| !batch.containers.iter().any(|c| c == name))
+}
+
+/// Inputs of one restart decision.
+pub struct RestartInput<'a> {
+    /// The pod.
+    pub pod: &'a Pod,
+    /// The container's spec.
+    pub spec: &'a SpecContainer,
+    /// Its meta entry, with the current env hash if known.
+    pub meta: &'a RuntimeContainerMeta,
+    /// Its newest runtime container.
+    pub running: &'a Container,
+    /// Whether the node's kubelet hash formula is known.
+    pub formula_known: bool,
+    /// Whether the spec image resolves to the running image, if checked.
+    pub image_id_matches: Option<bool>,
+    /// The pod's in-place update state, if any.
+    pub state: Option<&'a InPlaceUpdateState>,
+    /// Whether the daemon already stopped this very container.
+    pub already_stopped: bool,
+}
+
+/// Decides whether to stop a container because its env from metadata is stale.
+pub fn decide_restart(input: &RestartInput<'_>) -> Verdict {
+    let current = input.meta.hashes.extracted_env_from_metadata_hash;
+    if current == 0 {
+        return Verdict::Unknown("current env hash not read yet".into());
+    }
+    let (labels, annotations) = metadata_maps(input.pod);
+    let expected = expected_env_hash(input.spec, &labels, &annotations);
+    if current == expected {
+        return Verdict::UpToDate;
+    }
+    if input.running.state != ContainerState::Running {
+        return Verdict::Blocked("not running".into());
+    }
+    if !in_place_update_pending(input.pod) {
+        return Verdict::Blocked(format!(
+            "env from metadata changed, but {} is not False",
+            keys::INPLACE_UPDATE_READY
+        ));
+    }
+    if input.already_stopped {
+        return Verdict::Blocked("already stopped; waiting for the kubelet to recreate it".into());
+    }
+    if outside_current_batch(input.state, &input.spec.name) {
+        return Verdict::Blocked("belongs to a later batch of the in-place update".into());
+    }
+    if kubelet_will_recreate(
+        input.spec,
+        input.running,
+        input.formula_known,
+        input.image_id_matches,
+    ) {
+        return Verdict::Blocked(
+            "its spec changed too: the kubelet recreates it with the new env".into(),
+        );
+    }
+    Verdict::Restart
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::{ContainerMetadata, StringMap};
+    use crate::hash::kubelet::format_hash;
+    use serde_json::json;
+
+    fn pod(extra_annotations: serde_json::Value, ready: &str) -> Pod {
+        let mut annotations = json!({"role": "blue"});
+        if let Some(m) = extra_annotations.as_object() {
+            for (k, v) in m {
+                annotations[k] = v.clone();
+            }
+        }
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u1",
+                "labels": {"app": "x"},
+                "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                                     "name": "cs", "uid": "o1", "controller": true}]
+            },
+            "spec": {"containers": [
+                {"name": "main", "image": "busybox:v1",
+                 "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}}]},
+                {"name": "side", "image": "busybox:v1"}
+            ]},
+            "status": {
+                "conditions": [{"type": "InPlaceUpdateReady", "status": ready}],
+                "containerStatuses": [
+                    {"name": "side", "containerID": "containerd://s2", "image": "busybox:v1", "imageID": "sha256:1", "ready": true, "restartCount": 0},
+                    {"name": "main", "containerID": "containerd://m1", "image": "busybox:v1", "imageID": "sha256:1", "ready": true, "restartCount": 0}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn running(pod: &Pod, name: &str, id: &str, attempt: u32) -> Container {
+        let spec = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap();
+        let mut labels = StringMap::new();
+        labels.insert(keys::KUBELET_CONTAINER_NAME.into(), name.into());
+        let mut annotations = StringMap::new();
+        annotations.insert(
+            keys::KUBELET_CONTAINER_HASH.into(),
+            format_hash(hash_container(spec)),
+        );
+        annotations.insert(
+            keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
+            attempt.to_string(),
+        );
+        Container {
+            id: id.into(),
+            pod_sandbox_id: "s".into(),
+            metadata: ContainerMetadata {
+                name: name.into(),
+                attempt,
+            },
+            image: "sha256:1".into(),
+            image_ref: "sha256:1".into(),
+            state: ContainerState::Running,
+            created_at: i64::from(attempt),
+            labels,
+            annotations,
+        }
+    }
+
+    #[test]
+    fn pods_are_managed_through_a_kruise_controller_or_a_sidecar_set() {
+        assert!(is_managed(&pod(json!({}), "True")));
+        let mut p = pod(json!({}), "True");
+        p.metadata.owner_references = None;
+        assert!(!is_managed(&p));
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(keys::SIDECARSET_HASH.into(), "{}".into());
+        assert!(is_managed(&p));
+        let mut p = pod(json!({}), "True");
+        p.metadata.owner_references.as_mut().unwrap()[0].api_version = "apps/v1".into();
+        assert!(!is_managed(&p), "a Deployment's pod is not kruise's");
+    }
+
+    #[test]
+    fn meta_follows_status_order_and_matches_by_name_not_index() {
+        let p = pod(json!({}), "True");
+        let cs = [
+            running(&p, "main", "m1", 0),
+            running(&p, "side", "s2", 0),
+            running(&p, "main", "m0", 0),
+        ];
+        let cs = [
+            cs[0].clone(),
+            cs[1].clone(),
+            Container {
+                created_at: -1,
+                ..cs[2].clone()
+            },
+        ];
+        let newest = newest_by_name(&cs);
+        let (set, to_read) = build_meta(&p, "containerd", &newest, None, true);
+        let names: Vec<_> = set.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["side", "main"]);
+        assert_eq!(
+            set.container("main").unwrap().container_id,
+            "containerd://m1"
+        );
+        let spec = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            set.container("main").unwrap().hashes.plain_hash,
+            hash_container(spec)
+        );
+        assert_eq!(
+            to_read.len(),
+            2,
+            "both running containers need their env hash"
+        );
+    }
+
+    #[test]
+    fn an_entry_for_the_same_container_keeps_its_env_hash() {
+        let p = pod(json!({}), "True");
+        let cs = [running(&p, "main", "m1", 0)];
+        let newest = newest_by_name(&cs);
+        let (mut first, _) = build_meta(&p, "containerd", &newest, None, true);
+        first.containers[0].hashes.extracted_env_from_metadata_hash = 42;
+        let (again, to_read) = build_meta(&p, "containerd", &newest, Some(&first), true);
+        assert_eq!(
+            again
+                .container("main")
+                .unwrap()
+                .hashes
+                .extracted_env_from_metadata_hash,
+            42
+        );
+        assert!(to_read.is_empty());
+    }
+
+    fn input<'a>(p: &'a Pod, meta: &'a RuntimeContainerMeta, c: &'a Container) -> RestartInput<'a> {
+        RestartInput {
+            pod: p,
+            spec: &p.spec.as_ref().unwrap().containers[0],
+            meta,
+            running: c,
+            formula_known: true,
+            image_id_matches: None,
+            state: None,
+            already_stopped: false,
+        }
+    }
+
+    fn stale_meta(p: &Pod, c: &Container) -> RuntimeContainerMeta {
+        // the env the container runs with: role=green (the pod now says blue)
+        let spec = &p.spec.as_ref().unwrap().containers[0];
+        let mut annotations = BTreeMap::new();
+        annotations.insert("role".to_string(), "green".to_string());
+        RuntimeContainerMeta {
+            name: "main".into(),
+            container_id: format!("containerd://{}", c.id),
+            restart_count: 0,
+            hashes: RuntimeContainerHashes {
+                plain_hash: 1,
+                extracted_env_from_metadata_hash: expected_env_hash(
+                    spec,
+                    &BTreeMap::new(),
+                    &annotations,
+                ),
+            },
+        }
+    }
+
+    #[test]
+    fn stale_env_restarts_only_while_in_place_update_ready_is_false() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let meta = stale_meta(&p, &c);
+        assert_eq!(decide_restart(&input(&p, &meta, &c)), Verdict::Restart);
+        let p = pod(json!({}), "True");
+        assert!(
+            matches!(decide_restart(&input(&p, &meta, &c)), Verdict::Blocked(r) if r.contains("InPlaceUpdateReady"))
+        );
+    }
+
+    #[test]
+    fn a_container_whose_spec_changed_too_is_left_to_the_kubelet() {
+        let mut p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let meta = stale_meta(&p, &c);
+        p.spec.as_mut().unwrap().containers[0].image = Some("busybox:v2".into());
+        assert!(
+            matches!(decide_restart(&input(&p, &meta, &c)), Verdict::Blocked(r) if r.contains("kubelet recreates"))
+        );
+    }
+
+    #[test]
+    fn with_an_unknown_kubelet_formula_the_image_decides() {
+        let p = pod(json!({}), "False");
+        let mut c = running(&p, "main", "m1", 0);
+        c.annotations
+            .insert(keys::KUBELET_CONTAINER_HASH.into(), "deadbeef".into());
+        let meta = stale_meta(&p, &c);
+        let mut i = input(&p, &meta, &c);
+        i.formula_known = false;
+        i.image_id_matches = Some(true);
+        assert_eq!(
+            decide_restart(&i),
+            Verdict::Restart,
+            "same image: only the env is stale"
+        );
+        i.image_id_matches = Some(false);
+        assert!(
+            matches!(decide_restart(&i), Verdict::Blocked(_)),
+            "new image: the kubelet recreates it"
+        );
+    }
+
+    #[test]
+    fn a_stopped_container_is_never_stopped_twice() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let meta = stale_meta(&p, &c);
+        let mut i = input(&p, &meta, &c);
+        i.already_stopped = true;
+        assert!(matches!(decide_restart(&i), Verdict::Blocked(r) if r.contains("already stopped")));
+    }
+
+    #[test]
+    fn containers_of_a_later_batch_wait_for_their_batch() {
+        let state: InPlaceUpdateState = serde_json::from_value(json!({
+            "revision": "r2", "nextContainerImages": {"main": "busybox:v2"}
+        }))
+        .unwrap();
+        assert!(outside_current_batch(Some(&state), "main"));
+        assert!(!outside_current_batch(Some(&state), "side"));
+        let state: InPlaceUpdateState = serde_json::from_value(json!({
+            "revision": "r2", "containerBatchesRecord": [{"containers": ["side"]}]
+        }))
+        .unwrap();
+        assert!(outside_current_batch(Some(&state), "main"));
+        assert!(!outside_current_batch(None, "main"));
+    }
+
+    #[test]
+    fn up_to_date_env_needs_nothing() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let mut meta = stale_meta(&p, &c);
+        let (labels, annotations) = metadata_maps(&p);
+        meta.hashes.extracted_env_from_metadata_hash = expected_env_hash(
+            &p.spec.as_ref().unwrap().containers[0],
+            &labels,
+            &annotations,
+        );
+        assert_eq!(decide_restart(&input(&p, &meta, &c)), Verdict::UpToDate);
+    }
+}

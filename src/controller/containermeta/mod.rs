@@ -1,0 +1,603 @@
+//! Container meta: keeps `apps.kruise.io/runtime-containers-meta` true for the node's
+//! kruise-managed pods, and stops containers whose env from metadata went stale during an
+//! in-place update so the kubelet recreates them with the new values.
+//!
+//! Triggers are the pod watch (no fixed enqueue delay, unlike kruise-daemon's 1 s), the
+//! runtime's container events where it offers them, and a relist as fallback. Decisions are the
+//! pure functions of [`decide`]; this module does the I/O.
+
+pub mod decide;
+pub mod env;
+mod metrics;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use prometheus_client::registry::Registry;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use self::decide::{RestartInput, Verdict};
+pub use self::metrics::Metrics;
+use super::kill;
+use super::queue::WorkQueue;
+use crate::cri::{
+    Container, ContainerFilter, CriError, ImageService, RemoteRuntime, RuntimeService, Runtimes,
+};
+use crate::daemon::Context;
+use crate::hash::env::{current_env_hash, expected_env_hash};
+use crate::k8s::keys::{self, RuntimeContainerMetaSet};
+use crate::k8s::watch::{Change, Watched};
+use crate::k8s::write::{self, EventSink, EventSpec};
+
+/// Pods reconciled at once.
+const WORKERS: usize = 4;
+/// Pause before retrying a pod whose reconcile failed.
+const RETRY_DELAY: Duration = Duration::from_secs(3);
+/// How long a container the daemon stopped is remembered (so it is never stopped twice).
+const STOPPED_MEMORY: Duration = Duration::from_secs(600);
+
+type Key = ObjectRef<Pod>;
+
+struct Shared {
+    pods: Watched<Pod>,
+    client: kube::Client,
+    runtimes: tokio::sync::watch::Receiver<Option<Runtimes>>,
+    queue: WorkQueue<Key>,
+    with_env: bool,
+    /// Pods without our annotation as they were at the first list: not written until they
+    /// change (kruise's rule against a patch storm on daemon start).
+    seen_at_start: Mutex<HashMap<String, String>>,
+    /// Containers this daemon stopped, by runtime ID.
+    stopped: Arc<Mutex<HashMap<String, Instant>>>,
+    /// Whether this node's kubelet hash formula is one of ours (seen on some container).
+    formula_known: AtomicBool,
+    events: EventSink,
+    metrics: Metrics,
+    cancel: tokio_util::sync::CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+}
+
+/// Starts the controller when pods are watched.
+pub fn start(ctx: &Context, registry: &mut Registry) {
+    let Some(pods) = ctx.pods.clone() else {
+        return;
+    };
+    let events = EventSink::spawn(
+        ctx.client.clone(),
+        "kruised-containermeta",
+        &ctx.config.node_name,
+        ctx.cancel.clone(),
+        &ctx.tracker,
+    );
+    let shared = Arc::new(Shared {
+        pods,
+        client: ctx.client.clone(),
+        runtimes: ctx.runtimes.clone(),
+        queue: WorkQueue::new(),
+        with_env: ctx.config.gates.in_place_update_env_from_metadata,
+        seen_at_start: Mutex::new(HashMap::new()),
+        stopped: Arc::new(Mutex::new(HashMap::new())),
+        formula_known: AtomicBool::new(false),
+        events,
+        metrics: Metrics::register(registry),
+        cancel: ctx.cancel.clone(),
+        tracker: ctx.tracker.clone(),
+    });
+    let span = tracing::info_span!("containermeta");
+    ctx.tracker
+        .spawn(watch_pods(shared.clone()).instrument(span.clone()));
+    ctx.tracker
+        .spawn(relist(shared.clone(), ctx.config.relist_interval).instrument(span.clone()));
+    ctx.tracker
+        .spawn(runtime_events(shared.clone()).instrument(span.clone()));
+    for _ in 0..WORKERS {
+        ctx.tracker
+            .spawn(worker(shared.clone()).instrument(span.clone()));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the pod's annotation is out of date with what the pod itself says: a container ID
+/// that differs, a container missing, or an env-from-metadata hash that the pod's metadata no
+/// longer gives. Cheap (no runtime call), so every pod update can be checked.
+fn needs_sync(pod: &Pod, meta: Option<&RuntimeContainerMetaSet>, with_env: bool) -> bool {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    let ids: Vec<(&str, &str)> = statuses
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            s.container_id
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .map(|id| (s.name.as_str(), id))
+        })
+        .collect();
+    if ids.is_empty() {
+        return false;
+    }
+    let Some(meta) = meta else {
+        return true;
+    };
+    if ids
+        .iter()
+        .any(|(name, id)| meta.container(name).is_none_or(|m| m.container_id != *id))
+    {
+        return true;
+    }
+    if !with_env {
+        return false;
+    }
+    let (labels, annotations) = decide::metadata_maps(pod);
+    pod.spec.iter().flat_map(|s| s.containers.iter()).any(|c| {
+        meta.container(&c.name).is_some_and(|m| {
+            let current = m.hashes.extracted_env_from_metadata_hash;
+            current != 0 && current != expected_env_hash(c, &labels, &annotations)
+        })
+    })
+}
+
+impl Shared {
+    /// The event filter: should this version of the pod be reconciled?
+    fn wants(&self, pod: &Pod, initial: bool) -> bool {
+        if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(pod) {
+            return false;
+        }
+        let annotations = pod.metadata.annotations.as_ref();
+        let has_meta = annotations.is_some_and(|a| a.contains_key(keys::RUNTIME_CONTAINERS_META));
+        if !has_meta {
+            let uid = pod.uid().unwrap_or_default();
+            let rv = pod.resource_version().unwrap_or_default();
+            let mut seen = lock(&self.seen_at_start);
+            if initial {
+                seen.insert(uid, rv);
+                return false;
+            }
+            if seen.get(&uid) == Some(&rv) {
+                return false;
+            }
+            seen.remove(&uid);
+        }
+        let meta = annotations
+            .and_then(|a| keys::parse_runtime_containers_meta(a).ok())
+            .flatten();
+        needs_sync(pod, meta.as_ref(), self.with_env)
+    }
+
+    fn enqueue_all(&self, initial: bool) {
+        for pod in self.pods.state() {
+            if self.wants(&pod, initial) {
+                self.queue.add(ObjectRef::from_obj(pod.as_ref()));
+            }
+        }
+    }
+}
+
+async fn watch_pods(shared: Arc<Shared>) {
+    let mut changes = shared.pods.subscribe();
+    // the store may already hold the first list when we subscribe
+    let mut synced_once = shared.pods.store().wait_until_ready().now_or_never_ready();
+    if synced_once {
+        shared.enqueue_all(true);
+    }
+    loop {
+        let change = tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            c = changes.recv() => c,
+        };
+        match change {
+            Ok(Change::Applied(key)) => {
+                if let Some(pod) = shared.pods.store().get(&key)
+                    && shared.wants(&pod, !synced_once)
+                {
+                    shared.queue.add(key);
+                }
+            }
+            Ok(Change::Deleted(key)) => {
+                if let Some(uid) = key.extra.uid.as_ref() {
+                    lock(&shared.seen_at_start).remove(uid);
+                }
+            }
+            Ok(Change::Resynced) | Err(RecvError::Lagged(_)) => {
+                let initial = !synced_once;
+                synced_once = true;
+                shared.enqueue_all(initial);
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Whether the store's first list is in, without waiting.
+trait NowOrNever {
+    fn now_or_never_ready(self) -> bool;
+}
+
+impl<F: std::future::Future> NowOrNever for F {
+    fn now_or_never_ready(self) -> bool {
+        futures::FutureExt::now_or_never(self).is_some()
+    }
+}
+
+async fn relist(shared: Arc<Shared>, every: Duration) {
+    loop {
+        tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            () = tokio::time::sleep(crate::daemon::jitter(every)) => {}
+        }
+        let now = Instant::now();
+        lock(&shared.stopped).retain(|_, at| now.duration_since(*at) < STOPPED_MEMORY);
+        // the relist catches what no event reported: runtime-side changes on runtimes without
+        // container events
+        for pod in shared.pods.state() {
+            if pod.metadata.deletion_timestamp.is_none()
+                && decide::is_managed(&pod)
+                && pod
+                    .annotations()
+                    .contains_key(keys::RUNTIME_CONTAINERS_META)
+            {
+                shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
+            }
+        }
+    }
+}
+
+/// Follows the runtime's container events (CRI `GetContainerEvents`) where it offers them:
+/// a container that stops or starts re-checks its pod at once.
+async fn runtime_events(shared: Arc<Shared>) {
+    let mut runtimes = shared.runtimes.clone();
+    let runtime = loop {
+        if let Some(r) = runtimes.borrow().as_ref() {
+            break r.primary().clone();
+        }
+        tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            r = runtimes.changed() => if r.is_err() { return },
+        }
+    };
+    let mut pause = Duration::from_millis(500);
+    loop {
+        match runtime.container_events().await {
+            Ok(mut stream) => {
+                tracing::info!("following the runtime's container events");
+                pause = Duration::from_millis(500);
+                loop {
+                    let item = tokio::select! {
+                        () = shared.cancel.cancelled() => return,
+                        i = stream.next() => i,
+                    };
+                    match item {
+                        Some(Ok(e)) => {
+                            if let Some(sandbox) = e.pod_sandbox_id {
+                                enqueue_sandbox(&shared, &runtime, &sandbox).await;
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "container event stream ended");
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            }
+            Err(CriError::Unsupported { .. }) => {
+                tracing::info!(
+                    "the runtime has no container events (CRI GetContainerEvents); relisting instead"
+                );
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, "container events unavailable; retrying"),
+        }
+        tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            () = tokio::time::sleep(crate::daemon::jitter(pause)) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(30));
+    }
+}
+
+async fn enqueue_sandbox(shared: &Shared, runtime: &RemoteRuntime, sandbox: &str) {
+    let filter = crate::cri::SandboxFilter {
+        id: Some(sandbox.to_string()),
+        ..Default::default()
+    };
+    let Ok(found) = runtime.list_pod_sandboxes(filter).await else {
+        return;
+    };
+    for s in found {
+        let uid = s.metadata.uid;
+        if let Some(pod) = shared
+            .pods
+            .state()
+            .into_iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+            && decide::is_managed(&pod)
+        {
+            shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
+        }
+    }
+}
+
+async fn worker(shared: Arc<Shared>) {
+    while let Some(key) = shared.queue.next(&shared.cancel).await {
+        let started = Instant::now();
+        let result = reconcile(&shared, &key)
+            .instrument(tracing::info_span!("reconcile", pod = %key))
+            .await;
+        shared.metrics.observe_reconcile(started.elapsed());
+        if let Err(e) = result {
+            tracing::warn!(pod = %key, error = %e, "reconcile failed; retrying");
+            shared
+                .queue
+                .add_after(key.clone(), RETRY_DELAY, &shared.cancel);
+        }
+        shared.queue.done(&key);
+    }
+}
+
+/// Why a reconcile must be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The runtime is not known yet or does not answer.
+    #[error("runtime: {0}")]
+    Runtime(String),
+    /// The API server refused or failed the write.
+    #[error("writing the annotation: {0}")]
+    Api(#[from] kube::Error),
+    /// A container's env could not be read.
+    #[error("reading the env of {container}: {error}")]
+    Env {
+        /// The container.
+        container: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The pod's runtime and the runtime name of its container IDs.
+fn runtime_of(
+    shared: &Shared,
+    pod: &Pod,
+) -> Result<Option<(RemoteRuntime, String)>, ReconcileError> {
+    let Some(id) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .find_map(|s| s.container_id.clone().filter(|id| !id.is_empty()))
+    else {
+        return Ok(None);
+    };
+    let guard = shared.runtimes.borrow();
+    let runtimes = guard
+        .as_ref()
+        .ok_or_else(|| ReconcileError::Runtime("not connected yet".into()))?;
+    let name = id.split_once("://").map_or("", |(n, _)| n).to_string();
+    match runtimes.for_container_id(&id) {
+        Some((rt, _)) => Ok(Some((rt.clone(), name))),
+        None => Err(ReconcileError::Runtime(format!(
+            "no runtime named {name:?} on this node for container {id}"
+        ))),
+    }
+}
+
+async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
+    let Some(pod) = shared.pods.store().get(key) else {
+        return Ok(());
+    };
+    if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(&pod) {
+        return Ok(());
+    }
+    let Some((runtime, runtime_name)) = runtime_of(shared, &pod)? else {
+        return Ok(());
+    };
+    let uid = pod.uid().unwrap_or_default();
+    let containers = runtime
+        .list_containers(ContainerFilter {
+            labels: [(keys::KUBELET_POD_UID.to_string(), uid)]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| ReconcileError::Runtime(e.to_string()))?;
+    let newest = decide::newest_by_name(&containers);
+    let annotations = pod.annotations();
+    let old = match keys::parse_runtime_containers_meta(annotations) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring a malformed annotation; it will be rewritten");
+            None
+        }
+    };
+    let (mut set, to_read) =
+        decide::build_meta(&pod, &runtime_name, &newest, old.as_ref(), shared.with_env);
+    let specs = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let mut env_error = None;
+    for r in to_read {
+        let Some(spec) = specs.iter().find(|c| c.name == r.name) else {
+            continue;
+        };
+        match env::read_env(&runtime, &r.id).await {
+            Ok((values, source)) => {
+                shared.metrics.env_read(source);
+                let hash = current_env_hash(spec, |n| values.get(n).cloned());
+                if let Some(e) = set.containers.iter_mut().find(|e| e.name == r.name) {
+                    e.hashes.extracted_env_from_metadata_hash = hash;
+                }
+            }
+            Err(e) => {
+                env_error = Some(ReconcileError::Env {
+                    container: r.name.clone(),
+                    error: e.to_string(),
+                })
+            }
+        }
+    }
+
+    if shared.with_env {
+        let kills = restarts_due(shared, &runtime, &pod, &set, &newest).await;
+        for c in kills {
+            spawn_kill(shared, &runtime, &pod, c);
+        }
+    }
+    if old.as_ref() != Some(&set) && !set.containers.is_empty() {
+        let api: Api<Pod> =
+            Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
+        let value = set.to_annotation_value();
+        let result = write::patch_pod_annotation(
+            &api,
+            &pod.name_any(),
+            keys::RUNTIME_CONTAINERS_META,
+            Some(&value),
+        )
+        .await;
+        shared.metrics.patched(result.is_ok());
+        result?;
+        tracing::debug!(meta = %value, "annotation updated");
+    }
+    env_error.map_or(Ok(()), Err)
+}
+
+/// The containers to stop now for stale env from metadata.
+async fn restarts_due(
+    shared: &Shared,
+    runtime: &RemoteRuntime,
+    pod: &Pod,
+    set: &RuntimeContainerMetaSet,
+    newest: &std::collections::BTreeMap<&str, &Container>,
+) -> Vec<Container> {
+    if decide::formula_known(pod, newest) {
+        shared.formula_known.store(true, Ordering::Relaxed);
+    }
+    let formula_known = shared.formula_known.load(Ordering::Relaxed);
+    let state = keys::parse_inplace_update_state(pod.annotations())
+        .ok()
+        .flatten();
+    let specs = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for meta in &set.containers {
+        let (Some(spec), Some(running)) = (
+            specs.iter().find(|c| c.name == meta.name),
+            newest.get(meta.name.as_str()),
+        ) else {
+            continue;
+        };
+        let already_stopped = lock(&shared.stopped).contains_key(&running.id);
+        let mut input = RestartInput {
+            pod,
+            spec,
+            meta,
+            running,
+            formula_known,
+            image_id_matches: None,
+            state: state.as_ref(),
+            already_stopped,
+        };
+        let mut verdict = decide::decide_restart(&input);
+        if verdict != Verdict::Restart
+            && !formula_known
+            && matches!(&verdict, Verdict::Blocked(r) if r.contains("spec changed"))
+        {
+            // unknown kubelet formula: let the image decide
+            input.image_id_matches = image_matches(runtime, spec, running).await;
+            verdict = decide::decide_restart(&input);
+        }
+        match verdict {
+            Verdict::Restart => out.push((*running).clone()),
+            Verdict::Blocked(reason) => {
+                tracing::debug!(container = %meta.name, %reason, "stale env, not stopping")
+            }
+            Verdict::UpToDate | Verdict::Unknown(_) => {}
+        }
+    }
+    out
+}
+
+/// Whether the spec image resolves to the image the container runs (`None`: cannot tell).
+async fn image_matches(
+    runtime: &RemoteRuntime,
+    spec: &k8s_openapi::api::core::v1::Container,
+    running: &Container,
+) -> Option<bool> {
+    let image = spec.image.as_deref()?;
+    match runtime.image_status(image).await {
+        Ok(Some(img)) => Some(img.id == running.image_ref || img.id == running.image),
+        Ok(None) => Some(false),
+        Err(_) => None,
+    }
+}
+
+fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, c: Container) {
+    lock(&shared.stopped).insert(c.id.clone(), Instant::now());
+    let runtime = runtime.clone();
+    let events = shared.events.clone();
+    let metrics = shared.metrics.clone();
+    let stopped = shared.stopped.clone();
+    let mut regarding = write::object_ref(pod);
+    let name = c.metadata.name.clone();
+    regarding.field_path = Some(format!("spec.containers{{{name}}}"));
+    shared.tracker.spawn(
+        async move {
+            let pod_ip = runtime
+                .pod_sandbox_status(&c.pod_sandbox_id, false)
+                .await
+                .ok()
+                .map(|s| s.ip);
+            tracing::info!(container = %name, id = %c.id, "stopping container: its env from metadata changed");
+            events.record(EventSpec {
+                regarding: regarding.clone(),
+                warning: false,
+                reason: "Killing".into(),
+                note: format!(
+                    "Stopping container {name} (containerID {}): its env from metadata changed, the kubelet recreates it with the new values",
+                    c.id
+                ),
+                action: "Restart".into(),
+            });
+            match kill::kill_container(&runtime, &c, pod_ip.as_deref()).await {
+                Ok(outcome) => {
+                    metrics.restarted("env-from-metadata");
+                    if let Some(Err(hook)) = outcome.pre_stop {
+                        events.record(EventSpec {
+                            regarding,
+                            warning: true,
+                            reason: "FailedPreStopHook".into(),
+                            note: format!("preStop hook of {name} failed: {hook}"),
+                            action: "PreStop".into(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    // forget it, so the next reconcile tries again
+                    lock(&stopped).remove(&c.id);
+                    metrics.restart_failed();
+                    tracing::warn!(container = %name, error = %e, "could not stop container");
+                }
+            }
+        }
+        .instrument(tracing::info_span!("kill")),
+    );
+}

@@ -1,0 +1,375 @@
+//! Container meta and env-from-metadata restarts: the `kruised` binary against the API-server
+//! double and the fake runtime, with the test playing the kubelet.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use kruised::hash::env::expected_env_hash;
+use kruised::hash::kubelet::hash_container;
+use serde_json::{Value, json};
+use support::daemon::Daemon;
+use support::node::{FakeNode, NODE};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn containers() -> Value {
+    json!([
+        {"name": "main", "image": "busybox:v1",
+         "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}},
+                 {"name": "PLAIN", "value": "x"}]},
+        {"name": "side", "image": "busybox:v1"}
+    ])
+}
+
+async fn start(node: &FakeNode) -> Daemon {
+    let args = node.daemon_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut d = Daemon::start(NODE, &args);
+    d.wait_for_log("daemon ready", LIMIT).await;
+    d
+}
+
+/// Waits until the pod's annotation satisfies `cond`.
+async fn wait_meta(
+    node: &FakeNode,
+    pod: &str,
+    what: &str,
+    mut cond: impl FnMut(&kruised::k8s::keys::RuntimeContainerMetaSet) -> bool,
+) -> kruised::k8s::keys::RuntimeContainerMetaSet {
+    match node.wait_meta(pod, LIMIT, |m| cond(m)).await {
+        Some(m) => m,
+        None => panic!("{what}: annotation now {:?}", node.meta(pod)),
+    }
+}
+
+fn set_role(node: &FakeNode, pod: &str, role: &str, ready: Option<&str>) {
+    node.api
+        .modify("pods", "default", pod, |p| {
+            p["metadata"]["annotations"]["role"] = json!(role);
+            if let Some(r) = ready {
+                p["status"]["conditions"][0]["status"] = json!(r);
+            }
+        })
+        .unwrap();
+}
+
+fn stops(node: &FakeNode) -> Vec<String> {
+    node.cri
+        .state()
+        .stops
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_managed_pod_gets_a_truthful_annotation_and_others_are_left_alone() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    // pods created after start: the first event of a managed pod writes its annotation
+    let deployment = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                             "uid": "rs-1", "controller": true}]);
+    node.add_owned_pod("plain", containers(), json!({}), true, deployment);
+    let pod = node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    let meta = wait_meta(&node, "web-0", "annotation written", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+
+    let status = node.api.get("pods", "default", "web-0").unwrap();
+    let spec = &pod.spec.as_ref().unwrap().containers;
+    for (i, s) in status["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let entry = &meta.containers[i];
+        assert_eq!(entry.name, s["name"].as_str().unwrap(), "status order");
+        assert_eq!(entry.container_id, s["containerID"].as_str().unwrap());
+        let c = spec.iter().find(|c| c.name == entry.name).unwrap();
+        assert_eq!(
+            entry.hashes.plain_hash,
+            hash_container(c),
+            "the kubelet's hash, from the runtime"
+        );
+        let labels = pod.metadata.labels.clone().unwrap();
+        let annotations = pod.metadata.annotations.clone().unwrap();
+        assert_eq!(
+            entry.hashes.extracted_env_from_metadata_hash,
+            expected_env_hash(c, &labels, &annotations),
+            "the running env matches the pod's metadata"
+        );
+    }
+    assert!(
+        node.meta("plain").is_none(),
+        "a pod kruise does not manage gets no annotation"
+    );
+    assert!(stops(&node).is_empty());
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn pods_present_at_start_are_not_written_until_they_change() {
+    let mut node = FakeNode::start().await;
+    for i in 0..5 {
+        node.add_pod(
+            &format!("old-{i}"),
+            containers(),
+            json!({"role": "blue"}),
+            true,
+        );
+    }
+    let mut d = start(&node).await;
+    // a change to one pod writes that pod only
+    node.api
+        .modify("pods", "default", "old-3", |p| {
+            p["metadata"]["labels"]["touched"] = json!("yes")
+        })
+        .unwrap();
+    wait_meta(&node, "old-3", "annotation of the changed pod", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    for i in [0, 1, 2, 4] {
+        assert!(
+            node.meta(&format!("old-{i}")).is_none(),
+            "old-{i} was written on start"
+        );
+    }
+    assert_eq!(
+        node.api.request_count("patch", "pods/status"),
+        1,
+        "no patch storm"
+    );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is_pending() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    let before = wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    let main_id = before.container("main").unwrap().container_id.clone();
+    let main_raw = main_id.strip_prefix("containerd://").unwrap().to_string();
+
+    // the controller marks the pod not ready and changes the annotation the env refers to
+    set_role(&node, "web-0", "green", Some("False"));
+    node.cri
+        .wait_for(LIMIT, |s| !s.stops.is_empty())
+        .await
+        .expect("the stale container is stopped");
+    assert_eq!(
+        stops(&node),
+        vec![main_raw.clone()],
+        "only the container whose env is stale"
+    );
+
+    // the kubelet recreates it with the new value; the annotation follows
+    let new_id = node.recreate("web-0", "main");
+    let after = wait_meta(&node, "web-0", "annotation of the new container", |m| {
+        m.container("main").unwrap().container_id == format!("containerd://{new_id}")
+    })
+    .await;
+    let env = node.cri.state().containers[&new_id].env.clone();
+    assert!(env.contains(&"ROLE=green".to_string()), "{env:?}");
+    let entry = after.container("main").unwrap();
+    assert_eq!(entry.restart_count, 1);
+    assert_ne!(
+        entry.hashes.extracted_env_from_metadata_hash,
+        before
+            .container("main")
+            .unwrap()
+            .hashes
+            .extracted_env_from_metadata_hash
+    );
+    assert_eq!(
+        after.container("side"),
+        before.container("side"),
+        "side untouched"
+    );
+    // the annotation was rewritten after the recreate, so the daemon has seen it: still one stop
+    assert_eq!(stops(&node).len(), 1, "never twice");
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn the_same_change_while_in_place_update_ready_is_true_restarts_nothing() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    set_role(&node, "web-0", "green", None);
+    d.wait_for_log("stale env, not stopping", LIMIT).await;
+    assert!(stops(&node).is_empty());
+
+    // and explain says why
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
+        .args(["explain", "default/web-0", "-o", "json", "--kubeconfig"])
+        .arg(node.kubeconfig())
+        .args(["--runtime-endpoint", &node.endpoint()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let main = &view["containers"][0];
+    assert_eq!(main["name"], "main");
+    assert_ne!(main["expectedEnvHash"], main["currentEnvHash"], "{view:#}");
+    let decision = main["decision"].as_str().unwrap();
+    assert!(
+        decision.contains("blocked") && decision.contains("InPlaceUpdateReady"),
+        "{decision}"
+    );
+    assert_eq!(view["containers"][1]["decision"], "up to date");
+    // once the controller takes the pod out of service, the restart happens
+    set_role(&node, "web-0", "green", Some("False"));
+    node.cri
+        .wait_for(LIMIT, |s| s.stops.len() == 1)
+        .await
+        .expect("restart after InPlaceUpdateReady=False");
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_happens() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    // image and annotation change in one in-place update
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["spec"]["containers"][0]["image"] = json!("busybox:v2");
+            p["metadata"]["annotations"]["role"] = json!("green");
+            p["status"]["conditions"][0]["status"] = json!("False");
+        })
+        .unwrap();
+    d.wait_for_log("stale env, not stopping", LIMIT).await;
+    // the kubelet sees the hash change and recreates the container with image and env
+    let new_id = node.recreate("web-0", "main");
+    wait_meta(&node, "web-0", "annotation of the new container", |m| {
+        m.container("main").unwrap().container_id.ends_with(&new_id)
+    })
+    .await;
+    assert!(
+        stops(&node).is_empty(),
+        "the daemon stopped nothing: the kubelet's recreate was the one restart"
+    );
+    let env = node.cri.state().containers[&new_id].env.clone();
+    assert!(env.contains(&"ROLE=green".to_string()), "{env:?}");
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn env_is_read_from_the_runtime_spec_or_by_exec_whichever_works() {
+    let mut node = FakeNode::start().await;
+    let pod = node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    // replace the running containers: one image without `env` (OCI spec only), one runtime that
+    // does not report the OCI spec (exec only)
+    let sandbox = node.sandboxes["web-0"].clone();
+    let spec = pod.spec.as_ref().unwrap().containers.clone();
+    let no_env_binary = node.start_container(&pod, &sandbox, &spec[0], 1, true, false);
+    let no_spec_info = node.start_container(&pod, &sandbox, &spec[1], 1, false, true);
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["status"]["containerStatuses"][0]["containerID"] =
+                json!(format!("containerd://{no_env_binary}"));
+            p["status"]["containerStatuses"][1]["containerID"] =
+                json!(format!("containerd://{no_spec_info}"));
+        })
+        .unwrap();
+    let mut d = start(&node).await;
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["metadata"]["labels"]["touched"] = json!("yes")
+        })
+        .unwrap();
+    let meta = wait_meta(&node, "web-0", "annotation", |m| {
+        m.containers.len() == 2
+            && m.containers
+                .iter()
+                .all(|c| c.hashes.extracted_env_from_metadata_hash != 0)
+    })
+    .await;
+    let labels = pod.metadata.labels.clone().unwrap();
+    let annotations = pod.metadata.annotations.clone().unwrap();
+    assert_eq!(
+        meta.container("main")
+            .unwrap()
+            .hashes
+            .extracted_env_from_metadata_hash,
+        expected_env_hash(&spec[0], &labels, &annotations)
+    );
+    assert_eq!(
+        node.cri.state().call_count("ExecSync"),
+        1,
+        "exec only where the spec is missing"
+    );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn only_the_current_batch_of_a_multi_batch_update_is_restarted() {
+    let mut node = FakeNode::start().await;
+    let both = json!([
+        {"name": "main", "image": "busybox:v1",
+         "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}}]},
+        {"name": "side", "image": "busybox:v1",
+         "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}}]}
+    ]);
+    let mut d = start(&node).await;
+    node.add_pod("web-0", both, json!({"role": "blue"}), true);
+    let meta = wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    // side belongs to the next batch
+    let state = json!({"revision": "r2", "nextContainerRefMetadata": {"side": {"annotations": {"role": "green"}}}});
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["metadata"]["annotations"]["apps.kruise.io/inplace-update-state"] =
+                json!(state.to_string());
+            p["metadata"]["annotations"]["role"] = json!("green");
+            p["status"]["conditions"][0]["status"] = json!("False");
+        })
+        .unwrap();
+    node.cri
+        .wait_for(LIMIT, |s| !s.stops.is_empty())
+        .await
+        .expect("the current batch restarts");
+    d.wait_for_log("stale env, not stopping", LIMIT).await;
+    let main = meta.container("main").unwrap().container_id.clone();
+    assert_eq!(
+        stops(&node),
+        vec![main.strip_prefix("containerd://").unwrap().to_string()]
+    );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
