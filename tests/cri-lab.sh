@@ -14,14 +14,23 @@
 # Images pushed: $REG_ADDR/test/busybox:v1 and :v2 (same base layer, one small layer each that differs:
 # /etc/image-version), test/pull:v1 and :v2 (the same base, then a marker layer and a top layer found
 # in no other image: only the pull tests use them, and watch their blob fetches in the registry's
-# access log), $REG_ADDR/test/pause:v1 (the sandbox image).
+# access log), $REG_ADDR/test/pause:v1 (the sandbox image), test/noenv:v1 (busybox:v1 without
+# /bin/env); for the image-pull tests
+# imagepull/busybox:v1 and :v2 (the same shape as test/pull, with layers of their own) and
+# imagepull/present:v1, and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1.
+#
+# A second registry on $REG_AUTH_ADDR requires a login (htpasswd, bcrypt); its user and password
+# are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
+#
+#   cri-lab.sh bench-images      build and push bench/img1..4:v1 (each the busybox base plus one
+#                                16 MiB layer of random bytes) for the pre-pull benchmark
 #
 #   cri-lab.sh stop-containerd   stop containerd only (its shims and containers keep running), as
 #                                an upgrade or crash would
 #   cri-lab.sh start-containerd  start it again; returns once its CRI plugin answers
 #
 # Env: LAB ($TMPDIR/cri-lab)  SNAPSHOTTER (overlayfs|native, default overlayfs)
-#      REG_ADDR (127.0.0.1:5000)  CRI_RUNTIME (default runtime handler: runc|crun, default runc)
+#      REG_ADDR (127.0.0.1:5000)  REG_AUTH_ADDR (127.0.0.1:5001)  CRI_RUNTIME (default runtime handler: runc|crun, default runc)
 #      MOUNT_HUGETLB (1 = mount the hugetlb v1 hierarchy while the lab runs; needed for crun,
 #                     default 1 when CRI_RUNTIME=crun, else 0). This is a machine-wide change,
 #                     undone by 'stop'.
@@ -30,11 +39,13 @@ set -euo pipefail
 LAB=${LAB:-${TMPDIR:-/tmp}/cri-lab}
 SNAPSHOTTER=${SNAPSHOTTER:-overlayfs}
 REG_ADDR=${REG_ADDR:-127.0.0.1:5000}
+REG_AUTH_ADDR=${REG_AUTH_ADDR:-127.0.0.1:5001}
+REG_AUTH_USER=kruised-lab
 CRI_RUNTIME=${CRI_RUNTIME:-runc}
 if [ "$CRI_RUNTIME" = crun ]; then MOUNT_HUGETLB=${MOUNT_HUGETLB:-1}; else MOUNT_HUGETLB=${MOUNT_HUGETLB:-0}; fi
 SOCK=$LAB/containerd.sock
 CTR=(ctr --address "$SOCK" -n k8s.io)
-PKGS=(containerd runc crun docker-registry skopeo umoci busybox-static curl)
+PKGS=(containerd runc crun docker-registry skopeo umoci busybox-static curl apache2-utils)
 
 log() { printf '%s [lab] %s\n' "$(date +%T.%3N)" "$*" >&2; }
 now() { date +%s.%N; }
@@ -57,7 +68,8 @@ cmd_install() {
 }
 
 write_configs() {
-  mkdir -p "$LAB"/{registry,logs,containerd,cni/net.d,pods,"certs.d/$REG_ADDR"}
+  mkdir -p "$LAB"/{registry,logs,containerd,cni/net.d,pods,"certs.d/$REG_ADDR","certs.d/$REG_AUTH_ADDR"}
+  mkdir -p "$LAB/registry-auth/storage"
   cat > "$LAB/registry.yml" <<EOF
 version: 0.1
 log:
@@ -73,14 +85,41 @@ http:
   addr: $REG_ADDR
   secret: cri-lab-not-secret
 EOF
-  # containerd 1.6 registry config via config_path + hosts.toml (plain http for the local registry)
-  cat > "$LAB/certs.d/$REG_ADDR/hosts.toml" <<EOF
-server = "http://$REG_ADDR"
+  # the second registry: the same, behind htpasswd (bcrypt) basic auth
+  if [ ! -s "$LAB/registry-auth/credentials" ]; then
+    local password
+    password="lab-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    echo "$REG_AUTH_USER:$password" > "$LAB/registry-auth/credentials"
+    htpasswd -Bbn "$REG_AUTH_USER" "$password" > "$LAB/registry-auth/htpasswd"
+  fi
+  cat > "$LAB/registry-auth.yml" <<EOF
+version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $LAB/registry-auth/storage
+http:
+  addr: $REG_AUTH_ADDR
+  secret: cri-lab-not-secret
+auth:
+  htpasswd:
+    realm: cri-lab
+    path: $LAB/registry-auth/htpasswd
+EOF
+  # containerd 1.6 registry config via config_path + hosts.toml (plain http for the local registries)
+  local addr
+  for addr in "$REG_ADDR" "$REG_AUTH_ADDR"; do
+    cat > "$LAB/certs.d/$addr/hosts.toml" <<EOF
+server = "http://$addr"
 
-[host."http://$REG_ADDR"]
+[host."http://$addr"]
   capabilities = ["pull", "resolve", "push"]
   skip_verify = true
 EOF
+  done
   cat > "$LAB/containerd.toml" <<EOF
 version = 2
 root = "$LAB/containerd/root"
@@ -148,6 +187,19 @@ start_registry() {
   log "registry up on $REG_ADDR (pid $(cat "$LAB/registry.pid"))"
 }
 
+start_auth_registry() {
+  if alive "$LAB/registry-auth.pid"; then log "auth registry already running (pid $(cat "$LAB/registry-auth.pid"))"; return; fi
+  nohup /usr/bin/docker-registry serve "$LAB/registry-auth.yml" >>"$LAB/logs/registry-auth.log" 2>&1 &
+  echo $! > "$LAB/registry-auth.pid"
+  local code=
+  for _ in $(seq 1 100); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://$REG_AUTH_ADDR/v2/" || true)
+    [ "$code" = 401 ] && break; sleep 0.05
+  done
+  [ "$code" = 401 ] || { log "auth registry did not come up (HTTP $code)"; tail "$LAB/logs/registry-auth.log"; exit 1; }
+  log "auth registry up on $REG_AUTH_ADDR (pid $(cat "$LAB/registry-auth.pid")), answers 401 without a login"
+}
+
 build_images() {
   # Offline OCI images: base layer = static busybox (+ applet symlinks), v1/v2 = base + one tiny layer,
   # pause = base + entrypoint. Fixed mtimes/timestamps => the same digests on every run/machine
@@ -163,6 +215,7 @@ build_images() {
   echo 'root:x:0:' > "$st/rootfs/etc/group"
   echo v1 > "$st/v1"; echo v2 > "$st/v2"
   echo pull > "$st/pull"; echo pull-v1 > "$st/pv1"; echo pull-v2 > "$st/pv2"
+  echo imagepull > "$st/ip"; echo imagepull-v1 > "$st/ipv1"; echo imagepull-v2 > "$st/ipv2"
   find "$st" -exec touch -h -d @946684800 {} +
   umoci init --layout "$oci"
   umoci new --image "$oci:base"
@@ -180,16 +233,33 @@ build_images() {
   umoci insert --image "$oci:pullbase" --tag pull-v2 "$H" "$st/pv2" /etc/image-version
   umoci config --image "$oci:pull-v1" --created=$T --no-history
   umoci config --image "$oci:pull-v2" --created=$T --no-history
+  # imagepull/busybox: the same shape with layers of its own, for the image-pull tests
+  umoci insert --image "$oci:base" --tag ipbase "$H" "$st/ip" /etc/imagepull-test
+  umoci insert --image "$oci:ipbase" --tag ip-v1 "$H" "$st/ipv1" /etc/image-version
+  umoci insert --image "$oci:ipbase" --tag ip-v2 "$H" "$st/ipv2" /etc/image-version
+  umoci config --image "$oci:ip-v1" --created=$T --no-history
+  umoci config --image "$oci:ip-v2" --created=$T --no-history
+  # noenv: busybox without its env applet: the env-from-metadata tests show the daemon does not
+  # need `env` in the image
+  rm -rf "$st/noenv-bundle"
+  umoci unpack --image "$oci:v1" "$st/noenv-bundle" >/dev/null
+  rm -f "$st/noenv-bundle/rootfs/bin/env"
+  umoci repack --image "$oci:noenv" "$H" "$st/noenv-bundle"
+  umoci config --image "$oci:noenv" --created=$T --no-history
   # pause: same base layer, no extra layer; PID 1 that exits on TERM
   umoci config --image "$oci:base" --tag pause --created=$T "$H" --clear=config.cmd \
     --config.entrypoint /bin/sh --config.entrypoint -c \
     --config.entrypoint 'trap "exit 0" TERM INT; while :; do sleep 3600 & wait $!; done'
   local s d
-  for s in v1:test/busybox:v1 v2:test/busybox:v2 pull-v1:test/pull:v1 pull-v2:test/pull:v2 pause:test/pause:v1; do
+  for s in v1:test/busybox:v1 v2:test/busybox:v2 pull-v1:test/pull:v1 pull-v2:test/pull:v2 pause:test/pause:v1 noenv:test/noenv:v1 \
+           ip-v1:imagepull/busybox:v1 ip-v2:imagepull/busybox:v2 ip-v1:imagepull/present:v1; do
     d=${s#*:}
     skopeo copy --quiet --dest-tls-verify=false "oci:$oci:${s%%:*}" "docker://$REG_ADDR/$d"
     log "pushed $REG_ADDR/$d $(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REG_ADDR/$d")"
   done
+  local creds; creds=$(cat "$LAB/registry-auth/credentials")
+  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/busybox:v1"
+  log "pushed $REG_AUTH_ADDR/secure/busybox:v1 (login required)"
   log "images built+pushed in $(since "$t0")s"
 }
 
@@ -256,6 +326,7 @@ cmd_start() {
   write_configs
   hugetlb_mount
   start_registry
+  start_auth_registry
   build_images
   start_containerd
   log "start done in $(since "$t0")s"
@@ -307,6 +378,7 @@ cmd_stop() {
   # so find them by exact argv: containerd-shim-runc-v2 ... -id <id in OUR state dir> -address $SOCK
   for pid in $(shim_pids); do kill -9 "$pid" 2>/dev/null && log "killed leftover shim $pid" || true; done
   kill_pidfile "$LAB/registry.pid" registry
+  kill_pidfile "$LAB/registry-auth.pid" "auth registry"
   # leftover mounts (overlay rootfs, sandbox shm) under $LAB, deepest first
   awk -v l="$LAB/" 'index($2, l)==1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
     umount -l "$m" && log "umounted $m"; done
@@ -320,8 +392,25 @@ cmd_stop() {
 
 cmd_clean() {
   cmd_stop
-  rm -rf "$LAB"/{containerd,registry,oci,stage,pods,logs,certs.d,cni}
+  rm -rf "$LAB"/{containerd,registry,registry-auth,oci,stage,pods,logs,certs.d,cni}
   log "state removed"
+}
+
+cmd_bench_images() {
+  # bench/img1..4:v1: the busybox base plus one 16 MiB layer of random bytes each, so every pull
+  # moves real data and shares nothing but the base with the others
+  local t0; t0=$(now)
+  local oci=$LAB/oci st=$LAB/stage-bench T=2000-01-01T00:00:00Z i
+  [ -d "$oci" ] || { log "no OCI layout: run start first"; exit 1; }
+  rm -rf "$st"; mkdir -p "$st"
+  for i in 1 2 3 4; do
+    head -c $((16 << 20)) /dev/urandom > "$st/blob$i"
+    umoci insert --image "$oci:base" --tag "bench$i" --history.created=$T "$st/blob$i" /opt/blob
+    umoci config --image "$oci:bench$i" --created=$T --no-history
+    skopeo copy --quiet --dest-tls-verify=false "oci:$oci:bench$i" "docker://$REG_ADDR/bench/img$i:v1"
+  done
+  rm -rf "$st"
+  log "bench images built+pushed in $(since "$t0")s"
 }
 
 cmd_status() {
@@ -339,5 +428,6 @@ case "${1:-}" in
   status) cmd_status ;;
   stop-containerd) kill_pidfile "$LAB/containerd.pid" containerd ;;
   start-containerd) start_containerd ;;
+  bench-images) cmd_bench_images ;;
   *) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 2 ;;
 esac

@@ -84,6 +84,25 @@ impl Daemon {
         }
     }
 
+    /// The process ID.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Resident memory of the process now, in bytes (from /proc).
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -1,0 +1,441 @@
+//! Container meta and env-from-metadata restarts end to end: the `kruised` binary against real
+//! containerd + runc (the lab), the API-server double as control plane, and this test as the
+//! kubelet (it creates and recreates containers through CRI and reports them in the pod status).
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use apiserver_double::{ApiServer, Handle};
+use k8s_openapi::api::core::v1::Pod;
+use kruised::cri::{ContainerState, ImageService, PullRequest, RuntimeService};
+use kruised::hash::kubelet::{format_hash, hash_container, parse_hash};
+use kruised::k8s::keys;
+use serde_json::{Value, json};
+use support::daemon::Daemon;
+use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
+use support::node::{meta_of, resolve_env};
+use support::{Lab, unique, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    api: Handle,
+    kubelet: Kubelet,
+    daemon: Daemon,
+    _dir: tempfile::TempDir,
+}
+
+async fn cluster(lab: &Lab, node: &str) -> Cluster {
+    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
+    for image in [
+        lab.image("busybox:v1"),
+        lab.image("busybox:v2"),
+        lab.image("noenv:v1"),
+    ] {
+        within(
+            LIMIT,
+            "image pull",
+            kubelet.runtime().pull_image(
+                PullRequest {
+                    image,
+                    ..Default::default()
+                },
+                LIMIT,
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let endpoint = format!("unix://{}", lab.socket.display());
+    let mut daemon = Daemon::start(
+        node,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--runtime-endpoint",
+            &endpoint,
+            "--drain-timeout",
+            "3s",
+        ],
+    );
+    daemon.wait_for_log("daemon ready", LIMIT).await;
+    Cluster {
+        api,
+        kubelet,
+        daemon,
+        _dir: dir,
+    }
+}
+
+fn spec_of(api: &Handle, name: &str) -> Pod {
+    serde_json::from_value(api.get("pods", "default", name).unwrap()).unwrap()
+}
+
+/// The kubelet's container spec for `c` of `pod`: image, env resolved now, the kubelet hash.
+fn container_spec(pod: &Pod, name: &str) -> ContainerSpec {
+    let c = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap();
+    let mut spec = ContainerSpec::sleeper(name, c.image.as_deref().unwrap());
+    spec.env = resolve_env(pod, c);
+    spec.hash = format_hash(hash_container(c));
+    spec
+}
+
+/// Creates the pod in the API, runs it through CRI, reports its containers in the status.
+async fn run_pod(c: &Cluster, name: &str, image: &str, ready: bool) -> RunningPod {
+    let created = c
+        .api
+        .create(
+            "pods",
+            json!({
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": "demo"},
+                    "annotations": {"role": "blue"},
+                    "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                                         "name": "demo", "uid": "cs-1", "controller": true}]},
+                "spec": {"nodeName": "node-e2e", "terminationGracePeriodSeconds": 5, "containers": [
+                    {"name": "main", "image": image,
+                     "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}}]},
+                    {"name": "side", "image": image}
+                ]}
+            }),
+        )
+        .unwrap();
+    let pod: Pod = serde_json::from_value(created).unwrap();
+    let mut spec = PodSpec::new(
+        name,
+        vec![container_spec(&pod, "main"), container_spec(&pod, "side")],
+    );
+    spec.uid = pod.metadata.uid.clone().unwrap();
+    spec.termination_grace_seconds = 5;
+    let running = within(LIMIT, "pod start", c.kubelet.run_pod(spec)).await;
+    report(&c.api, name, &running, ready);
+    running
+}
+
+/// The kubelet's status report of the pod's current containers.
+fn report(api: &Handle, name: &str, running: &RunningPod, ready: bool) {
+    let statuses: Vec<Value> = ["main", "side"]
+        .iter()
+        .map(|n| {
+            json!({"name": n, "containerID": format!("containerd://{}", running.container(n)),
+                   "image": "busybox", "imageID": "sha256:x", "ready": true,
+                   "restartCount": running.attempts[*n], "started": true})
+        })
+        .collect();
+    api.modify("pods", "default", name, |p| {
+        p["status"] = json!({"phase": "Running", "containerStatuses": statuses,
+            "conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": if ready { "True" } else { "False" }}]});
+    })
+    .unwrap();
+}
+
+async fn wait_meta(
+    api: &Handle,
+    pod: &str,
+    mut cond: impl FnMut(&keys::RuntimeContainerMetaSet) -> bool,
+) -> keys::RuntimeContainerMetaSet {
+    api.wait_for_value(LIMIT, |v| {
+        v.get("pods", "default", pod)
+            .and_then(|o| meta_of(&o))
+            .filter(|m| cond(m))
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "annotation of {pod} now {:?}",
+            api.get("pods", "default", pod).and_then(|o| meta_of(&o))
+        )
+    })
+}
+
+async fn echo_role(c: &Cluster, id: &str) -> String {
+    let out = c
+        .kubelet
+        .runtime()
+        .exec_sync(
+            id,
+            vec!["sh".into(), "-c".into(), "echo $ROLE".into()],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn stops_logged(d: &Daemon) -> usize {
+    d.log
+        .iter()
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("stopping container"))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn env_from_metadata_restarts_once_and_only_while_the_update_is_pending() {
+    let Some(lab) = Lab::get() else { return };
+    let mut c = cluster(&lab, "node-e2e").await;
+    let name = unique("web");
+    let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), true).await;
+
+    // a managed pod gets a truthful annotation once it changes
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["metadata"]["labels"]["touch"] = json!("1")
+        })
+        .unwrap();
+    let meta = wait_meta(&c.api, &name, |m| {
+        m.containers.len() == 2
+            && m.containers
+                .iter()
+                .all(|e| e.hashes.extracted_env_from_metadata_hash != 0)
+    })
+    .await;
+    for n in ["main", "side"] {
+        let entry = meta.container(n).unwrap();
+        assert_eq!(
+            entry.container_id,
+            format!("containerd://{}", running.container(n)),
+            "same ID as the pod status"
+        );
+        let status = c
+            .kubelet
+            .runtime()
+            .container_status(running.container(n), false)
+            .await
+            .unwrap();
+        let recorded = parse_hash(&status.annotations[keys::KUBELET_CONTAINER_HASH]).unwrap();
+        assert_eq!(
+            entry.hashes.plain_hash, recorded,
+            "the kubelet's hash as the runtime recorded it"
+        );
+    }
+
+    // the same change while InPlaceUpdateReady is True restarts nothing
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["metadata"]["annotations"]["role"] = json!("green")
+        })
+        .unwrap();
+    c.daemon
+        .wait_for_log("stale env, not stopping", LIMIT)
+        .await;
+    let main = running.container("main").to_string();
+    assert_eq!(
+        c.kubelet
+            .runtime()
+            .container_status(&main, false)
+            .await
+            .unwrap()
+            .state,
+        ContainerState::Running
+    );
+
+    // pending: exactly that container is stopped
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["status"]["conditions"][0]["status"] = json!("False")
+        })
+        .unwrap();
+    c.daemon.wait_for_log("stopping container", LIMIT).await;
+    // StopContainer on a stopping container returns once it has stopped: no polling needed
+    within(
+        LIMIT,
+        "container stop",
+        c.kubelet
+            .runtime()
+            .stop_container(&main, Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        c.kubelet
+            .runtime()
+            .container_status(running.container("side"), false)
+            .await
+            .unwrap()
+            .state,
+        ContainerState::Running
+    );
+
+    // the kubelet recreates it with the new value; the annotation follows
+    let pod = spec_of(&c.api, &name);
+    let new_main = within(
+        LIMIT,
+        "recreate",
+        c.kubelet
+            .recreate(&mut running, "main", Some(container_spec(&pod, "main"))),
+    )
+    .await;
+    report(&c.api, &name, &running, false);
+    wait_meta(&c.api, &name, |m| {
+        m.container("main")
+            .unwrap()
+            .container_id
+            .ends_with(&new_main)
+    })
+    .await;
+    assert_eq!(
+        echo_role(&c, &new_main).await,
+        "green",
+        "the new container sees the new value"
+    );
+    assert_eq!(stops_logged(&c.daemon), 1, "one restart");
+
+    within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
+    c.daemon.terminate();
+    assert!(c.daemon.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn an_image_and_env_change_together_restarts_the_container_exactly_once() {
+    let Some(lab) = Lab::get() else { return };
+    let mut c = cluster(&lab, "node-e2e").await;
+    let name = unique("web");
+    let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), true).await;
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["metadata"]["labels"]["touch"] = json!("1")
+        })
+        .unwrap();
+    wait_meta(&c.api, &name, |m| m.containers.len() == 2).await;
+
+    let v2 = lab.image("busybox:v2");
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["spec"]["containers"][0]["image"] = json!(v2);
+            p["metadata"]["annotations"]["role"] = json!("green");
+            p["status"]["conditions"][0]["status"] = json!("False");
+        })
+        .unwrap();
+    let blocked = c
+        .daemon
+        .wait_for_log("stale env, not stopping", LIMIT)
+        .await;
+    assert!(
+        blocked["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("kubelet recreates"),
+        "{blocked}"
+    );
+    // the kubelet's own restart for the new hash
+    let main = running.container("main").to_string();
+    within(
+        LIMIT,
+        "kubelet stop",
+        c.kubelet
+            .runtime()
+            .stop_container(&main, Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let pod = spec_of(&c.api, &name);
+    let new_main = within(
+        LIMIT,
+        "recreate",
+        c.kubelet
+            .recreate(&mut running, "main", Some(container_spec(&pod, "main"))),
+    )
+    .await;
+    report(&c.api, &name, &running, false);
+    wait_meta(&c.api, &name, |m| {
+        m.container("main")
+            .unwrap()
+            .container_id
+            .ends_with(&new_main)
+    })
+    .await;
+    assert_eq!(
+        stops_logged(&c.daemon),
+        0,
+        "the daemon stopped nothing: one restart in all"
+    );
+    assert_eq!(echo_role(&c, &new_main).await, "green");
+    let version = c
+        .kubelet
+        .runtime()
+        .exec_sync(
+            &new_main,
+            vec!["cat".into(), "/etc/image-version".into()],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), "v2");
+
+    within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
+    c.daemon.terminate();
+    assert!(c.daemon.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn an_image_without_env_binary_still_gets_its_env_hash() {
+    let Some(lab) = Lab::get() else { return };
+    let mut c = cluster(&lab, "node-e2e").await;
+    let name = unique("noenv");
+    let running = run_pod(&c, &name, &lab.image("noenv:v1"), true).await;
+    // the image really has no env binary
+    let r = c
+        .kubelet
+        .runtime()
+        .exec_sync(
+            running.container("main"),
+            vec!["env".into()],
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(
+        r.map(|o| o.exit_code != 0).unwrap_or(true),
+        "env must be missing from test/noenv"
+    );
+
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["metadata"]["labels"]["touch"] = json!("1")
+        })
+        .unwrap();
+    let pod = spec_of(&c.api, &name);
+    let main_spec = &pod.spec.as_ref().unwrap().containers[0];
+    let expected = kruised::hash::env::expected_env_hash(
+        main_spec,
+        &pod.metadata.labels.clone().unwrap(),
+        &pod.metadata.annotations.clone().unwrap(),
+    );
+    let meta = wait_meta(&c.api, &name, |m| {
+        m.container("main")
+            .is_some_and(|e| e.hashes.extracted_env_from_metadata_hash != 0)
+    })
+    .await;
+    assert_eq!(
+        meta.container("main")
+            .unwrap()
+            .hashes
+            .extracted_env_from_metadata_hash,
+        expected
+    );
+
+    within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
+    c.daemon.terminate();
+    assert!(c.daemon.wait_exit(LIMIT).await.success());
+}
