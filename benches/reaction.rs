@@ -79,7 +79,17 @@ async fn main() {
                     .all(|c| c.hashes.extracted_env_from_metadata_hash != 0)
         })
         .await
-        .unwrap_or_else(|| panic!("web-{i} never annotated"));
+        .unwrap_or_else(|| {
+            let problems: Vec<_> = d
+                .log()
+                .into_iter()
+                .filter(|v| v["level"] != "INFO" && v["level"] != "DEBUG")
+                .collect();
+            panic!(
+                "web-{i} never annotated: {:?}; daemon warnings: {problems:#?}",
+                node.meta(&format!("web-{i}"))
+            )
+        });
     }
     let rss_loaded = d.rss_bytes();
 

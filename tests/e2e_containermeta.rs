@@ -181,7 +181,7 @@ async fn echo_role(c: &Cluster, id: &str) -> String {
 }
 
 fn stops_logged(d: &Daemon) -> usize {
-    d.log
+    d.log()
         .iter()
         .filter(|v| {
             v["message"]

@@ -77,8 +77,12 @@ async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm() {
 
     d.terminate();
     let status = d.wait_exit(DRAIN + Duration::from_secs(5)).await;
-    assert!(status.success(), "exit status {status}; log: {:#?}", d.log);
-    assert!(d.logged("drained"), "log: {:#?}", d.log);
+    assert!(
+        status.success(),
+        "exit status {status}; log: {:#?}",
+        d.log()
+    );
+    assert!(d.logged("drained"), "log: {:#?}", d.log());
 }
 
 #[tokio::test]
@@ -120,7 +124,11 @@ async fn daemon_without_api_server_or_runtime_stays_up_and_not_ready() {
 
     d.terminate();
     let status = d.wait_exit(DRAIN + Duration::from_secs(5)).await;
-    assert!(status.success(), "exit status {status}; log: {:#?}", d.log);
+    assert!(
+        status.success(),
+        "exit status {status}; log: {:#?}",
+        d.log()
+    );
 }
 
 #[tokio::test]

@@ -5,15 +5,18 @@ use std::net::SocketAddr;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStderr, Command};
+use std::sync::{Arc, Mutex};
 
-/// A running `kruised run`.
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+/// A running `kruised run`. Its log is drained by a task as it comes (a full pipe would block
+/// the daemon), and kept for the test to read and wait on.
 pub struct Daemon {
     child: Child,
-    lines: Lines<BufReader<ChildStderr>>,
-    /// Every log line read so far.
-    pub log: Vec<serde_json::Value>,
+    log: Arc<Mutex<Vec<serde_json::Value>>>,
+    lines: watch::Receiver<usize>,
     /// The admin server's address.
     pub admin: SocketAddr,
 }
@@ -22,6 +25,14 @@ pub struct Daemon {
 pub fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     l.local_addr().expect("local addr")
+}
+
+fn parse_line(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|_| serde_json::json!({ "message": line }))
+}
+
+fn message_has(v: &serde_json::Value, needle: &str) -> bool {
+    v["message"].as_str().is_some_and(|m| m.contains(needle))
 }
 
 impl Daemon {
@@ -41,45 +52,58 @@ impl Daemon {
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("start kruised");
         let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, lines) = watch::channel(0usize);
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                let n = {
+                    let mut l = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    l.push(parse_line(&line));
+                    l.len()
+                };
+                tx.send_replace(n);
+            }
+            // closing the channel tells waiters the process ended
+        });
         Daemon {
             child,
-            lines: BufReader::new(stderr).lines(),
-            log: Vec::new(),
+            log,
+            lines,
             admin,
         }
     }
 
-    /// Reads the log until a line whose message contains `needle` (or finds one already read),
-    /// at most `limit`. Panics with the log so far if it does not come.
+    /// Every log line so far.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits for a line whose message contains `needle` (or returns one already logged), at
+    /// most `limit`. Panics with the log if it does not come.
     pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> serde_json::Value {
-        let seen = self
-            .log
-            .iter()
-            .find(|v| v["message"].as_str().is_some_and(|m| m.contains(needle)));
-        if let Some(v) = seen {
-            return v.clone();
-        }
         let found = tokio::time::timeout(limit, async {
-            while let Ok(Some(line)) = self.lines.next_line().await {
-                let v: serde_json::Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "message": line }));
-                self.log.push(v.clone());
-                if v["message"].as_str().is_some_and(|m| m.contains(needle)) {
+            loop {
+                if let Some(v) = self.log().into_iter().find(|v| message_has(v, needle)) {
                     return Some(v);
                 }
+                if self.lines.changed().await.is_err() {
+                    // the process ended; one last look
+                    return self.log().into_iter().find(|v| message_has(v, needle));
+                }
             }
-            None
         })
         .await;
         match found {
             Ok(Some(v)) => v,
             Ok(None) => panic!(
                 "kruised exited before logging {needle:?}; log: {:#?}",
-                self.log
+                self.log()
             ),
             Err(_) => panic!(
                 "kruised did not log {needle:?} within {limit:?}; log: {:#?}",
-                self.log
+                self.log()
             ),
         }
     }
@@ -119,31 +143,26 @@ impl Daemon {
         assert!(ok, "kill -TERM {pid}");
     }
 
-    /// Waits for the process to exit, at most `limit`; reads the rest of its log.
+    /// Waits for the process to exit and its log to be read to the end, at most `limit`.
     pub async fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
         let status = tokio::time::timeout(limit, self.child.wait())
             .await
             .unwrap_or_else(|_| {
                 panic!(
                     "kruised did not exit within {limit:?}; log: {:#?}",
-                    self.log
+                    self.log()
                 )
             })
             .expect("wait for kruised");
-        while let Ok(Some(line)) = self.lines.next_line().await {
-            self.log.push(
-                serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "message": line })),
-            );
-        }
+        let mut lines = self.lines.clone();
+        // the reader ends at EOF, which follows the exit
+        let _ = tokio::time::timeout(limit, async { while lines.changed().await.is_ok() {} }).await;
         status
     }
 
     /// Whether any log line's message contains `needle`.
     pub fn logged(&self, needle: &str) -> bool {
-        self.log
-            .iter()
-            .any(|v| v["message"].as_str().is_some_and(|m| m.contains(needle)))
+        self.log().iter().any(|v| message_has(v, needle))
     }
 }
 
