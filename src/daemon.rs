@@ -165,7 +165,10 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         let cancel = cancel.clone();
         async move {
             tokio::select! {
-                () = readiness.wait_ready() => tracing::info!("daemon ready: caches synced, runtime reachable"),
+                () = readiness.wait_ready() => {
+                    tracing::info!("daemon ready: caches synced, runtime reachable");
+                    crate::sdnotify::notify("READY=1");
+                }
                 () = cancel.cancelled() => {}
             }
         }

@@ -12,6 +12,7 @@ pub mod hash;
 pub mod hashcmd;
 pub mod k8s;
 pub mod metrics;
+pub mod sdnotify;
 pub mod telemetry;
 mod version;
 

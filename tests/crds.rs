@@ -224,3 +224,41 @@ fn node_pod_probe_is_cluster_scoped_and_its_schema_keeps_the_capitalised_ip_key(
         property(probe, field);
     }
 }
+
+#[test]
+fn deploy_manifests_parse_and_grant_only_what_the_daemon_uses() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
+    let rbac = std::fs::read_to_string(format!("{dir}/rbac.yaml")).unwrap();
+    let docs: Vec<serde_json::Value> = rbac
+        .split("\n---\n")
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect();
+    let cluster_role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    for rule in cluster_role["rules"].as_array().unwrap() {
+        for r in rule["resources"].as_array().unwrap() {
+            assert_ne!(
+                r, "secrets",
+                "secrets only in the config namespace (kruise CVE fix #1482)"
+            );
+        }
+    }
+    let ds: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(format!("{dir}/daemonset.yaml")).unwrap())
+            .unwrap();
+    let spec = &ds["spec"]["template"]["spec"];
+    assert!(spec.get("hostNetwork").is_none(), "no hostNetwork");
+    assert_eq!(
+        spec["containers"][0]["livenessProbe"]["httpGet"]["path"],
+        "/healthz"
+    );
+    let k: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(format!("{dir}/kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    for r in k["resources"].as_array().unwrap() {
+        assert!(
+            std::path::Path::new(&format!("{dir}/{}", r.as_str().unwrap())).exists(),
+            "{r}"
+        );
+    }
+}

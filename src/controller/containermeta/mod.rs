@@ -561,11 +561,16 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, c: Container)
     regarding.field_path = Some(format!("spec.containers{{{name}}}"));
     shared.tracker.spawn(
         async move {
-            let pod_ip = runtime
-                .pod_sandbox_status(&c.pod_sandbox_id, false)
-                .await
-                .ok()
-                .map(|s| s.ip);
+            // the pod IP only matters to a preStop hook: no extra call on the hot path otherwise
+            let pod_ip = if c.annotations.contains_key(keys::KUBELET_PRESTOP_HANDLER) {
+                runtime
+                    .pod_sandbox_status(&c.pod_sandbox_id, false)
+                    .await
+                    .ok()
+                    .map(|s| s.ip)
+            } else {
+                None
+            };
             tracing::info!(container = %name, id = %c.id, "stopping container: its env from metadata changed");
             events.record(EventSpec {
                 regarding: regarding.clone(),
