@@ -1,0 +1,276 @@
+//! Pre-pull benchmark: the time to pull a set of images through the image puller (a NodeImage
+//! written to the API double, until its status says every tag Succeeded) next to the time to
+//! pull the same images directly through CRI `PullImage`, side by side in one run against the
+//! real lab (containerd + registry from `tests/cri-lab.sh`). Images are removed before every
+//! run, so each run fetches their layers again; the two ways alternate their order each round.
+//!
+//! Run (with a lab started as in TESTING.md):
+//!
+//! ```sh
+//! KRUISED_LAB=/tmp/kruised-lab cargo bench --bench prepull
+//! # options after --: --rounds N (default 15), --images N (1..=4, default 4)
+//! # PREPULL_VERBOSE=1 prints each run's PullImage calls
+//! ```
+//!
+//! It builds the lab's bench images first (`cri-lab.sh bench-images`: four images, each the
+//! busybox base plus one 16 MiB layer of random bytes). Target: ratio ≤ 1.05. Under `cargo test`
+//! (no `--bench` argument) it does nothing.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "benchmark code: a failed unwrap is a failed run"
+)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "../tests/pull_support/mod.rs"]
+mod pull_support;
+
+use std::time::{Duration, Instant};
+
+use kruised::controller::imagepull::Settings;
+use kruised::cri::{ImageService, PullRequest, RemoteRuntime, Timeouts};
+use kruised::k8s::crd::ImagePullPhase;
+use pull_support::{LIMIT, PullNode};
+use serde_json::{Value, json};
+use support::Lab;
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("prepull benchmark: skipped (run it with `cargo bench --bench prepull`)");
+        return;
+    }
+    let rounds = arg(&args, "--rounds", 15).max(1);
+    let count = arg(&args, "--images", 4).clamp(1, 4);
+    let Some(lab) = Lab::get() else { return };
+    lab.script("bench-images");
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench(lab, rounds, count));
+}
+
+async fn remove(rt: &RemoteRuntime, images: &[String]) {
+    for i in images {
+        rt.remove_image(i).await.unwrap();
+        assert!(
+            rt.image_status(i).await.unwrap().is_none(),
+            "{i} still present"
+        );
+    }
+}
+
+/// All images pulled at once straight through CRI.
+async fn direct(rt: &RemoteRuntime, images: &[String]) -> Duration {
+    let started = Instant::now();
+    let pulls = images.iter().map(|i| {
+        rt.pull_image(
+            PullRequest {
+                image: i.clone(),
+                ..Default::default()
+            },
+            LIMIT,
+        )
+    });
+    for r in futures::future::join_all(pulls).await {
+        r.unwrap();
+    }
+    started.elapsed()
+}
+
+/// One run through the puller: total time, and the daemon's share of it: before the first
+/// `PullImage` started and after the last one returned.
+struct Run {
+    total: Duration,
+    before: Duration,
+    after: Duration,
+    /// Start of each pull after the first one's, and its duration.
+    calls: Vec<(Duration, Duration)>,
+}
+
+/// The same images as NodeImage tags at `version`, until the stored status has them all
+/// Succeeded.
+async fn through_puller(node: &PullNode, repos: &[String], version: i64) -> Run {
+    let images: serde_json::Map<String, Value> = repos
+        .iter()
+        .map(|r| {
+            (
+                r.clone(),
+                json!({"tags": [{"tag": "v1", "version": version}]}),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    if version == 1 {
+        node.create_node_image(Value::Object(images));
+    } else {
+        node.set_images(Value::Object(images));
+    }
+    node.wait_status("every tag Succeeded", |s| {
+        s.succeeded as usize == repos.len()
+            && s.image_statuses.values().all(|i| {
+                i.tags
+                    .iter()
+                    .all(|t| t.version == version && t.phase == ImagePullPhase::Succeeded)
+            })
+    })
+    .await;
+    let ended = Instant::now();
+    let calls: Vec<_> = node
+        .pull_calls()
+        .into_iter()
+        .filter(|c| c.started >= started)
+        .collect();
+    let first = calls.iter().map(|c| c.started).min().unwrap();
+    let last = calls.iter().map(|c| c.ended).max().unwrap();
+    Run {
+        total: ended - started,
+        before: first - started,
+        after: ended - last,
+        calls: calls
+            .iter()
+            .map(|c| (c.started - first, c.ended - c.started))
+            .collect(),
+    }
+}
+
+fn median(v: &[Duration]) -> Duration {
+    let mut s = v.to_vec();
+    s.sort();
+    s[s.len() / 2]
+}
+
+fn mean(v: &[Duration]) -> Duration {
+    v.iter().sum::<Duration>() / u32::try_from(v.len()).unwrap()
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
+}
+
+async fn bench(lab: Lab, rounds: usize, count: usize) {
+    let repos: Vec<String> = (1..=count)
+        .map(|i| format!("{}/bench/img{i}", lab.registry))
+        .collect();
+    let images: Vec<String> = repos.iter().map(|r| format!("{r}:v1")).collect();
+    let rt = RemoteRuntime::new(lab.endpoint(), None, Timeouts::default());
+    let version = kruised::cri::RuntimeService::version(&rt).await.unwrap();
+    // the daemon's own settings: unlimited workers, default coalescing
+    let node = PullNode::start(Settings::default(), lab.endpoint()).await;
+
+    // warm-up: one of each, not counted (first connections, first registry reads)
+    remove(&rt, &images).await;
+    direct(&rt, &images).await;
+    remove(&rt, &images).await;
+    through_puller(&node, &repos, 1).await;
+
+    let (mut d, mut p, mut before, mut after) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let verbose = std::env::var_os("PREPULL_VERBOSE").is_some();
+    let mut record = |r: Run| {
+        if verbose {
+            let calls: Vec<String> = r
+                .calls
+                .iter()
+                .map(|(at, took)| format!("+{}ms/{}ms", at.as_millis(), took.as_millis()))
+                .collect();
+            println!(
+                "  kruised: {}ms before, {}ms after; pulls (start, duration): {}",
+                r.before.as_millis(),
+                r.after.as_millis(),
+                calls.join(" ")
+            );
+        }
+        before.push(r.before);
+        after.push(r.after);
+        r.total
+    };
+    for round in 0..rounds {
+        let v = i64::try_from(round).unwrap() + 2;
+        if round % 2 == 0 {
+            remove(&rt, &images).await;
+            d.push(direct(&rt, &images).await);
+            remove(&rt, &images).await;
+            p.push(record(through_puller(&node, &repos, v).await));
+        } else {
+            remove(&rt, &images).await;
+            p.push(record(through_puller(&node, &repos, v).await));
+            remove(&rt, &images).await;
+            d.push(direct(&rt, &images).await);
+        }
+        println!(
+            "round {}: direct CRI {:>8.1} ms   through kruised {:>8.1} ms",
+            round + 1,
+            d[round].as_secs_f64() * 1e3,
+            p[round].as_secs_f64() * 1e3
+        );
+    }
+    let ratio = median(&p).as_secs_f64() / median(&d).as_secs_f64();
+    let mean_ratio = mean(&p).as_secs_f64() / mean(&d).as_secs_f64();
+    // each round's pair ran back to back: their ratio cancels slow drift in the machine's load
+    let mut paired: Vec<f64> = p
+        .iter()
+        .zip(&d)
+        .map(|(p, d)| p.as_secs_f64() / d.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    let paired = paired[paired.len() / 2];
+    println!();
+    println!("machine:  {}", machine());
+    println!(
+        "runtime:  {} {} ({}), registry on loopback",
+        version.runtime_name, version.runtime_version, lab.registry
+    );
+    println!(
+        "images:   {count} x (busybox base + 16 MiB random layer), pulled concurrently, removed before each run"
+    );
+    println!(
+        "direct CRI PullImage:   median {:>8.1} ms  mean {:>8.1} ms",
+        median(&d).as_secs_f64() * 1e3,
+        mean(&d).as_secs_f64() * 1e3
+    );
+    println!(
+        "through kruised:        median {:>8.1} ms  mean {:>8.1} ms",
+        median(&p).as_secs_f64() * 1e3,
+        mean(&p).as_secs_f64() * 1e3
+    );
+    println!(
+        "kruised's share:        median {:>8.1} ms before the first PullImage, {:>6.1} ms after the last",
+        median(&before).as_secs_f64() * 1e3,
+        median(&after).as_secs_f64() * 1e3
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "load average at the end: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "ratio: medians {ratio:.3}, means {mean_ratio:.3}, median of per-round ratios {paired:.3}  \
+         (target <= 1.05) {}",
+        if ratio <= 1.05 { "OK" } else { "ABOVE TARGET" }
+    );
+}

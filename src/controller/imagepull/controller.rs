@@ -1,0 +1,337 @@
+//! The NodeImage loop: keeps one pull task per tag of the NodeImage named after the node, and
+//! writes the status when it changes.
+//!
+//! - On every change of the watched NodeImage (spec or status), [`plan`](super::state::plan)
+//!   says which tasks to stop, which finished statuses to adopt and which tasks to start.
+//! - Tasks announce phase changes; the status is then written, coalesced: the first change after
+//!   a quiet period is written within [`status_coalesce`] (50 ms), later ones at most every
+//!   [`status_min_interval`] (500 ms), and the moment no task is left running the final state is
+//!   written at once. A 10-tag NodeImage thus costs a handful of writes, and a finished pull is
+//!   reported without delay.
+//! - Before writing, the wanted status is compared with the freshest stored one (the watch cache
+//!   or the answer to our last write, whichever has the newer `resourceVersion`): an unchanged
+//!   status is never written, also not after a restart or a resync.
+//! - A NodeImage being deleted is left alone (as kruise does); one that disappears stops every
+//!   task.
+//!
+//! [`status_coalesce`]: super::Settings::status_coalesce
+//! [`status_min_interval`]: super::Settings::status_min_interval
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::secrets::Credentials;
+use super::state::{self, TagKey, Tracked};
+use super::status;
+use super::task::{self, Cell, Env, TagJob};
+use crate::cri::ImageService;
+use crate::k8s::crd::{ImagePullPhase, ImageTagStatus, NodeImage};
+use crate::k8s::watch::Watched;
+use crate::k8s::write;
+
+/// Longest pause between retries of a failed status write.
+const WRITE_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// A tag the controller tracks.
+struct Entry {
+    version: i64,
+    status: Cell,
+    /// The running task; `None` for an adopted status or a finished task.
+    task: Option<CancellationToken>,
+}
+
+impl Entry {
+    fn snapshot(&self) -> ImageTagStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The NodeImage controller of one node.
+pub struct Controller<I, C> {
+    env: Arc<Env<I, C>>,
+    node: String,
+    api: Api<NodeImage>,
+    cache: Watched<NodeImage>,
+    entries: BTreeMap<TagKey, Entry>,
+    /// Our last write.
+    written: Option<status::LastWrite>,
+    last_write: Option<Instant>,
+    write_failures: u32,
+    changed: Arc<Notify>,
+    busy: watch::Sender<usize>,
+}
+
+fn resource_version(o: &NodeImage) -> u64 {
+    o.resource_version()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl<I, C> Controller<I, C>
+where
+    I: ImageService + Clone + 'static,
+    C: Credentials,
+{
+    /// A controller for the NodeImage named `node`. `busy` receives the number of tasks not yet
+    /// finished (the next-batch pre-puller waits for 0).
+    pub fn new(
+        env: Arc<Env<I, C>>,
+        node: &str,
+        api: Api<NodeImage>,
+        cache: Watched<NodeImage>,
+        busy: watch::Sender<usize>,
+    ) -> Self {
+        Controller {
+            env,
+            node: node.to_string(),
+            api,
+            cache,
+            entries: BTreeMap::new(),
+            written: None,
+            last_write: None,
+            write_failures: 0,
+            changed: Arc::new(Notify::new()),
+            busy,
+        }
+    }
+
+    fn object(&self) -> Option<Arc<NodeImage>> {
+        self.cache.store().get(&ObjectRef::new(&self.node))
+    }
+
+    /// Runs until `cancel`; then stops every task.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut changes = self.cache.subscribe();
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = self.cache.wait_synced() => {}
+        }
+        self.reconcile();
+        let mut flush_at = Some(Instant::now());
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                r = changes.recv() => match r {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        self.reconcile();
+                        flush_at = Some(self.next_flush(flush_at));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                () = self.changed.notified() => {
+                    flush_at = Some(self.next_flush(flush_at));
+                }
+                () = sleep_until(flush_at), if flush_at.is_some() => {
+                    flush_at = self.flush().await;
+                }
+            }
+            self.publish_counts();
+        }
+        for e in self.entries.values() {
+            if let Some(t) = &e.task {
+                t.cancel();
+            }
+        }
+        tracing::debug!("image puller stopped");
+    }
+
+    /// Applies the plan for the current object.
+    fn reconcile(&mut self) {
+        let obj = self.object();
+        let Some(obj) = obj.filter(|o| o.metadata.deletion_timestamp.is_none()) else {
+            if self.object().is_none() && !self.entries.is_empty() {
+                tracing::info!("NodeImage gone: stopping every pull");
+                for e in self.entries.values() {
+                    if let Some(t) = &e.task {
+                        t.cancel();
+                    }
+                }
+                self.entries.clear();
+                self.written = None;
+            }
+            return;
+        };
+        // tasks that finished are no longer active
+        for e in self.entries.values_mut() {
+            if e.task.is_some() && state::is_terminal(&e.snapshot().phase) {
+                e.task = None;
+            }
+        }
+        let tracked: BTreeMap<TagKey, Tracked> = self
+            .entries
+            .iter()
+            .map(|(k, e)| {
+                (
+                    k.clone(),
+                    Tracked {
+                        version: e.version,
+                        active: e.task.is_some(),
+                    },
+                )
+            })
+            .collect();
+        let plan = state::plan(&obj.spec, obj.status.as_ref(), &tracked);
+        for key in &plan.stop {
+            if let Some(e) = self.entries.remove(key)
+                && let Some(t) = e.task
+            {
+                tracing::info!(image = %key.0, tag = %key.1, version = e.version, "stopping pull");
+                t.cancel();
+            }
+        }
+        for (key, s) in plan.adopt {
+            tracing::debug!(image = %key.0, tag = %key.1, version = s.version, phase = %s.phase, "tag already done for its version");
+            self.entries.insert(
+                key,
+                Entry {
+                    version: s.version,
+                    status: Arc::new(Mutex::new(s)),
+                    task: None,
+                },
+            );
+        }
+        let node_image = write::object_ref(obj.as_ref());
+        for ((image, tag), spec) in plan.start {
+            let Some(ispec) = obj.spec.images.get(&image) else {
+                continue;
+            };
+            let cell: Cell = Arc::new(Mutex::new(state::waiting(&spec)));
+            let cancel = CancellationToken::new();
+            let job = TagJob {
+                image: image.clone(),
+                spec: spec.clone(),
+                pull_secrets: ispec.pull_secrets.clone(),
+                sandbox: ispec.sandbox_config.clone(),
+                node_image: node_image.clone(),
+            };
+            let span =
+                tracing::info_span!("tag", image = %image, tag = %tag, version = spec.version);
+            self.env.tracker.spawn(
+                task::run(
+                    self.env.clone(),
+                    job,
+                    cell.clone(),
+                    self.changed.clone(),
+                    cancel.clone(),
+                )
+                .instrument(span),
+            );
+            self.entries.insert(
+                (image, tag),
+                Entry {
+                    version: spec.version,
+                    status: cell,
+                    task: Some(cancel),
+                },
+            );
+        }
+    }
+
+    /// Counts tasks by phase for the metrics and the pre-puller.
+    fn publish_counts(&self) {
+        let (mut waiting, mut pulling, mut succeeded, mut failed) = (0, 0, 0, 0);
+        for e in self.entries.values() {
+            match e.snapshot().phase {
+                ImagePullPhase::Waiting => waiting += 1,
+                ImagePullPhase::Pulling => pulling += 1,
+                ImagePullPhase::Succeeded => succeeded += 1,
+                ImagePullPhase::Failed => failed += 1,
+                ImagePullPhase::Other(_) => {}
+            }
+        }
+        self.env.metrics.phases(waiting, pulling, succeeded, failed);
+        self.busy.send_if_modified(|b| {
+            let now = waiting + pulling;
+            std::mem::replace(b, now) != now
+        });
+    }
+
+    /// When to write after a change, given the write already planned.
+    fn next_flush(&self, planned: Option<Instant>) -> Instant {
+        let now = Instant::now();
+        let s = &self.env.settings;
+        let all_done = self
+            .entries
+            .values()
+            .all(|e| state::is_terminal(&e.snapshot().phase));
+        let at = if all_done {
+            now
+        } else {
+            match self.last_write {
+                Some(last) if now < last + s.status_min_interval => last + s.status_min_interval,
+                _ => now + s.status_coalesce,
+            }
+        };
+        planned.map_or(at, |p| p.min(at))
+    }
+
+    /// Writes the status if it differs from the stored one; returns when to try again after a
+    /// failed write.
+    async fn flush(&mut self) -> Option<Instant> {
+        let obj = self.object()?;
+        if obj.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let tags: BTreeMap<TagKey, ImageTagStatus> = self
+            .entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.snapshot()))
+            .collect();
+        let want = status::build(&obj.spec, &tags);
+        let patch = status::decide(
+            &want,
+            obj.status.as_ref(),
+            resource_version(&obj),
+            self.written.as_ref(),
+        )?;
+        match write::patch_status(&self.api, &self.node, &patch).await {
+            Ok(o) => {
+                tracing::debug!(
+                    desired = want.desired,
+                    succeeded = want.succeeded,
+                    failed = want.failed,
+                    pulling = want.pulling,
+                    waiting = want.waiting,
+                    "status written"
+                );
+                self.written = Some(status::LastWrite {
+                    resource_version: resource_version(&o),
+                    stored: o.status.unwrap_or_default(),
+                    sent: want,
+                });
+                self.last_write = Some(Instant::now());
+                self.write_failures = 0;
+                None
+            }
+            Err(e) if write::is_not_found(&e) => None,
+            Err(e) => {
+                self.write_failures += 1;
+                let pause = crate::daemon::jitter(state::backoff(
+                    self.write_failures - 1,
+                    Duration::from_millis(200),
+                    WRITE_RETRY_MAX,
+                ));
+                tracing::warn!(error = %e, retry_in = ?pause, "status write failed");
+                Some(Instant::now() + pause)
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

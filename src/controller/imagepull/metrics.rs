@@ -1,0 +1,213 @@
+//! Metrics of the image puller, registered under `kruised_imagepull_`. Labels are bounded: a
+//! source and a result, never an image name.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `pulls_total` | counter | `source` (`nodeimage`, `next_batch`), `result` (`succeeded`, `failed`, `present`, `shared`) |
+//! | `pull_duration_seconds` | histogram | `source`, `result` (`succeeded`, `failed`): CRI `PullImage` calls |
+//! | `image_fs_used_bytes` | gauge | - (from `ImageFsInfo`) |
+//! | `image_fs_free_bytes` | gauge | - (statvfs of the image filesystem, when visible) |
+//! | `queue_length` | gauge | - (tags `Waiting` for a pull slot) |
+//! | `tasks` | gauge | `phase` (`Waiting`, `Pulling`, `Succeeded`, `Failed`) |
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Who asked for a pull.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A NodeImage tag.
+    NodeImage,
+    /// A pod's next in-place batch (`nextContainerImages`).
+    NextBatch,
+}
+
+impl Source {
+    fn label(self) -> &'static str {
+        match self {
+            Source::NodeImage => "nodeimage",
+            Source::NextBatch => "next_batch",
+        }
+    }
+}
+
+/// How one pull attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The runtime pulled the image.
+    Succeeded,
+    /// The pull failed (or was refused before the runtime was asked).
+    Failed,
+    /// The image was already present (`IfNotPresent`): no pull.
+    Present,
+    /// Another request's pull of the same reference was joined: no second pull.
+    Shared,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Present => "present",
+            Outcome::Shared => "shared",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PullLabels {
+    source: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+/// The puller's metrics (cheap to clone: handles to shared values).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pulls: Family<PullLabels, Counter>,
+    durations: Family<PullLabels, Histogram>,
+    fs_used: Gauge,
+    fs_free: Gauge,
+    queue: Gauge,
+    tasks: Family<PhaseLabels, Gauge>,
+}
+
+fn duration_histogram() -> Histogram {
+    // 50 ms .. ~55 min
+    Histogram::new(exponential_buckets(0.05, 3.0, 12))
+}
+
+impl Metrics {
+    /// Metrics that no registry exports (tests, benchmarks).
+    pub fn unregistered() -> Self {
+        Metrics {
+            pulls: Family::default(),
+            durations: Family::new_with_constructor(duration_histogram),
+            fs_used: Gauge::default(),
+            fs_free: Gauge::default(),
+            queue: Gauge::default(),
+            tasks: Family::default(),
+        }
+    }
+
+    /// Creates the metrics and registers them.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Metrics::unregistered();
+        registry.register(
+            "pulls",
+            "Image pull attempts by source and result (present: already on the node; shared: \
+             joined an identical pull in flight)",
+            m.pulls.clone(),
+        );
+        registry.register(
+            "pull_duration_seconds",
+            "Duration of CRI PullImage calls by source and result",
+            m.durations.clone(),
+        );
+        registry.register(
+            "image_fs_used_bytes",
+            "Bytes used by images on the image filesystem, as the runtime reports (ImageFsInfo)",
+            m.fs_used.clone(),
+        );
+        registry.register(
+            "image_fs_free_bytes",
+            "Bytes free on the image filesystem (statvfs), when the daemon can see it",
+            m.fs_free.clone(),
+        );
+        registry.register(
+            "queue_length",
+            "NodeImage pull tasks waiting for a pull slot",
+            m.queue.clone(),
+        );
+        registry.register("tasks", "NodeImage pull tasks by phase", m.tasks.clone());
+        m
+    }
+
+    /// Counts one pull attempt.
+    pub fn pulled(&self, source: Source, outcome: Outcome) {
+        self.pulls
+            .get_or_create(&PullLabels {
+                source: source.label(),
+                result: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// Records the duration of one CRI `PullImage` call.
+    pub fn pull_took(&self, source: Source, ok: bool, took: Duration) {
+        let result = if ok {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed
+        };
+        self.durations
+            .get_or_create(&PullLabels {
+                source: source.label(),
+                result: result.label(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records the image filesystem's usage.
+    pub fn image_fs(&self, used: Option<u64>, free: Option<u64>) {
+        if let Some(u) = used {
+            self.fs_used.set(i64::try_from(u).unwrap_or(i64::MAX));
+        }
+        if let Some(f) = free {
+            self.fs_free.set(i64::try_from(f).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets the task counts by phase (and the queue length, the `Waiting` count).
+    pub fn phases(&self, waiting: usize, pulling: usize, succeeded: usize, failed: usize) {
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.queue.set(g(waiting));
+        for (phase, n) in [
+            ("Waiting", waiting),
+            ("Pulling", pulling),
+            ("Succeeded", succeeded),
+            ("Failed", failed),
+        ] {
+            self.tasks.get_or_create(&PhaseLabels { phase }).set(g(n));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_encode_with_bounded_labels() {
+        let mut registry = Registry::with_prefix("kruised_imagepull");
+        let m = Metrics::register(&mut registry);
+        m.pulled(Source::NodeImage, Outcome::Succeeded);
+        m.pulled(Source::NextBatch, Outcome::Present);
+        m.pull_took(Source::NodeImage, true, Duration::from_millis(200));
+        m.image_fs(Some(1024), None);
+        m.phases(2, 1, 0, 0);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for want in [
+            r#"kruised_imagepull_pulls_total{source="nodeimage",result="succeeded"} 1"#,
+            r#"kruised_imagepull_pulls_total{source="next_batch",result="present"} 1"#,
+            r#"kruised_imagepull_pull_duration_seconds_count{source="nodeimage",result="succeeded"} 1"#,
+            "kruised_imagepull_image_fs_used_bytes 1024",
+            "kruised_imagepull_queue_length 2",
+            r#"kruised_imagepull_tasks{phase="Pulling"} 1"#,
+        ] {
+            assert!(out.contains(want), "{want} missing from\n{out}");
+        }
+    }
+}

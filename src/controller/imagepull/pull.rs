@@ -1,0 +1,279 @@
+//! One pull through the CRI, shared by everyone who asks for the same thing at the same time.
+//!
+//! What "the same thing" can mean here: the CRI cannot resolve a tag to a digest without pulling
+//! (there is no "resolve" RPC, and the daemon does not talk to registries itself), so two tags
+//! that happen to point at the same manifest are two pulls (the second one is cheap: the runtime
+//! fetches the manifest and finds every blob present). What the daemon can know before pulling
+//! is the normalised reference: `nginx:1.25`, `library/nginx:1.25` and
+//! `docker.io/library/nginx:1.25` are one pull, and so are `app:v1@sha256:X` and `app@sha256:X`
+//! (a digest fixes the content; the tag next to it does not change what is fetched). The same
+//! digest in two repositories is two pulls, because the runtime records the image under the name
+//! it was pulled by. Pulls with different credentials are never merged.
+//!
+//! The pull runs in its own task; every caller waits on its result with its own timeout. When
+//! the last caller stops waiting (its tag was removed), the pull is cancelled.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::keyring::Credential;
+use super::metrics::{Metrics, Outcome, Source};
+use crate::cri::{ImageService, PullRequest, PullSandbox};
+
+/// What a pull returns: the runtime's image reference (the image ID on containerd and CRI-O),
+/// or the runtime's error, with every credential scrubbed from it.
+pub type PullResult = Result<String, String>;
+
+/// One request to pull.
+#[derive(Clone, Debug)]
+pub struct PullSpec {
+    /// The image as sent to the runtime (`name:tag` or `name@digest`).
+    pub image: String,
+    /// The normalised identity of the pull (see the module docs).
+    pub key: String,
+    /// Credentials to try in order; empty: anonymous.
+    pub credentials: Vec<Credential>,
+    /// Strings to scrub from error messages (passwords, `auth` values).
+    pub secrets: Vec<String>,
+    /// The sandbox config of the CRI request.
+    pub sandbox: Option<PullSandbox>,
+    /// Who asks (for the metrics).
+    pub source: Source,
+}
+
+impl PullSpec {
+    /// The key under which identical pulls are merged: the reference and the credentials (by a
+    /// hash that never leaves this process).
+    fn merge_key(&self) -> String {
+        let mut h = DefaultHasher::new();
+        for c in &self.credentials {
+            c.username.hash(&mut h);
+            c.password.hash(&mut h);
+        }
+        format!("{}#{:016x}", self.key, h.finish())
+    }
+}
+
+struct InFlight {
+    id: u64,
+    result: watch::Receiver<Option<PullResult>>,
+    waiters: Arc<AtomicUsize>,
+    cancel: CancellationToken,
+}
+
+/// Pulls through one image service, merging identical concurrent pulls.
+pub struct Puller<I> {
+    runtime: I,
+    inflight: Mutex<HashMap<String, InFlight>>,
+    next_id: std::sync::atomic::AtomicU64,
+    tracker: TaskTracker,
+    metrics: Metrics,
+}
+
+/// Drops one waiter; the last one cancels a pull that has not finished.
+struct Waiter {
+    waiters: Arc<AtomicUsize>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if self.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.cancel.cancel();
+        }
+    }
+}
+
+impl<I: ImageService + Clone + 'static> Puller<I> {
+    /// A puller over `runtime`; pulls run on `tracker`.
+    pub fn new(runtime: I, tracker: TaskTracker, metrics: Metrics) -> Arc<Self> {
+        Arc::new(Puller {
+            runtime,
+            inflight: Mutex::new(HashMap::new()),
+            next_id: Default::default(),
+            tracker,
+            metrics,
+        })
+    }
+
+    /// The image service.
+    pub fn runtime(&self) -> &I {
+        &self.runtime
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pulls `spec`, or joins an identical pull in flight; waits at most `timeout`. Dropping the
+    /// returned future stops waiting (and cancels the pull if nobody else waits).
+    pub async fn pull(self: &Arc<Self>, spec: PullSpec, timeout: Duration) -> PullResult {
+        let key = spec.merge_key();
+        let source = spec.source;
+        let (mut rx, waiter, joined) = {
+            let mut map = self.lock();
+            match map.get(&key) {
+                Some(f) if !f.cancel.is_cancelled() => {
+                    f.waiters.fetch_add(1, Ordering::AcqRel);
+                    let w = Waiter {
+                        waiters: f.waiters.clone(),
+                        cancel: f.cancel.clone(),
+                    };
+                    (f.result.clone(), w, true)
+                }
+                _ => {
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    let (tx, rx) = watch::channel(None);
+                    let waiters = Arc::new(AtomicUsize::new(1));
+                    let cancel = CancellationToken::new();
+                    map.insert(
+                        key.clone(),
+                        InFlight {
+                            id,
+                            result: rx.clone(),
+                            waiters: waiters.clone(),
+                            cancel: cancel.clone(),
+                        },
+                    );
+                    let this = self.clone();
+                    let task_cancel = cancel.clone();
+                    self.tracker.spawn(async move {
+                        let result = tokio::select! {
+                            r = this.pull_now(&spec, timeout) => r,
+                            () = task_cancel.cancelled() => Err(format!("pulling {} was stopped", spec.image)),
+                        };
+                        // the next request for this key starts afresh
+                        let mut map = this.lock();
+                        if map.get(&key).is_some_and(|f| f.id == id) {
+                            map.remove(&key);
+                        }
+                        drop(map);
+                        let _ = tx.send(Some(result));
+                    });
+                    (rx, Waiter { waiters, cancel }, false)
+                }
+            }
+        };
+        if joined {
+            self.metrics.pulled(source, Outcome::Shared);
+        }
+        let result = tokio::time::timeout(timeout, async {
+            loop {
+                if let Some(r) = rx.borrow_and_update().clone() {
+                    return r;
+                }
+                if rx.changed().await.is_err() {
+                    return Err("the pull task ended without a result".to_string());
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("pulling timed out after {timeout:?}")));
+        drop(waiter);
+        result
+    }
+
+    /// The CRI calls of one pull: each credential in order until one works, or anonymous when
+    /// there are none. All failing: every error, in order.
+    async fn pull_now(&self, spec: &PullSpec, timeout: Duration) -> PullResult {
+        let auths: Vec<_> = if spec.credentials.is_empty() {
+            vec![None]
+        } else {
+            spec.credentials
+                .iter()
+                .map(|c| Some(c.to_pull_auth()))
+                .collect()
+        };
+        let n = auths.len();
+        let mut errors = Vec::new();
+        for (i, auth) in auths.into_iter().enumerate() {
+            let request = PullRequest {
+                image: spec.image.clone(),
+                auth,
+                sandbox: spec.sandbox.clone(),
+            };
+            let started = tokio::time::Instant::now();
+            let result = self.runtime.pull_image(request, timeout).await;
+            let took = started.elapsed();
+            self.metrics.pull_took(spec.source, result.is_ok(), took);
+            match result {
+                Ok(image_ref) => {
+                    self.metrics.pulled(spec.source, Outcome::Succeeded);
+                    return Ok(image_ref);
+                }
+                Err(e) => {
+                    self.metrics.pulled(spec.source, Outcome::Failed);
+                    let text = scrub(&e.to_string(), &spec.secrets);
+                    errors.push(if n > 1 {
+                        format!("with credential {} of {n}: {text}", i + 1)
+                    } else {
+                        text
+                    });
+                }
+            }
+        }
+        Err(format!(
+            "failed to pull image {:?}: {}",
+            spec.image,
+            errors.join("; ")
+        ))
+    }
+}
+
+/// `text` with every non-empty `secrets` entry replaced by `<redacted>`.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for s in secrets.iter().filter(|s| s.len() >= 3) {
+        out = out.replace(s.as_str(), "<redacted>");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrubbing_replaces_every_secret() {
+        let secrets = vec![
+            "hunter2".to_string(),
+            "dTpodW50ZXIy".to_string(),
+            String::new(),
+        ];
+        assert_eq!(
+            scrub("auth hunter2 and dTpodW50ZXIy failed", &secrets),
+            "auth <redacted> and <redacted> failed"
+        );
+        assert_eq!(scrub("nothing here", &secrets), "nothing here");
+    }
+
+    #[test]
+    fn merge_keys_differ_by_credentials_only_through_a_hash() {
+        let spec = |password: &str| PullSpec {
+            image: "nginx:1".into(),
+            key: "docker.io/library/nginx:1".into(),
+            credentials: vec![Credential {
+                username: "u".into(),
+                password: password.into(),
+            }],
+            secrets: vec![],
+            sandbox: None,
+            source: Source::NodeImage,
+        };
+        let (a, b) = (
+            spec("one-password").merge_key(),
+            spec("two-password").merge_key(),
+        );
+        assert_ne!(a, b);
+        assert!(a.starts_with("docker.io/library/nginx:1#"));
+        assert!(!a.contains("one-password"));
+        assert_eq!(a, spec("one-password").merge_key());
+    }
+}

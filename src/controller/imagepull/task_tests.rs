@@ -1,0 +1,619 @@
+//! Tests of the pull task against an in-memory image service, in paused time: backoff and
+//! timeouts take no real time.
+
+use std::collections::HashMap;
+use std::sync::Mutex as StdMutex;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use super::*;
+use crate::controller::imagepull::keyring::Keyring;
+use crate::controller::imagepull::secrets::Resolved;
+use crate::cri::{CriError, FilesystemUsage, PullRequest};
+use crate::k8s::crd::{ImagePullPhase, ImagePullPolicy, ImageTagPullPolicy};
+
+const DIGEST: &str = "sha256:bc8813ea7b3603864987522f02a76101c17ad122e1c46d790efc0fca78ca7bfb";
+
+#[derive(Default)]
+struct MockState {
+    images: Vec<Image>,
+    pulls: Vec<PullRequest>,
+    in_flight: usize,
+    max_in_flight: usize,
+    /// image -> error message of every pull of it
+    fail: HashMap<String, String>,
+    /// username -> error message (credentials that the registry refuses)
+    refuse_user: HashMap<String, String>,
+    pull_delay: Duration,
+    list_calls: usize,
+    fs_calls: usize,
+}
+
+#[derive(Clone, Default)]
+struct Mock(Arc<StdMutex<MockState>>);
+
+impl Mock {
+    fn st(&self) -> std::sync::MutexGuard<'_, MockState> {
+        self.0.lock().unwrap()
+    }
+    fn add_image(&self, tag: &str) {
+        let mut st = self.st();
+        let id = format!("sha256:{:064x}", st.images.len() + 1);
+        st.images.push(Image {
+            id,
+            repo_tags: vec![tag.to_string()],
+            repo_digests: vec![],
+            size: 1,
+            pinned: false,
+        });
+    }
+}
+
+impl ImageService for Mock {
+    async fn list_images(&self) -> crate::cri::Result<Vec<Image>> {
+        let mut st = self.st();
+        st.list_calls += 1;
+        Ok(st.images.clone())
+    }
+    async fn image_status(&self, _image: &str) -> crate::cri::Result<Option<Image>> {
+        Ok(None)
+    }
+    async fn pull_image(
+        &self,
+        request: PullRequest,
+        timeout: Duration,
+    ) -> crate::cri::Result<String> {
+        let (delay, fail) = {
+            let mut st = self.st();
+            st.pulls.push(request.clone());
+            st.in_flight += 1;
+            st.max_in_flight = st.max_in_flight.max(st.in_flight);
+            let user = request
+                .auth
+                .as_ref()
+                .map(|a| a.username.clone())
+                .unwrap_or_default();
+            let fail = st
+                .fail
+                .get(&request.image)
+                .or_else(|| st.refuse_user.get(&user))
+                .cloned();
+            (st.pull_delay, fail)
+        };
+        // counts the pull out also when the call is dropped (a cancelled pull)
+        struct Flight(Mock);
+        impl Drop for Flight {
+            fn drop(&mut self) {
+                self.0.st().in_flight -= 1;
+            }
+        }
+        let flight = Flight(self.clone());
+        let slept = tokio::time::timeout(timeout, tokio::time::sleep(delay)).await;
+        drop(flight);
+        let mut st = self.st();
+        if slept.is_err() {
+            return Err(CriError::Timeout {
+                call: "PullImage",
+                after: timeout,
+            });
+        }
+        if let Some(message) = fail {
+            return Err(CriError::Other {
+                call: "PullImage",
+                code: "Unknown".into(),
+                message,
+            });
+        }
+        let id = format!("sha256:{:064x}", st.pulls.len());
+        st.images.push(Image {
+            id: id.clone(),
+            repo_tags: vec![request.image.clone()],
+            repo_digests: vec![],
+            size: 1,
+            pinned: false,
+        });
+        Ok(id)
+    }
+    async fn remove_image(&self, _image: &str) -> crate::cri::Result<()> {
+        Ok(())
+    }
+    async fn image_fs_info(&self) -> crate::cri::Result<Vec<FilesystemUsage>> {
+        self.st().fs_calls += 1;
+        Ok(vec![FilesystemUsage {
+            timestamp: 0,
+            mountpoint: "/var/lib/containerd".into(),
+            used_bytes: Some(4096),
+            inodes_used: None,
+        }])
+    }
+}
+
+/// Credentials from a fixed docker config, with fixed problems.
+struct Fixed(Resolved);
+
+impl Credentials for Fixed {
+    async fn resolve(&self, _refs: &[ReferenceObject]) -> Resolved {
+        self.0.clone()
+    }
+    fn invalidate(&self, _refs: &[ReferenceObject]) {}
+}
+
+fn env(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<Env<Mock, Fixed>> {
+    let tracker = tokio_util::task::TaskTracker::new();
+    Arc::new(Env {
+        puller: Puller::new(mock.clone(), tracker.clone(), Metrics::unregistered()),
+        credentials: Arc::new(Fixed(creds)),
+        slots: settings.max_workers.map(|n| Arc::new(Semaphore::new(n))),
+        settings,
+        metrics: Metrics::unregistered(),
+        events: None,
+        free_space: |_| Some(100 << 30),
+        tracker,
+    })
+}
+
+fn job(image: &str, tag: &str) -> TagJob {
+    TagJob {
+        image: image.into(),
+        spec: ImageTagSpec {
+            tag: tag.into(),
+            version: 1,
+            ..Default::default()
+        },
+        pull_secrets: vec![],
+        sandbox: None,
+        node_image: ObjectReference::default(),
+    }
+}
+
+fn with_policy(mut j: TagJob, p: ImageTagPullPolicy) -> TagJob {
+    j.spec.pull_policy = Some(p);
+    j
+}
+
+/// Runs a task to its end; returns its final status.
+async fn finish(env: &Arc<Env<Mock, Fixed>>, job: TagJob) -> ImageTagStatus {
+    let cell: Cell = Arc::new(Mutex::new(state::waiting(&job.spec)));
+    run(
+        env.clone(),
+        job,
+        cell.clone(),
+        Arc::new(Notify::new()),
+        CancellationToken::new(),
+    )
+    .await;
+    cell.lock().unwrap().clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_tag_fails_after_backoff_limit_plus_one_attempts_with_the_runtimes_message() {
+    let mock = Mock::default();
+    mock.st().fail.insert(
+        "r.io/app:bad".into(),
+        "manifest unknown: r.io/app:bad not found".into(),
+    );
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let started = Instant::now();
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "bad"),
+            ImageTagPullPolicy {
+                backoff_limit: Some(2),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(
+        s.message
+            .contains("manifest unknown: r.io/app:bad not found"),
+        "{}",
+        s.message
+    );
+    assert_eq!(mock.st().pulls.len(), 3, "backoffLimit 2 means 3 attempts");
+    // pauses of 1 s and 2 s between them, none after the last
+    assert_eq!(started.elapsed().as_secs(), 3);
+    assert!(s.completion_time.is_some() && s.start_time.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_backoff_limit_is_three_retries() {
+    let mock = Mock::default();
+    mock.st().fail.insert("r.io/app:bad".into(), "nope".into());
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let started = Instant::now();
+    let s = finish(&env, job("r.io/app", "bad")).await;
+    assert_eq!(
+        (s.phase, mock.st().pulls.len()),
+        (ImagePullPhase::Failed, 4)
+    );
+    assert_eq!(started.elapsed().as_secs(), 1 + 2 + 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successful_pull_reports_the_image_id_under_the_spec_name() {
+    let mock = Mock::default();
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let s = finish(&env, job("nginx", "1.25")).await;
+    assert_eq!(s.phase, ImagePullPhase::Succeeded);
+    assert_eq!(s.progress, 100);
+    assert_eq!(s.image_id, format!("nginx@sha256:{:064x}", 1));
+    let pulls = mock.st().pulls.clone();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(pulls[0].image, "nginx:1.25");
+    assert_eq!(pulls[0].auth, None, "no secrets: anonymous");
+    let sandbox = pulls[0].sandbox.clone().unwrap();
+    assert_eq!(
+        sandbox.annotations["apps.kruise.io/pulling-image-by"],
+        "kruise-daemon"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_labels_and_annotations_come_from_the_spec() {
+    let mock = Mock::default();
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let mut j = job("nginx", "1");
+    j.sandbox = Some(SandboxConfig {
+        labels: [("team".to_string(), "a".to_string())].into(),
+        annotations: [("note".to_string(), "x".to_string())].into(),
+    });
+    finish(&env, j).await;
+    let sandbox = mock.st().pulls[0].sandbox.clone().unwrap();
+    assert_eq!(sandbox.labels["team"], "a");
+    assert_eq!(sandbox.annotations["note"], "x");
+    assert_eq!(
+        sandbox.annotations["apps.kruise.io/pulling-image-by"],
+        "kruise-daemon"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn if_not_present_on_a_present_image_makes_no_pull_whatever_the_spelling() {
+    let mock = Mock::default();
+    mock.add_image("docker.io/library/nginx:1.25");
+    let env = env(&mock, Resolved::default(), Settings::default());
+    for name in ["nginx", "library/nginx", "docker.io/library/nginx"] {
+        let mut j = job(name, "1.25");
+        j.spec.image_pull_policy = Some(ImagePullPolicy::IfNotPresent);
+        let s = finish(&env, j).await;
+        assert_eq!(s.phase, ImagePullPhase::Succeeded, "{name}");
+        assert_eq!(s.image_id, format!("{name}@sha256:{:064x}", 1));
+        assert_eq!(s.progress, 100);
+    }
+    assert!(mock.st().pulls.is_empty());
+    assert_eq!(mock.st().fs_calls, 0, "no disk check without a pull");
+}
+
+#[tokio::test(start_paused = true)]
+async fn always_pulls_a_present_image_again() {
+    let mock = Mock::default();
+    mock.add_image("docker.io/library/nginx:1.25");
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let mut j = job("nginx", "1.25");
+    j.spec.image_pull_policy = Some(ImagePullPolicy::Always);
+    assert_eq!(finish(&env, j).await.phase, ImagePullPhase::Succeeded);
+    assert_eq!(mock.st().pulls.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_attempt_is_cut_at_the_timeout() {
+    let mock = Mock::default();
+    mock.st().pull_delay = Duration::from_secs(100);
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let started = Instant::now();
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "slow"),
+            ImageTagPullPolicy {
+                timeout_seconds: Some(5),
+                backoff_limit: Some(1),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(s.message.contains("timed out"), "{}", s.message);
+    assert_eq!(mock.st().pulls.len(), 2);
+    assert_eq!(started.elapsed().as_secs(), 5 + 1 + 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_active_deadline_ends_the_retries_and_keeps_the_last_error() {
+    let mock = Mock::default();
+    mock.st()
+        .fail
+        .insert("r.io/app:bad".into(), "registry down".into());
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let started = Instant::now();
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "bad"),
+            ImageTagPullPolicy {
+                backoff_limit: Some(10),
+                active_deadline_seconds: Some(5),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(
+        s.message
+            .starts_with("pulling exceeds the activeDeadlineSeconds"),
+        "{}",
+        s.message
+    );
+    assert!(s.message.contains("registry down"), "{}", s.message);
+    // attempts at 0, 1, 3 s; the next pause would pass the deadline at 5 s
+    assert_eq!(mock.st().pulls.len(), 3);
+    assert_eq!(started.elapsed().as_secs(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn below_the_disk_floor_the_tag_fails_at_once_without_pulling() {
+    let mock = Mock::default();
+    let settings = Settings {
+        image_fs_min_free: 1 << 30,
+        ..Settings::default()
+    };
+    let tracker = tokio_util::task::TaskTracker::new();
+    let env = Arc::new(Env {
+        puller: Puller::new(mock.clone(), tracker.clone(), Metrics::unregistered()),
+        credentials: Arc::new(Fixed(Resolved::default())),
+        slots: None,
+        settings,
+        metrics: Metrics::unregistered(),
+        events: None,
+        free_space: |_| Some(10 << 20),
+        tracker,
+    });
+    let s = finish(&env, job("r.io/app", "v1")).await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(
+        s.message.contains("/var/lib/containerd") && s.message.contains("10.0 MiB"),
+        "{}",
+        s.message
+    );
+    assert!(mock.st().pulls.is_empty());
+}
+
+fn keyring(json: &str) -> Keyring {
+    let mut k = Keyring::default();
+    k.add_config_json(json.as_bytes()).unwrap();
+    k
+}
+
+#[tokio::test(start_paused = true)]
+async fn matching_credentials_are_tried_in_order_and_the_first_that_works_wins() {
+    let mock = Mock::default();
+    mock.st()
+        .refuse_user
+        .insert("old".into(), "401 Unauthorized".into());
+    let creds = Resolved {
+        keyring: keyring(
+            r#"{"auths": {"r.io/team": {"username": "old", "password": "pw-old"},
+                          "r.io": {"username": "new", "password": "pw-new"},
+                          "other.io": {"username": "x", "password": "y"}}}"#,
+        ),
+        problems: vec![],
+    };
+    let env = env(&mock, creds, Settings::default());
+    let s = finish(&env, job("r.io/team/app", "v1")).await;
+    assert_eq!(s.phase, ImagePullPhase::Succeeded);
+    let users: Vec<_> = mock
+        .st()
+        .pulls
+        .iter()
+        .map(|p| p.auth.clone().unwrap().username)
+        .collect();
+    assert_eq!(users, ["old", "new"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_credential_fails_the_message_has_each_error_and_no_password() {
+    let mock = Mock::default();
+    // a registry that (unwisely) echoes the password in its error
+    mock.st()
+        .refuse_user
+        .insert("u".into(), "401 Unauthorized for u:pw-very-secret".into());
+    let creds = Resolved {
+        keyring: keyring(r#"{"auths": {"r.io": {"username": "u", "password": "pw-very-secret"}}}"#),
+        problems: vec![],
+    };
+    let env = env(&mock, creds, Settings::default());
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "v1"),
+            ImageTagPullPolicy {
+                backoff_limit: Some(0),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(s.message.contains("401 Unauthorized"), "{}", s.message);
+    assert!(!s.message.contains("pw-very-secret"), "{}", s.message);
+    assert_eq!(
+        mock.st().pulls.len(),
+        1,
+        "no anonymous fallback after a matching credential failed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_secret_is_reported_in_the_message_and_the_pull_goes_on() {
+    let mock = Mock::default();
+    let creds = Resolved {
+        keyring: Keyring::default(),
+        problems: vec!["pull secret kruise-daemon-config/gone not found".into()],
+    };
+    let env = env(&mock, creds.clone(), Settings::default());
+    let s = finish(&env, job("r.io/app", "v1")).await;
+    assert_eq!(s.phase, ImagePullPhase::Succeeded);
+    assert!(s.message.contains("gone not found"), "{}", s.message);
+    assert_eq!(mock.st().pulls[0].auth, None);
+
+    mock.st()
+        .fail
+        .insert("r.io/app:v2".into(), "401 Unauthorized".into());
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "v2"),
+            ImageTagPullPolicy {
+                backoff_limit: Some(0),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(
+        s.message.contains("401") && s.message.contains("gone not found"),
+        "{}",
+        s.message
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn identical_references_in_flight_are_pulled_once() {
+    let mock = Mock::default();
+    mock.st().pull_delay = Duration::from_secs(3);
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let (a, b, c) = tokio::join!(
+        finish(&env, job("nginx", "1.25")),
+        finish(&env, job("docker.io/library/nginx", "1.25")),
+        finish(&env, job("nginx", "1.26")),
+    );
+    for s in [&a, &b, &c] {
+        assert_eq!(s.phase, ImagePullPhase::Succeeded);
+    }
+    let mut images: Vec<_> = mock.st().pulls.iter().map(|p| p.image.clone()).collect();
+    images.sort();
+    assert_eq!(images.len(), 2, "{images:?}");
+    assert!(images.contains(&"nginx:1.26".to_string()));
+    assert_eq!(
+        a.image_id.split_once('@').unwrap().1,
+        b.image_id.split_once('@').unwrap().1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_digest_tag_is_pulled_by_digest() {
+    let mock = Mock::default();
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let s = finish(&env, job("nginx", DIGEST)).await;
+    assert_eq!(s.phase, ImagePullPhase::Succeeded);
+    assert_eq!(mock.st().pulls[0].image, format!("nginx@{DIGEST}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_one_slot_the_second_tag_waits_until_the_first_is_done() {
+    let mock = Mock::default();
+    mock.st().pull_delay = Duration::from_secs(2);
+    let env = env(
+        &mock,
+        Resolved::default(),
+        Settings {
+            max_workers: Some(1),
+            ..Settings::default()
+        },
+    );
+    let cells: Vec<Cell> = ["a", "b", "c"]
+        .iter()
+        .map(|t| Arc::new(Mutex::new(state::waiting(&job("r.io/app", t).spec))))
+        .collect();
+    let runs = ["a", "b", "c"].iter().zip(&cells).map(|(t, cell)| {
+        run(
+            env.clone(),
+            job("r.io/app", t),
+            cell.clone(),
+            Arc::new(Notify::new()),
+            CancellationToken::new(),
+        )
+    });
+    let all = futures::future::join_all(runs);
+    tokio::pin!(all);
+    // one second in: one pulls, two wait
+    let _ = tokio::time::timeout(Duration::from_secs(1), &mut all).await;
+    let phases: Vec<_> = cells
+        .iter()
+        .map(|c| c.lock().unwrap().phase.clone())
+        .collect();
+    assert_eq!(
+        phases
+            .iter()
+            .filter(|p| **p == ImagePullPhase::Pulling)
+            .count(),
+        1
+    );
+    assert_eq!(
+        phases
+            .iter()
+            .filter(|p| **p == ImagePullPhase::Waiting)
+            .count(),
+        2
+    );
+    all.await;
+    assert_eq!(mock.st().max_in_flight, 1);
+    assert!(
+        cells
+            .iter()
+            .all(|c| c.lock().unwrap().phase == ImagePullPhase::Succeeded)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_task_stops_its_pull_and_writes_nothing_more() {
+    let mock = Mock::default();
+    mock.st().pull_delay = Duration::from_secs(60);
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let j = job("r.io/app", "v1");
+    let cell: Cell = Arc::new(Mutex::new(state::waiting(&j.spec)));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(run(
+        env.clone(),
+        j,
+        cell.clone(),
+        Arc::new(Notify::new()),
+        cancel.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(cell.lock().unwrap().phase, ImagePullPhase::Pulling);
+    assert_eq!(mock.st().in_flight, 1);
+    cancel.cancel();
+    task.await.unwrap();
+    // the shared pull is cancelled with its last waiter
+    env.tracker.close();
+    env.tracker.wait().await;
+    assert_eq!(mock.st().in_flight, 0);
+    assert_eq!(cell.lock().unwrap().phase, ImagePullPhase::Pulling);
+}
+
+#[test]
+fn present_images_are_found_by_normalised_tag_or_digest() {
+    let images = vec![Image {
+        id: "sha256:1".into(),
+        repo_tags: vec!["docker.io/library/nginx:1.25".into()],
+        repo_digests: vec![format!("docker.io/library/nginx@{DIGEST}")],
+        size: 0,
+        pinned: false,
+    }];
+    let r = |s: &str| Reference::parse(s).unwrap().with_default_tag();
+    assert!(find_image(&images, &r("nginx:1.25")).is_some());
+    assert!(find_image(&images, &r("library/nginx:1.25")).is_some());
+    assert!(
+        find_image(&images, &r("nginx")).is_none(),
+        "latest is another tag"
+    );
+    assert!(find_image(&images, &r(&format!("nginx@{DIGEST}"))).is_some());
+    assert!(find_image(&images, &r(&format!("other@{DIGEST}"))).is_none());
+}

@@ -1,0 +1,356 @@
+//! End-to-end tests of the image puller against real containerd and the lab registries
+//! (`tests/cri-lab.sh`): the puller in-process over the lab's CRI socket, and the `kruised`
+//! binary for the authenticated registry.
+//!
+//! Repositories used here and nowhere else: `imagepull/busybox` (removed and pulled again) and
+//! `imagepull/present`; `test/busybox` is only pulled, never removed; on the authenticated
+//! registry `secure/busybox`.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod support;
+
+#[path = "pull_support/mod.rs"]
+mod pull_support;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use apiserver_double::ApiServer;
+use kruised::cri::{ImageService, PullRequest};
+use kruised::k8s::crd::ImagePullPhase;
+use pull_support::{CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, owner, tag};
+use serde_json::json;
+use support::Lab;
+use support::daemon::Daemon;
+
+/// The lab registry's access log.
+fn registry_log(lab: &Lab, name: &str) -> String {
+    std::fs::read_to_string(lab.dir.join("logs").join(name)).unwrap_or_default()
+}
+
+/// Requests for paths under `/v2/<repo>/` in the registry log after byte `offset`.
+fn requests_since(lab: &Lab, offset: usize, repo: &str) -> Vec<String> {
+    let log = registry_log(lab, "registry.log");
+    let needle = format!(" /v2/{repo}/");
+    log.get(offset..)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let i = l.find(&needle)?;
+            let method = l[..i].rsplit('"').next()?.to_string();
+            let path = l[i + 1..].split(' ').next()?;
+            Some(format!("{method} {path}"))
+        })
+        .collect()
+}
+
+fn log_len(lab: &Lab) -> usize {
+    registry_log(lab, "registry.log").len()
+}
+
+/// Plain HTTP GET of a manifest from the lab registry.
+fn layer_digests(lab: &Lab, repo: &str, tag: &str) -> Vec<String> {
+    let mut s = std::net::TcpStream::connect(&lab.registry).unwrap();
+    write!(
+        s,
+        "GET /v2/{repo}/manifests/{tag} HTTP/1.0\r\nHost: {}\r\nAccept: application/vnd.oci.image.manifest.v1+json, \
+         application/vnd.docker.distribution.manifest.v2+json\r\n\r\n",
+        lab.registry
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let (_, body) = body.split_once("\r\n\r\n").unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(body).unwrap();
+    manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["digest"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn image_id(node: &PullNode, image: &str) -> String {
+    node.runtime
+        .image_status(image)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{image} is not on the node"))
+        .id
+}
+
+#[tokio::test]
+async fn v1_and_v2_end_succeeded_with_counters_and_image_ids_and_v2_fetches_only_its_new_layer() {
+    let Some(lab) = Lab::get() else { return };
+    let node = PullNode::start(fast(), lab.endpoint()).await;
+    let name = format!("{}/imagepull/busybox", lab.registry);
+    for t in ["v1", "v2"] {
+        node.runtime
+            .remove_image(&format!("{name}:{t}"))
+            .await
+            .unwrap();
+    }
+    let (layers_v1, layers_v2) = (
+        layer_digests(&lab, "imagepull/busybox", "v1"),
+        layer_digests(&lab, "imagepull/busybox", "v2"),
+    );
+    let new: Vec<_> = layers_v2
+        .iter()
+        .filter(|d| !layers_v1.contains(d))
+        .cloned()
+        .collect();
+    assert_eq!(new.len(), 1, "v2 differs from v1 in one layer");
+
+    node.create_node_image(json!({ &name: {"tags": [
+        {"tag": "v1", "version": 1, "ownerReferences": [owner()]}
+    ]}}));
+    node.wait_status("v1 Succeeded", |s| s.succeeded == 1).await;
+
+    let offset = log_len(&lab);
+    node.set_images(json!({ &name: {"tags": [
+        {"tag": "v1", "version": 1, "ownerReferences": [owner()]},
+        {"tag": "v2", "version": 1}
+    ]}}));
+    let s = node.wait_status("v2 Succeeded", |s| s.succeeded == 2).await;
+    assert_eq!(
+        (s.desired, s.succeeded, s.failed, s.pulling, s.waiting),
+        (2, 2, 0, 0, 0)
+    );
+    for t in ["v1", "v2"] {
+        let ts = tag(&s, &name, t);
+        assert_eq!(ts.phase, ImagePullPhase::Succeeded);
+        let id = image_id(&node, &format!("{name}:{t}")).await;
+        assert_eq!(ts.image_id, format!("{name}@{id}"));
+        assert!(ts.completion_time.is_some() && ts.start_time.is_some());
+    }
+    let blobs: Vec<_> = requests_since(&lab, offset, "imagepull/busybox")
+        .into_iter()
+        .filter(|r| r.starts_with("GET") && r.contains("/blobs/"))
+        .collect();
+    let layers_fetched: Vec<_> = blobs
+        .iter()
+        .filter(|r| layers_v2.iter().any(|d| r.ends_with(d.as_str())))
+        .collect();
+    assert_eq!(
+        layers_fetched.len(),
+        1,
+        "only the new layer is fetched for v2: {blobs:?}"
+    );
+    assert!(layers_fetched[0].ends_with(new[0].as_str()));
+    node.wait_events("PullImageSucceed", 3).await;
+}
+
+#[tokio::test]
+async fn a_bad_tag_fails_after_backoff_limit_plus_one_attempts_with_the_registrys_error() {
+    let Some(lab) = Lab::get() else { return };
+    let node = PullNode::start(fast(), lab.endpoint()).await;
+    let name = format!("{}/imagepull/busybox", lab.registry);
+    let offset = log_len(&lab);
+    node.create_node_image(json!({ &name: {"tags": [
+        {"tag": "no-such-tag", "version": 1, "pullPolicy": {"backoffLimit": 2}}
+    ]}}));
+    let s = node.wait_status("Failed", |s| s.failed == 1).await;
+    let t = tag(&s, &name, "no-such-tag");
+    assert!(t.message.contains("not found"), "{}", t.message);
+    assert!(t.message.contains("no-such-tag"), "{}", t.message);
+    let pulls: Vec<_> = node
+        .pulls()
+        .into_iter()
+        .filter(|p| p.ends_with(":no-such-tag"))
+        .collect();
+    assert_eq!(pulls.len(), 3, "backoffLimit 2: three attempts");
+    let asked = requests_since(&lab, offset, "imagepull/busybox")
+        .into_iter()
+        .filter(|r| r.ends_with("/manifests/no-such-tag"))
+        .count();
+    assert!(
+        asked >= 3,
+        "the registry was asked on every attempt ({asked})"
+    );
+    node.wait_events("PullImageFailed", 1).await;
+}
+
+#[tokio::test]
+async fn bumping_the_version_pulls_again_from_the_registry() {
+    let Some(lab) = Lab::get() else { return };
+    let node = PullNode::start(fast(), lab.endpoint()).await;
+    let name = format!("{}/test/busybox", lab.registry);
+    node.create_node_image(json!({ &name: {"tags": [{"tag": "v1", "version": 1}]}}));
+    node.wait_status("version 1 Succeeded", |s| s.succeeded == 1)
+        .await;
+    let offset = log_len(&lab);
+    node.set_images(json!({ &name: {"tags": [{"tag": "v1", "version": 2}]}}));
+    let s = node
+        .wait_status("version 2 Succeeded", |s| {
+            s.succeeded == 1
+                && s.image_statuses
+                    .get(&name)
+                    .is_some_and(|i| i.tags[0].version == 2)
+        })
+        .await;
+    assert_eq!(tag(&s, &name, "v1").phase, ImagePullPhase::Succeeded);
+    assert_eq!(
+        node.pulls()
+            .iter()
+            .filter(|p| p.ends_with("/test/busybox:v1"))
+            .count(),
+        2
+    );
+    let asked = requests_since(&lab, offset, "test/busybox")
+        .into_iter()
+        .filter(|r| r.ends_with("/manifests/v1"))
+        .count();
+    assert!(asked >= 1, "the new version asked the registry again");
+}
+
+#[tokio::test]
+async fn if_not_present_on_a_present_image_does_not_touch_the_registry() {
+    let Some(lab) = Lab::get() else { return };
+    let node = PullNode::start(fast(), lab.endpoint()).await;
+    let name = format!("{}/imagepull/present", lab.registry);
+    support::within(
+        LIMIT,
+        "pull of imagepull/present:v1",
+        node.runtime.pull_image(
+            PullRequest {
+                image: format!("{name}:v1"),
+                ..Default::default()
+            },
+            LIMIT,
+        ),
+    )
+    .await
+    .unwrap();
+    let offset = log_len(&lab);
+    node.create_node_image(json!({ &name: {"tags": [
+        {"tag": "v1", "version": 1, "imagePullPolicy": "IfNotPresent"}
+    ]}}));
+    let s = node.wait_status("Succeeded", |s| s.succeeded == 1).await;
+    let id = image_id(&node, &format!("{name}:v1")).await;
+    assert_eq!(tag(&s, &name, "v1").image_id, format!("{name}@{id}"));
+    assert!(node.pulls().is_empty(), "no PullImage: {:?}", node.pulls());
+    assert_eq!(
+        requests_since(&lab, offset, "imagepull/present"),
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secret_and_never_shows_the_password()
+ {
+    let Some(lab) = Lab::get() else { return };
+    let (user, password) = lab.auth_credentials();
+    let wrong = format!("not-{password}");
+    let name = format!("{}/secure/busybox", lab.auth_registry);
+    lab.runtime()
+        .remove_image(&format!("{name}:v1"))
+        .await
+        .unwrap();
+
+    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    pull_support::create_secret(&api, "wrong", &lab.auth_registry, &user, &wrong);
+    pull_support::create_secret(&api, "right", &lab.auth_registry, &user, &password);
+    pull_support::create_node_image(
+        &api,
+        json!({ &name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],
+                        "tags": [{"tag": "v1", "version": 1, "ownerReferences": [owner()],
+                                  "pullPolicy": {"backoffLimit": 0}}]}}),
+        None,
+    );
+    let endpoint = format!("unix://{}", lab.socket.display());
+    let mut d = Daemon::start(
+        NODE,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--runtime-endpoint",
+            &endpoint,
+            "--drain-timeout",
+            "3s",
+        ],
+    );
+    d.wait_for_log("daemon ready", LIMIT).await;
+
+    let s =
+        pull_support::wait_status(&api, "Failed with the wrong secret", |s| s.failed == 1).await;
+    let message = tag(&s, &name, "v1").message.to_lowercase();
+    assert!(
+        message.contains("401") || message.contains("unauthorized"),
+        "an authentication error: {message}"
+    );
+
+    // the right secret, and a new version to pull again
+    api.modify("nodeimages", "", NODE, |o| {
+        o["spec"]["images"][&name]["pullSecrets"][0]["name"] = json!("right");
+        o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
+    })
+    .unwrap();
+    let s = pull_support::wait_status(&api, "Succeeded with the right secret", |s| {
+        s.succeeded == 1
+    })
+    .await;
+    let t = tag(&s, &name, "v1");
+    assert_eq!(t.version, 2);
+    let id = lab
+        .runtime()
+        .image_status(&format!("{name}:v1"))
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    assert_eq!(t.image_id, format!("{name}@{id}"));
+    pull_support::wait_events(&api, "PullImageSucceed", 1).await;
+    pull_support::wait_events(&api, "PullImageFailed", 1).await;
+
+    let (code, metrics) = support::daemon::http_get(d.admin, "/metrics").await;
+    assert_eq!(code, 200);
+    for want in [
+        r#"kruised_imagepull_pulls_total{source="nodeimage",result="succeeded"} 1"#,
+        r#"kruised_imagepull_pulls_total{source="nodeimage",result="failed"} 1"#,
+        "kruised_imagepull_pull_duration_seconds_count",
+        "kruised_imagepull_queue_length 0",
+    ] {
+        assert!(metrics.contains(want), "{want} missing from\n{metrics}");
+    }
+
+    d.terminate();
+    let status = d.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit status {status}");
+    let seen = [
+        ("the daemon's log", serde_json::to_string(&d.log()).unwrap()),
+        (
+            "the NodeImage",
+            serde_json::to_string(&api.get("nodeimages", "", NODE)).unwrap(),
+        ),
+        (
+            "the events",
+            serde_json::to_string(&api.list("events", None)).unwrap(),
+        ),
+    ];
+    for secret in [
+        password.clone(),
+        wrong.clone(),
+        b64(&format!("{user}:{password}")),
+        b64(&format!("{user}:{wrong}")),
+    ] {
+        for (what, text) in &seen {
+            assert!(!text.contains(&secret), "{what} shows a credential: {text}");
+        }
+    }
+    assert!(
+        d.log()
+            .iter()
+            .any(|l| l["message"].as_str().is_some_and(|m| m.contains("pulled"))),
+        "the log says what happened: {:#?}",
+        d.log()
+    );
+}

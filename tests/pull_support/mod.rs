@@ -1,0 +1,429 @@
+//! A node for the image-pull tests: the API-server double, a `Context` like the daemon's, and the
+//! image puller started in-process over a given CRI endpoint (the fake runtime or the lab's
+//! containerd), with every image call announced so tests wait on conditions, never on time.
+//! Used by `tests/imagepull.rs` and `tests/e2e_imagepull.rs` (`#[path]` module: not a test target
+//! of its own).
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use apiserver_double::ApiServer;
+use clap::Parser;
+use k8s_openapi::api::core::v1::Pod;
+use kruised::config::{Cli, Command};
+use kruised::controller::imagepull::{self, Settings, metrics::Metrics, secrets::SecretStore};
+use kruised::cri::{
+    Endpoint, FilesystemUsage, Image, ImageService, PullRequest, RemoteRuntime, Runtimes, Timeouts,
+};
+use kruised::daemon::Context;
+use kruised::k8s::crd::{ContainerRecreateRequest, ImageTagStatus, NodeImage, NodeImageStatus};
+use kruised::k8s::{client, watch as kwatch, write::EventSink};
+use kube::Api;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Bound of every wait.
+pub const LIMIT: Duration = Duration::from_secs(60);
+/// The node's name.
+pub const NODE: &str = "node-1";
+/// Where pull secrets live.
+pub const CONFIG_NS: &str = "kruise-daemon-config";
+
+/// One `PullImage` call as the puller made it.
+#[derive(Clone, Debug)]
+pub struct PullCall {
+    /// The reference sent.
+    pub image: String,
+    /// When the call started.
+    pub started: Instant,
+    /// When it returned.
+    pub ended: Instant,
+}
+
+/// An image service that announces every finished call and records the pulls.
+#[derive(Clone)]
+pub struct Observed {
+    inner: RemoteRuntime,
+    tick: Arc<watch::Sender<u64>>,
+    pulls: Arc<Mutex<Vec<PullCall>>>,
+}
+
+impl Observed {
+    fn bump<T>(&self, r: T) -> T {
+        self.tick.send_modify(|n| *n += 1);
+        r
+    }
+}
+
+impl ImageService for Observed {
+    async fn list_images(&self) -> kruised::cri::Result<Vec<Image>> {
+        let r = self.inner.list_images().await;
+        self.bump(r)
+    }
+    async fn image_status(&self, image: &str) -> kruised::cri::Result<Option<Image>> {
+        let r = self.inner.image_status(image).await;
+        self.bump(r)
+    }
+    async fn pull_image(
+        &self,
+        request: PullRequest,
+        timeout: Duration,
+    ) -> kruised::cri::Result<String> {
+        let image = request.image.clone();
+        let started = Instant::now();
+        let r = self.inner.pull_image(request, timeout).await;
+        self.pulls.lock().unwrap().push(PullCall {
+            image,
+            started,
+            ended: Instant::now(),
+        });
+        self.bump(r)
+    }
+    async fn remove_image(&self, image: &str) -> kruised::cri::Result<()> {
+        let r = self.inner.remove_image(image).await;
+        self.bump(r)
+    }
+    async fn image_fs_info(&self) -> kruised::cri::Result<Vec<FilesystemUsage>> {
+        let r = self.inner.image_fs_info().await;
+        self.bump(r)
+    }
+}
+
+/// Short waits: backoff of milliseconds, quick status writes.
+pub fn fast() -> Settings {
+    Settings {
+        backoff_base: Duration::from_millis(1),
+        backoff_cap: Duration::from_millis(10),
+        status_coalesce: Duration::from_millis(20),
+        status_min_interval: Duration::from_millis(100),
+        ..Settings::default()
+    }
+}
+
+/// The API double and the image puller of one node.
+pub struct PullNode {
+    /// The API double.
+    pub api: apiserver_double::Handle,
+    /// A client of the runtime the puller uses.
+    pub runtime: RemoteRuntime,
+    /// A kubeconfig for the double.
+    pub kubeconfig: PathBuf,
+    ticks: watch::Receiver<u64>,
+    pulls: Arc<Mutex<Vec<PullCall>>>,
+    cancel: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for PullNode {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl PullNode {
+    /// Starts the double and the puller over the runtime at `endpoint`.
+    pub async fn start(settings: Settings, endpoint: Endpoint) -> PullNode {
+        let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig).unwrap();
+        let ep = endpoint.to_string();
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "run",
+            "--node-name",
+            NODE,
+            "--runtime-endpoint",
+            &ep,
+            "--image-endpoint",
+            &ep,
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let config = Arc::new(args.resolve().unwrap());
+        let client = client::build(&client::ClientSettings {
+            kubeconfig: Some(kubeconfig.clone()),
+            qps: 1000.0,
+            burst: 1000,
+        })
+        .await
+        .unwrap();
+        let (readiness, cancel, tracker) = (
+            kruised::admin::Readiness::new(),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let remote = RemoteRuntime::new(endpoint, None, Timeouts::default());
+        let version = kruised::cri::RuntimeService::version(&remote)
+            .await
+            .unwrap();
+        let (_tx, runtimes) = watch::channel(Some(Runtimes::single(version, remote.clone())));
+        let ctx = Context {
+            config,
+            client: client.clone(),
+            runtimes,
+            pods: Some(kwatch::spawn(
+                "pods",
+                Api::<Pod>::all(client.clone()),
+                kwatch::pods_of_node(NODE),
+                kwatch::prune_pod,
+                readiness.condition("pods"),
+                cancel.clone(),
+                &tracker,
+            )),
+            node_images: kwatch::spawn(
+                "nodeimages",
+                Api::<NodeImage>::all(client.clone()),
+                kwatch::named(NODE),
+                kwatch::prune_managed_fields,
+                readiness.condition("nodeimage"),
+                cancel.clone(),
+                &tracker,
+            ),
+            recreate_requests: kwatch::spawn(
+                "containerrecreaterequests",
+                Api::<ContainerRecreateRequest>::all(client.clone()),
+                Default::default(),
+                kwatch::prune_managed_fields,
+                readiness.condition("crr"),
+                cancel.clone(),
+                &tracker,
+            ),
+            pod_probes: None,
+            cancel: cancel.clone(),
+            tracker: tracker.clone(),
+        };
+        let (tick, ticks) = watch::channel(0);
+        let pulls = Arc::new(Mutex::new(Vec::new()));
+        let observed = Observed {
+            inner: remote.clone(),
+            tick: Arc::new(tick),
+            pulls: pulls.clone(),
+        };
+        let events = EventSink::spawn(
+            client.clone(),
+            imagepull::EVENT_COMPONENT,
+            NODE,
+            cancel.clone(),
+            &tracker,
+        );
+        imagepull::run(
+            &ctx,
+            observed,
+            Arc::new(SecretStore::new(client, CONFIG_NS)),
+            settings,
+            Metrics::unregistered(),
+            Some(events),
+        );
+        PullNode {
+            api,
+            runtime: remote,
+            kubeconfig,
+            ticks,
+            pulls,
+            cancel,
+            _dir: dir,
+        }
+    }
+
+    /// Creates the NodeImage with `images` as its spec.
+    pub fn create_node_image(&self, images: Value) {
+        self.create_node_image_with_status(images, None);
+    }
+
+    /// Creates the NodeImage with `images` and a stored status.
+    pub fn create_node_image_with_status(&self, images: Value, status: Option<Value>) {
+        create_node_image(&self.api, images, status);
+    }
+
+    /// Replaces the NodeImage's `spec.images`.
+    pub fn set_images(&self, images: Value) {
+        self.api
+            .modify("nodeimages", "", NODE, |o| o["spec"]["images"] = images)
+            .unwrap();
+    }
+
+    /// The stored status.
+    pub fn status(&self) -> Option<NodeImageStatus> {
+        status_of(self.api.get("nodeimages", "", NODE))
+    }
+
+    /// Waits until the stored status satisfies `pred`.
+    pub async fn wait_status(
+        &self,
+        what: &str,
+        pred: impl Fn(&NodeImageStatus) -> bool,
+    ) -> NodeImageStatus {
+        wait_status(&self.api, what, pred).await
+    }
+
+    /// Waits until `pred` holds, re-checking after every image call of the puller.
+    pub async fn wait_calls(&self, what: &str, mut pred: impl FnMut() -> bool) {
+        let mut ticks = self.ticks.clone();
+        crate::support::within(LIMIT, what, async {
+            loop {
+                if pred() {
+                    return;
+                }
+                ticks.changed().await.unwrap();
+            }
+        })
+        .await;
+    }
+
+    /// The references the puller sent to `PullImage`, in order of their return.
+    pub fn pulls(&self) -> Vec<String> {
+        self.pulls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| p.image.clone())
+            .collect()
+    }
+
+    /// The puller's `PullImage` calls with their times.
+    pub fn pull_calls(&self) -> Vec<PullCall> {
+        self.pulls.lock().unwrap().clone()
+    }
+
+    /// Events with `reason`, as the core API shows them.
+    pub fn events(&self, reason: &str) -> Vec<Value> {
+        events(&self.api, reason)
+    }
+
+    /// Waits until events with `reason` occurred at least `n` times.
+    pub async fn wait_events(&self, reason: &str, n: u64) -> Vec<Value> {
+        wait_events(&self.api, reason, n).await
+    }
+
+    /// Bodies of the status writes received so far.
+    pub fn status_writes(&self) -> Vec<Value> {
+        self.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.resource == "nodeimages/status")
+            .map(|r| r.json())
+            .collect()
+    }
+
+    /// Creates a pull secret in the config namespace with a `.dockerconfigjson` for
+    /// `registry`.
+    pub fn create_secret(&self, name: &str, registry: &str, user: &str, password: &str) {
+        create_secret(&self.api, name, registry, user, password);
+    }
+}
+
+/// Creates the NodeImage of [`NODE`].
+pub fn create_node_image(api: &apiserver_double::Handle, images: Value, status: Option<Value>) {
+    let mut obj = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+        "metadata": {"name": NODE},
+        "spec": {"images": images},
+    });
+    if let Some(s) = status {
+        obj["status"] = s;
+    }
+    api.create("nodeimages", obj).unwrap();
+}
+
+/// Creates a `kubernetes.io/dockerconfigjson` secret in the config namespace.
+pub fn create_secret(
+    api: &apiserver_double::Handle,
+    name: &str,
+    registry: &str,
+    user: &str,
+    password: &str,
+) {
+    let config = json!({"auths": {registry: {"username": user, "password": password}}});
+    api.create(
+        "secrets",
+        json!({"metadata": {"namespace": CONFIG_NS, "name": name},
+               "type": "kubernetes.io/dockerconfigjson",
+               "data": {".dockerconfigjson": b64(&config.to_string())}}),
+    )
+    .unwrap();
+}
+
+/// Waits until the stored NodeImage status satisfies `pred`.
+pub async fn wait_status(
+    api: &apiserver_double::Handle,
+    what: &str,
+    pred: impl Fn(&NodeImageStatus) -> bool,
+) -> NodeImageStatus {
+    api.wait_for_value(LIMIT, |v| {
+        status_of(v.get("nodeimages", "", NODE)).filter(|s| pred(s))
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{what}: status now {:#?}",
+            status_of(api.get("nodeimages", "", NODE))
+        )
+    })
+}
+
+/// Events with `reason`.
+pub fn events(api: &apiserver_double::Handle, reason: &str) -> Vec<Value> {
+    api.list("events", None)
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+/// Waits until events with `reason` occurred at least `n` times (the recorder folds repeats on
+/// one object into a series, as client-go does).
+pub async fn wait_events(api: &apiserver_double::Handle, reason: &str, n: u64) -> Vec<Value> {
+    api.wait_for_value(LIMIT, |v| {
+        let e: Vec<Value> = v
+            .list("events", None)
+            .into_iter()
+            .filter(|e| e["reason"] == reason)
+            .collect();
+        (e.iter().map(occurrences).sum::<u64>() >= n).then_some(e)
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{n} {reason} events; have {:#?}", events(api, reason)))
+}
+
+/// How often an event happened: its series count, or once.
+pub fn occurrences(e: &Value) -> u64 {
+    e["series"]["count"].as_u64().unwrap_or(1)
+}
+
+/// The status of a NodeImage JSON object.
+pub fn status_of(obj: Option<Value>) -> Option<NodeImageStatus> {
+    let ni: NodeImage = serde_json::from_value(obj?).ok()?;
+    ni.status
+}
+
+/// The status of `image:tag`; panics with the status when there is none.
+pub fn tag(s: &NodeImageStatus, image: &str, tag: &str) -> ImageTagStatus {
+    s.image_statuses
+        .get(image)
+        .and_then(|i| i.tags.iter().find(|t| t.tag == tag))
+        .cloned()
+        .unwrap_or_else(|| panic!("no status for {image}:{tag} in {s:#?}"))
+}
+
+/// An ImagePullJob owner reference.
+pub fn owner() -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+           "namespace": "default", "name": "job-1", "uid": "u-1"})
+}
+
+/// Standard base64.
+pub fn b64(s: &str) -> String {
+    kruised::controller::imagepull::keyring::base64_encode(s.as_bytes())
+}
