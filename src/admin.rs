@@ -6,11 +6,8 @@
 //! and move "caches synced, CRI reachable" to a separate `/readyz` ([`Readiness`]), so a slow
 //! informer sync no longer gets the daemon restarted.
 
-mod health;
-
 use std::convert::Infallible;
 use std::fmt::{self, Write as _};
-use std::net::{AddrParseError, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +24,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, debug_span, error, info, warn};
 
-pub use health::{ConditionReport, Heartbeat, Liveness, Readiness, ReadinessCondition, Stalled};
+pub use crate::health::{
+    ConditionReport, Heartbeat, Liveness, Readiness, ReadinessCondition, Stalled,
+};
 
 /// Liveness endpoint (kruise-daemon's path, probed by the chart's livenessProbe).
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -106,7 +105,7 @@ fn healthz(liveness: &Liveness) -> Response<Full<Bytes>> {
 /// condition and a verdict line.
 fn readyz(readiness: &Readiness, verbose: bool) -> Response<Full<Bytes>> {
     let report = readiness.report();
-    let ready = health::all_ready(&report);
+    let ready = crate::health::all_ready(&report);
     if ready && !verbose {
         return text(StatusCode::OK, "ok");
     }
@@ -287,90 +286,11 @@ fn is_connection_error(error: &std::io::Error) -> bool {
 
 // === Addresses ===
 
-/// Why [`parse_addr`] rejected an address.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AddrError {
-    /// There is no `:port`.
-    #[error("address {addr:?} has no port (want :port, host:port or [ipv6]:port)")]
-    MissingPort {
-        /// The address as given.
-        addr: String,
-    },
-    /// The port is not a number from 0 to 65535.
-    #[error("address {addr:?} has an invalid port {port:?}")]
-    InvalidPort {
-        /// The address as given.
-        addr: String,
-        /// The part after the last `:`.
-        port: String,
-    },
-    /// An IPv6 address without brackets: its colons make the port ambiguous.
-    #[error("address {addr:?}: IPv6 hosts need brackets, as in [::1]:10221")]
-    UnbracketedIpv6 {
-        /// The address as given.
-        addr: String,
-    },
-    /// The host is neither an IP address nor `localhost` (names are not resolved).
-    #[error("address {addr:?}: host {host:?} is not an IP address or localhost")]
-    InvalidHost {
-        /// The address as given.
-        addr: String,
-        /// The host part.
-        host: String,
-        /// Why it did not parse as an IP address.
-        #[source]
-        source: AddrParseError,
-    },
-}
-
-/// Parses a listen address the way kruise-daemon's Go flags spell it: `:10221` (all IPv4
-/// interfaces), `127.0.0.1:10221`, `localhost:10222` (the chart's `--pprof-addr`), `[::1]:10221`.
-///
-/// Unlike Go, `:port` means `0.0.0.0`, not a dual-stack `[::]`; write `[::]:port` for IPv6.
-pub fn parse_addr(s: &str) -> Result<SocketAddr, AddrError> {
-    let missing_port = || AddrError::MissingPort { addr: s.to_owned() };
-    let (host, port, bracketed) = match s.strip_prefix('[') {
-        Some(rest) => {
-            let (host, port) = rest.split_once("]:").ok_or_else(missing_port)?;
-            (host, port, true)
-        }
-        None => {
-            let (host, port) = s.rsplit_once(':').ok_or_else(missing_port)?;
-            if host.contains(':') {
-                return Err(AddrError::UnbracketedIpv6 { addr: s.to_owned() });
-            }
-            (host, port, false)
-        }
-    };
-    let port = port
-        .bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| port.parse::<u16>().ok())
-        .flatten()
-        .ok_or_else(|| AddrError::InvalidPort {
-            addr: s.to_owned(),
-            port: port.to_owned(),
-        })?;
-    let invalid_host = |source| AddrError::InvalidHost {
-        addr: s.to_owned(),
-        host: host.to_owned(),
-        source,
-    };
-    let ip: IpAddr = match host {
-        _ if bracketed => host.parse::<Ipv6Addr>().map_err(invalid_host)?.into(),
-        "" => Ipv4Addr::UNSPECIFIED.into(),
-        "localhost" => Ipv4Addr::LOCALHOST.into(),
-        _ => host.parse::<Ipv4Addr>().map_err(invalid_host)?.into(),
-    };
-    Ok(SocketAddr::new(ip, port))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use http_body_util::BodyExt as _;
-    use proptest::prelude::*;
     use tokio::time::{advance, timeout};
 
     const DEADLINE: Duration = Duration::from_secs(10);
@@ -525,61 +445,6 @@ mod tests {
         ] {
             let uri: Uri = uri.parse().expect("valid uri");
             assert_eq!(is_verbose(&uri), verbose, "{uri}");
-        }
-    }
-
-    #[test]
-    fn parse_addr_accepts_go_style_addresses() {
-        let ok = |s: &str| parse_addr(s).unwrap_or_else(|e| panic!("{s}: {e}"));
-        assert_eq!(ok(":10221"), "0.0.0.0:10221".parse().expect("addr"));
-        assert_eq!(
-            ok("127.0.0.1:8080"),
-            "127.0.0.1:8080".parse().expect("addr")
-        );
-        assert_eq!(
-            ok("localhost:10222"),
-            "127.0.0.1:10222".parse().expect("addr")
-        );
-        assert_eq!(ok("[::1]:10221"), "[::1]:10221".parse().expect("addr"));
-        assert_eq!(ok("[::]:0"), "[::]:0".parse().expect("addr"));
-    }
-
-    #[test]
-    fn parse_addr_rejects_what_it_cannot_bind() {
-        let err = |s: &str| parse_addr(s).expect_err(s);
-        assert!(matches!(err("10221"), AddrError::MissingPort { .. }));
-        assert!(matches!(err("[::1]"), AddrError::MissingPort { .. }));
-        assert!(matches!(err(":"), AddrError::InvalidPort { .. }));
-        assert!(matches!(err(":+80"), AddrError::InvalidPort { .. }));
-        assert!(matches!(err(":65536"), AddrError::InvalidPort { .. }));
-        assert!(matches!(err("::1:80"), AddrError::UnbracketedIpv6 { .. }));
-        assert!(matches!(
-            err("example.com:80"),
-            AddrError::InvalidHost { .. }
-        ));
-        assert!(matches!(
-            err("[127.0.0.1]:80"),
-            AddrError::InvalidHost { .. }
-        ));
-        assert_eq!(
-            err("nope:80").to_string(),
-            "address \"nope:80\": host \"nope\" is not an IP address or localhost"
-        );
-    }
-
-    proptest! {
-        #[test]
-        fn parse_addr_round_trips_displayed_socket_addrs(
-            v4 in any::<[u8; 4]>(),
-            v6 in any::<[u16; 8]>(),
-            port in any::<u16>(),
-        ) {
-            let v4 = SocketAddr::new(Ipv4Addr::from(v4).into(), port);
-            prop_assert_eq!(parse_addr(&v4.to_string()), Ok(v4));
-            let v6 = SocketAddr::new(Ipv6Addr::from(v6).into(), port);
-            prop_assert_eq!(parse_addr(&v6.to_string()), Ok(v6));
-            let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port);
-            prop_assert_eq!(parse_addr(&format!(":{port}")), Ok(any));
         }
     }
 }

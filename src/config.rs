@@ -122,6 +122,11 @@ pub struct RunArgs {
     /// How long SIGTERM waits for in-flight work before exiting.
     #[arg(long, value_parser = parse_duration, default_value = "8s")]
     pub drain_timeout: Duration,
+    /// When a container whose env from metadata went stale is stopped: `auto` (as soon as the
+    /// kubelet is known to recreate it with the new values), or a fixed delay after the change
+    /// (kruise-daemon waits 1s; `0s` stops at once, for benchmarks).
+    #[arg(long, default_value = "auto")]
+    pub env_restart_delay: RestartDelay,
     /// How to reach the container runtime.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -138,6 +143,29 @@ pub struct RunArgs {
     /// says otherwise.
     #[arg(long = "v", hide = true)]
     pub klog_verbosity: Option<u8>,
+}
+
+/// How restarts wait for the kubelet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartDelay {
+    /// As soon as the kubelet is known to hold the new pod
+    /// (`controller::containermeta::settle` says how that is known).
+    Auto,
+    /// A fixed delay after the change (`Duration::ZERO`: at once).
+    Fixed(Duration),
+}
+
+impl std::str::FromStr for RestartDelay {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(RestartDelay::Auto);
+        }
+        parse_duration(s)
+            .map(RestartDelay::Fixed)
+            .map_err(|e| format!("{e} (or \"auto\")"))
+    }
 }
 
 /// Settings of `kruised run`, validated.
@@ -165,6 +193,8 @@ pub struct DaemonConfig {
     pub relist_interval: Duration,
     /// Drain deadline.
     pub drain_timeout: Duration,
+    /// When stale-env restarts happen.
+    pub env_restart_delay: RestartDelay,
     /// The runtime.
     pub runtime: RuntimeConfig,
 }
@@ -194,7 +224,7 @@ impl RunArgs {
                 )
             })?;
         let addr =
-            crate::admin::parse_addr(&self.addr).map_err(|e| invalid("--addr", e.to_string()))?;
+            crate::addr::parse_addr(&self.addr).map_err(|e| invalid("--addr", e.to_string()))?;
         if !self.rest_config_qps.is_finite() || self.rest_config_qps < 0.0 {
             return Err(invalid("--rest-config-qps", "must be 0 or more".into()));
         }
@@ -237,6 +267,7 @@ impl RunArgs {
             image_fs_min_free: self.image_fs_min_free,
             relist_interval: self.relist_interval,
             drain_timeout: self.drain_timeout,
+            env_restart_delay: self.env_restart_delay,
             runtime: self.runtime.resolve()?,
         })
     }

@@ -16,9 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::admin::{self, AdminState, Liveness, Readiness, ReadinessCondition};
+use crate::admin::{self, AdminState};
 use crate::config::DaemonConfig;
+use crate::controller::Context;
 use crate::cri::{RuntimeService, Runtimes};
+use crate::health::{Liveness, Readiness, ReadinessCondition};
 use crate::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe};
 use crate::k8s::{client, keys, watch as kwatch};
 use crate::metrics;
@@ -31,29 +33,6 @@ const RUNTIME_RETRY_MIN: Duration = Duration::from_millis(100);
 /// found again within seconds.
 const RUNTIME_RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// The daemon's shared handles, passed to each capability controller.
-#[derive(Clone)]
-pub struct Context {
-    /// Validated settings.
-    pub config: Arc<DaemonConfig>,
-    /// The API client.
-    pub client: kube::Client,
-    /// The runtimes, once found (`None` until then).
-    pub runtimes: watch::Receiver<Option<Runtimes>>,
-    /// The node's pods, if pods are watched.
-    pub pods: Option<kwatch::Watched<Pod>>,
-    /// The NodeImage named after the node.
-    pub node_images: kwatch::Watched<NodeImage>,
-    /// The node's active recreate requests.
-    pub recreate_requests: kwatch::Watched<ContainerRecreateRequest>,
-    /// The NodePodProbe named after the node, if probes are enabled.
-    pub pod_probes: Option<kwatch::Watched<NodePodProbe>>,
-    /// Ends every task when cancelled.
-    pub cancel: CancellationToken,
-    /// Tracks every task, for the drain.
-    pub tracker: TaskTracker,
-}
-
 /// Runs the daemon until SIGTERM/SIGINT (drain, then exit 0) or a second signal (exit now).
 pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     let config = Arc::new(config);
@@ -61,7 +40,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         node = %config.node_name,
         addr = %config.addr,
         gates = ?config.gates,
-        version = crate::version::VERSION,
+        version = crate::build_info::VERSION,
         "starting kruised"
     );
     let cancel = CancellationToken::new();
@@ -87,13 +66,23 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         .instrument(tracing::info_span!("runtime")),
     );
 
+    let versions = client::ServedVersions::new();
     let client = client::build(&client::ClientSettings {
         kubeconfig: config.kubeconfig.clone(),
         qps: config.qps,
         burst: config.burst,
+        versions: versions.clone(),
     })
     .await?;
     tracing::info!(api = %client.default_namespace(), "Kubernetes client ready");
+    tracker.spawn(
+        discover_versions(client.clone(), versions.clone(), cancel.clone())
+            .instrument(tracing::info_span!("discovery")),
+    );
+    let discovered = || {
+        let v = versions.clone();
+        async move { v.wait().await }
+    };
     let node = config.node_name.as_str();
     let pods = config.gates.daemon_watching_pod.then(|| {
         kwatch::spawn(
@@ -104,6 +93,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             readiness.condition("pods"),
             cancel.clone(),
             &tracker,
+            std::future::ready(()),
         )
     });
     let node_images = kwatch::spawn(
@@ -114,6 +104,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         readiness.condition("nodeimage"),
         cancel.clone(),
         &tracker,
+        discovered(),
     );
     let recreate_requests = kwatch::spawn(
         "containerrecreaterequests",
@@ -123,6 +114,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         readiness.condition("containerrecreaterequests"),
         cancel.clone(),
         &tracker,
+        discovered(),
     );
     let pod_probes = config.gates.pod_probe_marker.then(|| {
         kwatch::spawn(
@@ -133,6 +125,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             readiness.condition("nodepodprobe"),
             cancel.clone(),
             &tracker,
+            discovered(),
         )
     });
     let ctx = Context {
@@ -232,6 +225,33 @@ impl Signals {
     }
 }
 
+/// Finds out which versions of kruise's resources the server serves (retrying with backoff
+/// until the API server answers), so the CR watches start at the right one.
+async fn discover_versions(
+    client: kube::Client,
+    versions: client::ServedVersions,
+    cancel: CancellationToken,
+) {
+    let mut pause = RUNTIME_RETRY_MIN;
+    loop {
+        match versions.discover(&client).await {
+            Ok(newer) => {
+                tracing::info!(
+                    v1beta1 = ?newer,
+                    "kruise resources: using apps.kruise.io/v1beta1 for these, v1alpha1 for the rest"
+                );
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "API discovery failed; retrying"),
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(crate::controller::jitter(pause)) => {}
+        }
+        pause = (pause * 2).min(RUNTIME_RETRY_MAX);
+    }
+}
+
 /// Finds the runtime (retrying with jittered backoff, logging each distinct failure once),
 /// publishes it, and keeps readiness honest with a `Version` probe.
 async fn runtime_loop(
@@ -261,7 +281,7 @@ async fn runtime_loop(
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(jitter(pause)) => {}
+            () = tokio::time::sleep(crate::controller::jitter(pause)) => {}
         }
         pause = (pause * 2).min(RUNTIME_RETRY_MAX);
     };
@@ -278,7 +298,7 @@ async fn runtime_loop(
         };
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(jitter(every)) => {}
+            () = tokio::time::sleep(crate::controller::jitter(every)) => {}
         }
         match primary.version().await {
             Ok(_) if !was_up => {
@@ -296,9 +316,4 @@ async fn runtime_loop(
             }
         }
     }
-}
-
-/// `d` ± 20 %, so many nodes do not retry in step.
-pub fn jitter(d: Duration) -> Duration {
-    d.mul_f64(rand::random_range(0.8..1.2))
 }

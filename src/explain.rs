@@ -9,8 +9,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 
 use crate::config::{ExplainArgs, OutputFormat};
-use crate::controller::containermeta::decide::{self, RestartInput, Verdict};
 use crate::controller::containermeta::env::read_env;
+use crate::controller::containermeta::{
+    self,
+    decide::{self, RestartInput, Verdict},
+};
 use crate::cri::{ContainerFilter, RuntimeService, Runtimes};
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
@@ -62,7 +65,13 @@ pub struct PodView {
 
 fn verdict_text(v: &Verdict) -> String {
     match v {
-        Verdict::Restart => "restart due: env from metadata is stale".into(),
+        Verdict::Restart(reason) => format!(
+            "restart due ({}): env from metadata is stale",
+            reason.as_str()
+        ),
+        Verdict::KubeletRecreates => {
+            "stale, but its spec changed too: the kubelet recreates it with the new env".into()
+        }
         Verdict::UpToDate => "up to date".into(),
         Verdict::Blocked(r) => format!("stale, blocked: {r}"),
         Verdict::Unknown(r) => format!("unknown: {r}"),
@@ -104,7 +113,6 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
     let state = keys::parse_inplace_update_state(pod.annotations())
         .ok()
         .flatten();
-    let formula_known = decide::formula_known(pod, &newest);
     let (labels, annotations) = decide::metadata_maps(pod);
     let runtime_name = runtimes.primary_version().runtime_name.clone();
     let (meta, _) = decide::build_meta(pod, &runtime_name, &newest, annotated.as_ref(), true);
@@ -124,15 +132,22 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
                 if let Some(h) = current {
                     m.hashes.extracted_env_from_metadata_hash = h;
                 }
+                let image_id_matches =
+                    if decide::recorded_hash(spec, c) == decide::RecordedHash::Matches {
+                        None
+                    } else {
+                        containermeta::image_matches(&runtime, spec, c).await
+                    };
                 verdict_text(&decide::decide_restart(&RestartInput {
                     pod,
                     spec,
                     meta: &m,
                     running: c,
-                    formula_known,
-                    image_id_matches: None,
+                    image_id_matches,
                     state: state.as_ref(),
                     already_stopped: false,
+                    kubelet_overdue: false,
+                    previous_stop: None,
                 }))
             }
             _ => "no running container".into(),
@@ -205,6 +220,7 @@ pub(crate) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         kubeconfig: args.kubeconfig.clone(),
         qps: crate::config::DEFAULT_QPS,
         burst: crate::config::DEFAULT_BURST,
+        versions: Default::default(),
     })
     .await?;
     let pod = Api::<Pod>::namespaced(client, ns)

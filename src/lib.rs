@@ -2,7 +2,9 @@
 //!
 //! `main.rs` parses the command line and starts telemetry; everything else starts here.
 
+pub mod addr;
 pub mod admin;
+pub mod build_info;
 pub mod config;
 pub mod controller;
 pub mod cri;
@@ -10,6 +12,7 @@ pub mod daemon;
 pub mod explain;
 pub mod hash;
 pub mod hashcmd;
+pub mod health;
 pub mod k8s;
 pub mod metrics;
 pub mod sdnotify;

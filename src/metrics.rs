@@ -31,7 +31,7 @@ pub fn new_registry() -> Registry {
     let mut registry = Registry::with_prefix(PREFIX);
     let build_info = Family::<BuildLabels, Gauge>::default();
     build_info
-        .get_or_create(&[("version", crate::version::VERSION)])
+        .get_or_create(&[("version", crate::build_info::VERSION)])
         .set(1);
     registry.register(
         "build_info",
@@ -379,7 +379,7 @@ mod tests {
         let text = exposition(&new_registry());
         let expected = format!(
             "kruised_build_info{{version=\"{}\"}} 1\n",
-            crate::version::VERSION
+            crate::build_info::VERSION
         );
         assert!(text.contains(&expected), "{text}");
         assert!(text.contains("# TYPE kruised_build_info gauge\n"), "{text}");

@@ -6,7 +6,7 @@ use crate::config::VersionArgs;
 use crate::cri::Runtimes;
 
 /// kruised's own version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub use crate::build_info::VERSION;
 
 pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
     println!("Version:  {VERSION}");

@@ -289,9 +289,15 @@ async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_
 #[tokio::test]
 async fn env_is_read_from_the_runtime_spec_or_by_exec_whichever_works() {
     let mut node = FakeNode::start().await;
-    let pod = node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    // replace the running containers: one image without `env` (OCI spec only), one runtime that
-    // does not report the OCI spec (exec only)
+    // both containers read metadata here: one image without `env` (OCI spec only), one runtime
+    // that does not report the OCI spec (exec only)
+    let both_read_metadata = json!([
+        {"name": "main", "image": "busybox:v1",
+         "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}}]},
+        {"name": "side", "image": "busybox:v1",
+         "env": [{"name": "ROLE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['role']"}}}]}
+    ]);
+    let pod = node.add_pod("web-0", both_read_metadata, json!({"role": "blue"}), true);
     let sandbox = node.sandboxes["web-0"].clone();
     let spec = pod.spec.as_ref().unwrap().containers.clone();
     let no_env_binary = node.start_container(&pod, &sandbox, &spec[0], 1, true, false);

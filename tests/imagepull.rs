@@ -484,6 +484,7 @@ async fn pull_secrets_are_cached_briefly_missing_ones_are_looked_up_again_and_fa
         kubeconfig: Some(node.kubeconfig.clone()),
         qps: 1000.0,
         burst: 1000,
+        versions: Default::default(),
     })
     .await
     .unwrap();
@@ -491,6 +492,7 @@ async fn pull_secrets_are_cached_briefly_missing_ones_are_looked_up_again_and_fa
     let refs = [ReferenceObject {
         namespace: CONFIG_NS.into(),
         name: "late".into(),
+        ..Default::default()
     }];
     let users = |r: &kruised::controller::imagepull::secrets::Resolved| -> Vec<String> {
         r.keyring

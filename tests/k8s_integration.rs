@@ -34,6 +34,7 @@ async fn double() -> (apiserver_double::Handle, kube::Client, tempfile::TempDir)
         kubeconfig: Some(kubeconfig),
         qps: 1000.0,
         burst: 1000,
+        versions: Default::default(),
     })
     .await
     .unwrap();
@@ -80,6 +81,7 @@ fn watch_pods(
         readiness.condition("pods"),
         cancel.clone(),
         tracker,
+        std::future::ready(()),
     )
 }
 

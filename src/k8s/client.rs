@@ -1,5 +1,6 @@
 //! The Kubernetes API client: kubeconfig or in-cluster config, User-Agent `kruised/<version>`,
-//! and a client-side token bucket (kruise-daemon's QPS/burst) in front of every request.
+//! a client-side token bucket (kruise-daemon's QPS/burst) in front of every request, and the
+//! version negotiation of kruise's resources ([`ServedVersions`]).
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -16,6 +17,96 @@ use tower::{Layer, Service};
 /// The field manager recorded on every write.
 pub const FIELD_MANAGER: &str = "kruised";
 
+/// The API group of kruise's resources.
+pub const KRUISE_GROUP: &str = "apps.kruise.io";
+/// The version kruised's typed resources are written in.
+pub const TYPED_VERSION: &str = "v1alpha1";
+/// The newer version kruised also understands, preferred where the server serves it.
+pub const NEWER_VERSION: &str = "v1beta1";
+/// The kruise resources that exist in [`NEWER_VERSION`] with a superset of the fields of
+/// [`TYPED_VERSION`]: NodeImage (1.9 added `spec.images[*].pullSecrets[*].mode`) and
+/// ContainerRecreateRequest (HEAD added `status.containerStatusSnapshot` and
+/// `status.conditions`). kruised's types carry those fields too.
+pub const NEGOTIATED: [&str; 2] = ["nodeimages", "containerrecreaterequests"];
+
+/// Which version of each negotiated kruise resource the server serves, found by discovery once.
+///
+/// kruised's types are `v1alpha1`, but a write through `v1alpha1` makes the API server prune what
+/// only `v1beta1` has (a NodeImage's `mode`, a CRR's snapshot), and on a kruise 1.9+ cluster every
+/// `v1alpha1` request goes through kruise-manager's conversion webhook. So where the server
+/// serves `v1beta1`, the client's requests for these resources go there instead: the JSON is
+/// the same apart from the added fields. Requests wait for nothing: the CR watches start only
+/// after [`ServedVersions::discover`] succeeded ([`ServedVersions::wait`]).
+#[derive(Clone, Debug, Default)]
+pub struct ServedVersions {
+    newer: Arc<Mutex<Vec<String>>>,
+    done: Arc<tokio::sync::Notify>,
+    known: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ServedVersions {
+    /// Nothing known yet: requests keep [`TYPED_VERSION`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the server which negotiated resources it serves in [`NEWER_VERSION`] (discovery
+    /// needs no RBAC). A group or version that is not served is an answer (stay on
+    /// [`TYPED_VERSION`]); any other failure is an error to retry.
+    pub async fn discover(&self, client: &kube::Client) -> Result<Vec<String>, kube::Error> {
+        let newer = match client
+            .list_api_group_resources(&format!("{KRUISE_GROUP}/{NEWER_VERSION}"))
+            .await
+        {
+            Ok(list) => NEGOTIATED
+                .iter()
+                .filter(|r| list.resources.iter().any(|x| x.name == **r))
+                .map(|r| r.to_string())
+                .collect(),
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        *self.newer.lock().unwrap_or_else(|e| e.into_inner()) = newer.clone();
+        self.known.store(true, std::sync::atomic::Ordering::Release);
+        self.done.notify_waiters();
+        Ok(newer)
+    }
+
+    /// Waits until discovery succeeded.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.done.notified();
+            if self.known.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The version requests for `resource` use.
+    pub fn version_of(&self, resource: &str) -> &'static str {
+        let newer = self.newer.lock().unwrap_or_else(|e| e.into_inner());
+        if newer.iter().any(|r| r == resource) {
+            NEWER_VERSION
+        } else {
+            TYPED_VERSION
+        }
+    }
+
+    /// `path` with the version of a negotiated resource replaced by the served one.
+    pub fn rewrite_path(&self, path: &str) -> Option<String> {
+        let prefix = format!("/apis/{KRUISE_GROUP}/{TYPED_VERSION}/");
+        let rest = path.strip_prefix(&prefix)?;
+        let mut segments = rest.split('/');
+        let mut resource = segments.next()?;
+        if resource == "namespaces" {
+            resource = segments.nth(1)?;
+        }
+        let version = self.version_of(resource);
+        (version != TYPED_VERSION).then(|| format!("/apis/{KRUISE_GROUP}/{version}/{rest}"))
+    }
+}
+
 /// What the client is built from.
 #[derive(Clone, Debug)]
 pub struct ClientSettings {
@@ -25,6 +116,8 @@ pub struct ClientSettings {
     pub qps: f64,
     /// Requests allowed at once above the sustained rate.
     pub burst: u32,
+    /// The versions to speak for kruise's resources (empty until discovered).
+    pub versions: ServedVersions,
 }
 
 /// The client cannot be configured (no kubeconfig, unreadable file, bad TLS data).
@@ -68,8 +161,26 @@ pub async fn build(settings: &ClientSettings) -> Result<kube::Client, ClientErro
     };
     let user_agent = HeaderValue::from_static(concat!("kruised/", env!("CARGO_PKG_VERSION")));
     let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
+    let versions = settings.versions.clone();
     Ok(builder
         .with_layer(&TokenBucketLayer::new(settings.qps, settings.burst))
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |mut req: Request<kube::client::Body>| {
+                let rewritten = versions.rewrite_path(req.uri().path()).and_then(|path| {
+                    let pq = match req.uri().query() {
+                        Some(q) => format!("{path}?{q}"),
+                        None => path,
+                    };
+                    let mut parts = req.uri().clone().into_parts();
+                    parts.path_and_query = pq.parse().ok();
+                    http::Uri::from_parts(parts).ok()
+                });
+                if let Some(uri) = rewritten {
+                    *req.uri_mut() = uri;
+                }
+                req
+            },
+        ))
         .with_layer(&tower::util::MapRequestLayer::new(
             move |mut req: Request<kube::client::Body>| {
                 req.headers_mut().insert(USER_AGENT, user_agent.clone());
@@ -185,6 +296,39 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_negotiated_resources_served_in_the_newer_version_are_rewritten() {
+        let v = ServedVersions::new();
+        let path = "/apis/apps.kruise.io/v1alpha1/nodeimages/node-a/status";
+        assert_eq!(v.rewrite_path(path), None, "nothing known yet");
+        *v.newer.lock().unwrap() = vec!["nodeimages".into()];
+        assert_eq!(
+            v.rewrite_path(path).as_deref(),
+            Some("/apis/apps.kruise.io/v1beta1/nodeimages/node-a/status")
+        );
+        assert_eq!(
+            v.rewrite_path("/apis/apps.kruise.io/v1alpha1/nodeimages")
+                .as_deref(),
+            Some("/apis/apps.kruise.io/v1beta1/nodeimages")
+        );
+        assert_eq!(
+            v.rewrite_path("/apis/apps.kruise.io/v1alpha1/nodepodprobes/node-a"),
+            None
+        );
+        let crr = "/apis/apps.kruise.io/v1alpha1/namespaces/ns/containerrecreaterequests/r/status";
+        assert_eq!(v.rewrite_path(crr), None);
+        v.newer
+            .lock()
+            .unwrap()
+            .push("containerrecreaterequests".into());
+        assert_eq!(
+            v.rewrite_path(crr).as_deref(),
+            Some("/apis/apps.kruise.io/v1beta1/namespaces/ns/containerrecreaterequests/r/status"),
+            "CRRs are namespaced: the resource comes after the namespace"
+        );
+        assert_eq!(v.rewrite_path("/api/v1/pods"), None);
+    }
 
     #[test]
     fn bucket_allows_a_burst_then_the_sustained_rate() {

@@ -28,6 +28,10 @@ pub const KUBELET_POD_UID: &str = "io.kubernetes.pod.uid";
 pub const KUBELET_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// Kubelet annotation: the container hash, lowercase hex (formula depends on the kubelet version).
 pub const KUBELET_CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+/// Kubelet annotation (1.27 to 1.31, with InPlacePodVerticalScaling): the full-JSON container hash
+/// with resources zeroed, which those kubelets compare instead of the full one.
+pub const KUBELET_CONTAINER_HASH_WITHOUT_RESOURCES: &str =
+    "io.kubernetes.container.hashWithoutResources";
 /// Kubelet annotation: the restart count when the container was created (decimal).
 pub const KUBELET_CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 /// Kubelet annotation: where the termination message is written.

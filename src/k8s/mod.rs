@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod crd;
+pub mod events;
 pub mod keys;
 pub mod watch;
 pub mod write;

@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::admin::ReadinessCondition;
+use crate::health::ReadinessCondition;
 
 /// How many unread changes a slow subscriber may fall behind before it must resync.
 const CHANGE_BUFFER: usize = 4096;
@@ -80,9 +80,13 @@ where
     }
 }
 
-/// Starts a watch of `api` with `config` in a task that ends with `cancel`. `prune` drops what
-/// the daemon never reads before the object is stored. `ready` becomes ready after the first
-/// list.
+/// Starts a watch of `api` with `config`, once `after` is done, in a task that ends with
+/// `cancel`. `prune` drops what the daemon never reads before the object is stored. `ready`
+/// becomes ready after the first list.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each is a distinct part of the watch; the callers read best with them spelt out"
+)]
 pub fn spawn<K>(
     name: &'static str,
     api: Api<K>,
@@ -91,6 +95,7 @@ pub fn spawn<K>(
     ready: ReadinessCondition,
     cancel: CancellationToken,
     tracker: &tokio_util::task::TaskTracker,
+    after: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Watched<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -106,6 +111,11 @@ where
         .reflect(writer);
     tracker.spawn(
         async move {
+            // the watch starts once `after` is done (the served versions are known)
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = after => {}
+            }
             let mut stream = std::pin::pin!(stream);
             let mut synced = false;
             let mut last_error: Option<String> = None;

@@ -5,22 +5,23 @@
 //! - status fields of our custom resources, by JSON merge patch on `/status`;
 //! - where the API demands a whole object, a read-modify-write at the current
 //!   `resourceVersion`, retried on conflict with fresh data;
-//! - Events, aggregated like client-go's recorder and sent off the caller's path.
+//! - core `v1` Events, correlated like client-go's recorder and sent off the caller's path.
 //!
 //! [`is_retryable`] is the one place that decides which API errors are worth retrying.
 
 use std::fmt::Debug;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use super::client::FIELD_MANAGER;
+use super::events::{Correlator, Write};
 
 /// How often a read-modify-write is tried before giving up on conflicts.
 const MAX_CONFLICT_ATTEMPTS: u32 = 5;
@@ -128,24 +129,12 @@ where
     }
 }
 
-/// One event to record.
-#[derive(Clone, Debug)]
-pub struct EventSpec {
-    /// The object it is about.
-    pub regarding: k8s_openapi::api::core::v1::ObjectReference,
-    /// Warning or not.
-    pub warning: bool,
-    /// Machine-readable reason (kruise's: `Killing`, `PullImageSucceed`, ...).
-    pub reason: String,
-    /// Human-readable note.
-    pub note: String,
-    /// What was done (events.k8s.io `action`).
-    pub action: String,
-}
+pub use super::events::EventSpec;
 
 /// Records Events without blocking the caller: events go through a bounded queue to a task that
-/// publishes them with kube's recorder (which aggregates repeats into a series, like
-/// client-go's). When the queue is full, events are dropped and counted, never waited for.
+/// runs them through client-go's correlator ([`super::events::Correlator`]: aggregation,
+/// deduplication into a `count`, spam filter) and writes core `v1` Events. When the queue is
+/// full, events are dropped and counted, never waited for.
 #[derive(Clone, Debug)]
 pub struct EventSink {
     tx: mpsc::Sender<EventSpec>,
@@ -156,7 +145,9 @@ pub struct EventSink {
 const EVENT_QUEUE: usize = 256;
 
 impl EventSink {
-    /// Starts the publishing task; it ends when every sink is dropped or `cancel` fires.
+    /// Starts the publishing task for `component` (kruise's names:
+    /// `kruise-daemon-containermeta`, `kruise-daemon-imagepuller`, ...) on `node`; it ends when
+    /// every sink is dropped or `cancel` fires.
     pub fn spawn(
         client: kube::Client,
         component: &str,
@@ -165,31 +156,20 @@ impl EventSink {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, mut rx) = mpsc::channel::<EventSpec>(EVENT_QUEUE);
-        let recorder = Recorder::new(
-            client,
-            Reporter {
-                controller: component.to_string(),
-                instance: Some(node.to_string()),
-            },
-        );
+        let mut correlator = Correlator::new(component, node);
         tracker.spawn(async move {
             loop {
                 let spec = tokio::select! {
                     () = cancel.cancelled() => break,
                     s = rx.recv() => match s { Some(s) => s, None => break },
                 };
-                let ev = Event {
-                    type_: if spec.warning {
-                        EventType::Warning
-                    } else {
-                        EventType::Normal
-                    },
-                    reason: spec.reason.clone(),
-                    note: Some(spec.note.clone()),
-                    action: spec.action.clone(),
-                    secondary: None,
+                let wall = Time(k8s_openapi::jiff::Timestamp::now());
+                let Some(write) = correlator.correlate(&spec, tokio::time::Instant::now(), wall)
+                else {
+                    tracing::debug!(reason = %spec.reason, "event dropped by the spam filter");
+                    continue;
                 };
-                if let Err(e) = recorder.publish(&ev, &spec.regarding).await {
+                if let Err(e) = write_event(&client, write).await {
                     tracing::warn!(error = %e, reason = %spec.reason, "could not record event");
                 }
             }
@@ -211,6 +191,34 @@ impl EventSink {
     /// Events dropped so far because the queue was full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Writes what the correlator decided: a POST, or a strategic-merge PATCH of the count that
+/// falls back to a POST when the event is gone (expired or deleted), as client-go does.
+async fn write_event(client: &kube::Client, write: Write) -> Result<(), kube::Error> {
+    let post = |event: Event| async move {
+        let ns = event.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &event).await.map(drop)
+    };
+    match write {
+        Write::Create(event) => post(*event).await,
+        Write::Patch {
+            namespace,
+            name,
+            patch,
+            event,
+        } => {
+            let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await
+            {
+                Err(e) if is_not_found(&e) => post(*event).await,
+                other => other.map(drop),
+            }
+        }
     }
 }
 

@@ -17,11 +17,11 @@ use apiserver_double::ApiServer;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::config::{Cli, Command};
+use kruised::controller::Context;
 use kruised::controller::imagepull::{self, Settings, metrics::Metrics, secrets::SecretStore};
 use kruised::cri::{
     Endpoint, FilesystemUsage, Image, ImageService, PullRequest, RemoteRuntime, Runtimes, Timeouts,
 };
-use kruised::daemon::Context;
 use kruised::k8s::crd::{ContainerRecreateRequest, ImageTagStatus, NodeImage, NodeImageStatus};
 use kruised::k8s::{client, watch as kwatch, write::EventSink};
 use kube::Api;
@@ -157,6 +157,7 @@ impl PullNode {
             kubeconfig: Some(kubeconfig.clone()),
             qps: 1000.0,
             burst: 1000,
+            versions: Default::default(),
         })
         .await
         .unwrap();
@@ -182,6 +183,7 @@ impl PullNode {
                 readiness.condition("pods"),
                 cancel.clone(),
                 &tracker,
+                std::future::ready(()),
             )),
             node_images: kwatch::spawn(
                 "nodeimages",
@@ -191,6 +193,7 @@ impl PullNode {
                 readiness.condition("nodeimage"),
                 cancel.clone(),
                 &tracker,
+                std::future::ready(()),
             ),
             recreate_requests: kwatch::spawn(
                 "containerrecreaterequests",
@@ -200,6 +203,7 @@ impl PullNode {
                 readiness.condition("crr"),
                 cancel.clone(),
                 &tracker,
+                std::future::ready(()),
             ),
             pod_probes: None,
             cancel: cancel.clone(),
@@ -383,7 +387,7 @@ pub fn events(api: &apiserver_double::Handle, reason: &str) -> Vec<Value> {
 }
 
 /// Waits until events with `reason` occurred at least `n` times (the recorder folds repeats on
-/// one object into a series, as client-go does).
+/// one object into a count, as client-go does).
 pub async fn wait_events(api: &apiserver_double::Handle, reason: &str, n: u64) -> Vec<Value> {
     api.wait_for_value(LIMIT, |v| {
         let e: Vec<Value> = v
@@ -397,9 +401,9 @@ pub async fn wait_events(api: &apiserver_double::Handle, reason: &str, n: u64) -
     .unwrap_or_else(|_| panic!("{n} {reason} events; have {:#?}", events(api, reason)))
 }
 
-/// How often an event happened: its series count, or once.
+/// How often an event happened: its count (core v1 events fold repeats into it), or once.
 pub fn occurrences(e: &Value) -> u64 {
-    e["series"]["count"].as_u64().unwrap_or(1)
+    e["count"].as_u64().unwrap_or(1)
 }
 
 /// The status of a NodeImage JSON object.

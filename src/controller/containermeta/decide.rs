@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
 
 use crate::cri::{Container, ContainerState};
-use crate::hash::env::expected_env_hash;
+use crate::hash::env::{NO_ENV_HASH, env_meta_refs, expected_env_hash};
 use crate::hash::kubelet::{hash_container, hash_container_legacy, parse_hash};
 use crate::k8s::keys::{
     self, InPlaceUpdateState, RuntimeContainerHashes, RuntimeContainerMeta, RuntimeContainerMetaSet,
@@ -64,6 +64,13 @@ pub fn newest_by_name(containers: &[Container]) -> BTreeMap<&str, &Container> {
         }
     }
     out
+}
+
+/// The spec of container `name`.
+pub fn spec_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a SpecContainer> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == name))
 }
 
 /// A container whose current env-from-metadata hash must be read from the runtime.
@@ -126,75 +133,123 @@ pub fn build_meta(
             },
         };
         if !with_env {
-            entry.hashes.extracted_env_from_metadata_hash = 0;
+            // kruise keeps what was computed when the gate is switched off; it only stops
+            // computing new hashes
         } else if entry.hashes.extracted_env_from_metadata_hash == 0
             && c.state == ContainerState::Running
         {
-            to_read.push(EnvToRead {
-                name: entry.name.clone(),
-                id: c.id.clone(),
-            });
+            let reads_metadata =
+                spec_of(pod, &status.name).is_some_and(|s| !env_meta_refs(s).is_empty());
+            if reads_metadata {
+                to_read.push(EnvToRead {
+                    name: entry.name.clone(),
+                    id: c.id.clone(),
+                });
+            } else {
+                // nothing to read: the hash of no env vars, with no runtime call (as kruise)
+                entry.hashes.extracted_env_from_metadata_hash = NO_ENV_HASH;
+            }
         }
         set.containers.push(entry);
     }
     (set, to_read)
 }
 
+/// Why a container is stopped for env from metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartReason {
+    /// Its env from metadata is stale and nothing else will replace it.
+    EnvChanged,
+    /// The kubelet recreated it after our stop, but from a pod it had taken before the change
+    /// (its env is stale again): one more stop, reported in an Event.
+    StaleRecreation,
+    /// The kubelet was expected to recreate it for a spec change, but has not within the
+    /// container's grace period and a margin: kruise's rule applies (stop it).
+    KubeletDidNotRecreate,
+}
+
+impl RestartReason {
+    /// The metric label and log word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartReason::EnvChanged => "env-from-metadata",
+            RestartReason::StaleRecreation => "stale-recreation",
+            RestartReason::KubeletDidNotRecreate => "kubelet-did-not-recreate",
+        }
+    }
+}
+
 /// Why a container is or is not stopped for env from metadata; also what `kruised explain`
 /// prints.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Stop it: its env from metadata is stale and nothing else will replace it.
-    Restart,
+    /// Stop it, for this reason.
+    Restart(RestartReason),
     /// Nothing to do: its env matches the pod's metadata.
     UpToDate,
     /// Its env is stale, but it must not be stopped now; the reason says why.
     Blocked(String),
+    /// The kubelet recreates it by itself, because its spec changed too.
+    KubeletRecreates,
     /// Its current env hash is not known yet (not running, or not read yet).
     Unknown(String),
 }
 
+/// How the hash the kubelet recorded for a running container compares with its current spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordedHash {
+    /// It equals one of the kubelet's formulas of the current spec (the ≥ 1.31 name+image hash,
+    /// the older full-JSON hash, or, for 1.27 to 1.30 with in-place resize, the full-JSON hash
+    /// without resources that the kubelet records beside it): the kubelet keeps the container.
+    Matches,
+    /// It equals none: the spec changed, or the kubelet hashes some other way.
+    Neither,
+    /// The container carries no kubelet hash.
+    Missing,
+}
+
+/// Compares the hash the kubelet recorded for `running` with `spec`, per container.
+pub fn recorded_hash(spec: &SpecContainer, running: &Container) -> RecordedHash {
+    let parse = |key| {
+        running
+            .annotations
+            .get(key)
+            .and_then(|h: &String| parse_hash(h))
+    };
+    let Some(recorded) = parse(keys::KUBELET_CONTAINER_HASH) else {
+        return RecordedHash::Missing;
+    };
+    if recorded == hash_container(spec) || recorded == hash_container_legacy(spec) {
+        return RecordedHash::Matches;
+    }
+    // kubelet 1.27 to 1.30 with InPlacePodVerticalScaling: a resize changes the full hash but
+    // not the container, which the kubelet compares without resources
+    if let Some(without) = parse(keys::KUBELET_CONTAINER_HASH_WITHOUT_RESOURCES) {
+        let mut bare = spec.clone();
+        bare.resources = None;
+        if without == hash_container_legacy(&bare) {
+            return RecordedHash::Matches;
+        }
+    }
+    RecordedHash::Neither
+}
+
 /// Whether the kubelet will recreate this container by itself because its spec no longer
-/// matches what the runtime recorded at creation. The recorded hash is compared with both
-/// kubelet formulas of the current spec; when neither matches and the node's kubelet is known
-/// to use one of them, the spec changed. When the node's formula is unknown (a kubelet hashing
-/// some other way), the image decides: `image_id_matches` says whether the spec image resolves
-/// to the image the container runs.
+/// matches what the runtime recorded at creation, decided per container: a recorded hash that
+/// matches a formula of the current spec means no; one that matches neither means the spec
+/// changed or the kubelet hashes differently, and then the image decides (`image_id_matches`:
+/// whether the spec image resolves to the image the container runs; unknown counts as a
+/// change, and [`RestartInput::kubelet_overdue`] keeps that from blocking for good).
 pub fn kubelet_will_recreate(
     spec: &SpecContainer,
     running: &Container,
-    formula_known: bool,
     image_id_matches: Option<bool>,
 ) -> bool {
-    let recorded = running
-        .annotations
-        .get(keys::KUBELET_CONTAINER_HASH)
-        .and_then(|h| parse_hash(h));
-    let Some(recorded) = recorded else {
-        return image_id_matches == Some(false);
-    };
-    if recorded == hash_container(spec) || recorded == hash_container_legacy(spec) {
-        return false;
+    match recorded_hash(spec, running) {
+        RecordedHash::Matches => false,
+        RecordedHash::Neither => image_id_matches != Some(true),
+        RecordedHash::Missing => image_id_matches == Some(false),
     }
-    if formula_known {
-        return true;
-    }
-    image_id_matches != Some(true)
-}
-
-/// Whether some container of the pod shows which formula its kubelet uses: its recorded hash
-/// equals one of ours for its current spec.
-pub fn formula_known(pod: &Pod, newest: &BTreeMap<&str, &Container>) -> bool {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .any(|spec| {
-            newest
-                .get(spec.name.as_str())
-                .and_then(|c| c.annotations.get(keys::KUBELET_CONTAINER_HASH))
-                .and_then(|h| parse_hash(h))
-                .is_some_and(|h| h == hash_container(spec) || h == hash_container_legacy(spec))
-        })
 }
 
 /// Whether `name` belongs to a later batch of a multi-batch in-place update, or outside the
@@ -214,6 +269,18 @@ pub fn outside_current_batch(state: Option<&InPlaceUpdateState>, name: &str) -> 
         .is_some_and(|batch| !batch.containers.iter().any(|c| c == name))
 }
 
+/// This daemon's last stop of a container of a pod, remembered to recognise a stale
+/// recreation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreviousStop {
+    /// The runtime ID of the container stopped.
+    pub id: String,
+    /// The env-from-metadata hash the pod's metadata gave then.
+    pub expected: u64,
+    /// Whether that stop was already the one more stop after a stale recreation.
+    pub corrective: bool,
+}
+
 /// Inputs of one restart decision.
 pub struct RestartInput<'a> {
     /// The pod.
@@ -224,14 +291,17 @@ pub struct RestartInput<'a> {
     pub meta: &'a RuntimeContainerMeta,
     /// Its newest runtime container.
     pub running: &'a Container,
-    /// Whether the node's kubelet hash formula is known.
-    pub formula_known: bool,
     /// Whether the spec image resolves to the running image, if checked.
     pub image_id_matches: Option<bool>,
     /// The pod's in-place update state, if any.
     pub state: Option<&'a InPlaceUpdateState>,
     /// Whether the daemon already stopped this very container.
     pub already_stopped: bool,
+    /// The kubelet was expected to recreate this container for longer than its grace period
+    /// and a margin.
+    pub kubelet_overdue: bool,
+    /// This daemon's last stop of a container of this name in this pod.
+    pub previous_stop: Option<&'a PreviousStop>,
 }
 
 /// Decides whether to stop a container because its env from metadata is stale.
@@ -260,17 +330,29 @@ pub fn decide_restart(input: &RestartInput<'_>) -> Verdict {
     if outside_current_batch(input.state, &input.spec.name) {
         return Verdict::Blocked("belongs to a later batch of the in-place update".into());
     }
-    if kubelet_will_recreate(
-        input.spec,
-        input.running,
-        input.formula_known,
-        input.image_id_matches,
-    ) {
-        return Verdict::Blocked(
-            "its spec changed too: the kubelet recreates it with the new env".into(),
-        );
+    let mut reason = RestartReason::EnvChanged;
+    if let Some(prev) = input.previous_stop
+        && prev.id != input.running.id
+        && prev.expected == expected
+    {
+        // we stopped its predecessor for this very change, and the kubelet recreated it from
+        // a pod it had taken before the change
+        if prev.corrective {
+            return Verdict::Blocked(
+                "the kubelet recreated it with the old values twice; not stopping it again (no \
+                 crash loop): the next change of its metadata restarts it"
+                    .into(),
+            );
+        }
+        reason = RestartReason::StaleRecreation;
     }
-    Verdict::Restart
+    if kubelet_will_recreate(input.spec, input.running, input.image_id_matches) {
+        if !input.kubelet_overdue {
+            return Verdict::KubeletRecreates;
+        }
+        reason = RestartReason::KubeletDidNotRecreate;
+    }
+    Verdict::Restart(reason)
 }
 
 #[cfg(test)]
@@ -394,9 +476,20 @@ mod tests {
             hash_container(spec)
         );
         assert_eq!(
-            to_read.len(),
-            2,
-            "both running containers need their env hash"
+            to_read,
+            [EnvToRead {
+                name: "main".into(),
+                id: "m1".into()
+            }],
+            "only a container whose env reads metadata needs a runtime call"
+        );
+        assert_eq!(
+            set.container("side")
+                .unwrap()
+                .hashes
+                .extracted_env_from_metadata_hash,
+            NO_ENV_HASH,
+            "the others get the hash of no env at once (as kruise)"
         );
     }
 
@@ -425,10 +518,11 @@ mod tests {
             spec: &p.spec.as_ref().unwrap().containers[0],
             meta,
             running: c,
-            formula_known: true,
             image_id_matches: None,
             state: None,
             already_stopped: false,
+            kubelet_overdue: false,
+            previous_stop: None,
         }
     }
 
@@ -457,7 +551,10 @@ mod tests {
         let p = pod(json!({}), "False");
         let c = running(&p, "main", "m1", 0);
         let meta = stale_meta(&p, &c);
-        assert_eq!(decide_restart(&input(&p, &meta, &c)), Verdict::Restart);
+        assert_eq!(
+            decide_restart(&input(&p, &meta, &c)),
+            Verdict::Restart(RestartReason::EnvChanged)
+        );
         let p = pod(json!({}), "True");
         assert!(
             matches!(decide_restart(&input(&p, &meta, &c)), Verdict::Blocked(r) if r.contains("InPlaceUpdateReady"))
@@ -465,35 +562,115 @@ mod tests {
     }
 
     #[test]
-    fn a_container_whose_spec_changed_too_is_left_to_the_kubelet() {
+    fn a_container_whose_spec_changed_too_is_left_to_the_kubelet_until_overdue() {
         let mut p = pod(json!({}), "False");
         let c = running(&p, "main", "m1", 0);
         let meta = stale_meta(&p, &c);
         p.spec.as_mut().unwrap().containers[0].image = Some("busybox:v2".into());
-        assert!(
-            matches!(decide_restart(&input(&p, &meta, &c)), Verdict::Blocked(r) if r.contains("kubelet recreates"))
+        let mut i = input(&p, &meta, &c);
+        i.image_id_matches = Some(false);
+        assert_eq!(decide_restart(&i), Verdict::KubeletRecreates);
+        // the kubelet did not recreate it within its grace period: kruise's rule, stop it
+        i.kubelet_overdue = true;
+        assert_eq!(
+            decide_restart(&i),
+            Verdict::Restart(RestartReason::KubeletDidNotRecreate)
         );
     }
 
     #[test]
-    fn with_an_unknown_kubelet_formula_the_image_decides() {
+    fn when_the_recorded_hash_matches_no_formula_the_image_decides() {
         let p = pod(json!({}), "False");
         let mut c = running(&p, "main", "m1", 0);
         c.annotations
             .insert(keys::KUBELET_CONTAINER_HASH.into(), "deadbeef".into());
         let meta = stale_meta(&p, &c);
         let mut i = input(&p, &meta, &c);
-        i.formula_known = false;
         i.image_id_matches = Some(true);
         assert_eq!(
             decide_restart(&i),
-            Verdict::Restart,
+            Verdict::Restart(RestartReason::EnvChanged),
             "same image: only the env is stale"
         );
         i.image_id_matches = Some(false);
-        assert!(
-            matches!(decide_restart(&i), Verdict::Blocked(_)),
+        assert_eq!(
+            decide_restart(&i),
+            Verdict::KubeletRecreates,
             "new image: the kubelet recreates it"
+        );
+        i.image_id_matches = None;
+        assert_eq!(
+            decide_restart(&i),
+            Verdict::KubeletRecreates,
+            "unknown image: wait for the kubelet, with the overdue fallback"
+        );
+    }
+
+    #[test]
+    fn a_resize_on_a_kubelet_hashing_without_resources_does_not_block_a_restart() {
+        // kubelet 1.27 to 1.30 with InPlacePodVerticalScaling: the full hash covers resources,
+        // the hash beside it does not; a resize changes only the first
+        let mut p = pod(json!({}), "False");
+        let spec_before = p.spec.as_ref().unwrap().containers[0].clone();
+        let mut c = running(&p, "main", "m1", 0);
+        c.annotations.insert(
+            keys::KUBELET_CONTAINER_HASH.into(),
+            format_hash(hash_container_legacy(&spec_before)),
+        );
+        let mut bare = spec_before.clone();
+        bare.resources = None;
+        c.annotations.insert(
+            keys::KUBELET_CONTAINER_HASH_WITHOUT_RESOURCES.into(),
+            format_hash(hash_container_legacy(&bare)),
+        );
+        p.spec.as_mut().unwrap().containers[0].resources =
+            Some(serde_json::from_value(json!({"requests": {"cpu": "200m"}})).unwrap());
+        let spec = &p.spec.as_ref().unwrap().containers[0];
+        assert_ne!(
+            hash_container_legacy(spec),
+            hash_container_legacy(&spec_before)
+        );
+        assert_eq!(recorded_hash(spec, &c), RecordedHash::Matches);
+        let meta = stale_meta(&p, &c);
+        let i = input(&p, &meta, &c);
+        assert_eq!(
+            decide_restart(&i),
+            Verdict::Restart(RestartReason::EnvChanged)
+        );
+    }
+
+    #[test]
+    fn a_stale_recreation_gets_one_more_stop_and_never_a_third() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m2", 1);
+        let meta = stale_meta(&p, &c);
+        let (labels, annotations) = metadata_maps(&p);
+        let expected = expected_env_hash(
+            &p.spec.as_ref().unwrap().containers[0],
+            &labels,
+            &annotations,
+        );
+        let stop = |expected, corrective| PreviousStop {
+            id: "m1".into(),
+            expected,
+            corrective,
+        };
+        let decide = |prev: &PreviousStop| {
+            let mut i = input(&p, &meta, &c);
+            i.previous_stop = Some(prev);
+            decide_restart(&i)
+        };
+        assert_eq!(
+            decide(&stop(expected, false)),
+            Verdict::Restart(RestartReason::StaleRecreation)
+        );
+        assert!(
+            matches!(decide(&stop(expected, true)), Verdict::Blocked(r) if r.contains("twice"))
+        );
+        // a newer change is a new restart, not a correction
+        assert_eq!(
+            decide(&stop(7, true)),
+            Verdict::Restart(RestartReason::EnvChanged)
         );
     }
 

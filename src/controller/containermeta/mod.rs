@@ -9,9 +9,9 @@
 pub mod decide;
 pub mod env;
 mod metrics;
+pub mod settle;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,14 +24,15 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use self::decide::{RestartInput, Verdict};
+use self::decide::{PreviousStop, RestartInput, RestartReason, Verdict};
 pub use self::metrics::Metrics;
+use self::settle::{RestartDelay, Timeline};
 use super::kill;
 use super::queue::WorkQueue;
+use crate::controller::Context;
 use crate::cri::{
     Container, ContainerFilter, CriError, ImageService, RemoteRuntime, RuntimeService, Runtimes,
 };
-use crate::daemon::Context;
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::k8s::keys::{self, RuntimeContainerMetaSet};
 use crate::k8s::watch::{Change, Watched};
@@ -43,6 +44,9 @@ const WORKERS: usize = 4;
 const RETRY_DELAY: Duration = Duration::from_secs(3);
 /// How long a container the daemon stopped is remembered (so it is never stopped twice).
 const STOPPED_MEMORY: Duration = Duration::from_secs(600);
+/// How much longer than a container's grace period the kubelet may take to recreate a
+/// container whose spec changed before kruised stops it itself (kruise's rule).
+const KUBELET_RECREATE_MARGIN: Duration = Duration::from_secs(10);
 
 type Key = ObjectRef<Pod>;
 
@@ -57,8 +61,14 @@ struct Shared {
     seen_at_start: Mutex<HashMap<String, String>>,
     /// Containers this daemon stopped, by runtime ID.
     stopped: Arc<Mutex<HashMap<String, Instant>>>,
-    /// Whether this node's kubelet hash formula is one of ours (seen on some container).
-    formula_known: AtomicBool,
+    /// The last stop of each (pod UID, container name), to recognise a stale recreation.
+    last_stops: Mutex<HashMap<(String, String), PreviousStop>>,
+    /// Since when the kubelet is expected to recreate a container (by runtime ID).
+    kubelet_expected: Mutex<HashMap<String, Instant>>,
+    /// What was seen of each pod (by UID), for deciding when a stop is safe.
+    timelines: Mutex<HashMap<String, Timeline>>,
+    /// When stale-env restarts happen.
+    restart_delay: RestartDelay,
     events: EventSink,
     metrics: Metrics,
     cancel: tokio_util::sync::CancellationToken,
@@ -72,7 +82,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     };
     let events = EventSink::spawn(
         ctx.client.clone(),
-        "kruised-containermeta",
+        "kruise-daemon-containermeta",
         &ctx.config.node_name,
         ctx.cancel.clone(),
         &ctx.tracker,
@@ -85,7 +95,10 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         with_env: ctx.config.gates.in_place_update_env_from_metadata,
         seen_at_start: Mutex::new(HashMap::new()),
         stopped: Arc::new(Mutex::new(HashMap::new())),
-        formula_known: AtomicBool::new(false),
+        last_stops: Mutex::new(HashMap::new()),
+        kubelet_expected: Mutex::new(HashMap::new()),
+        timelines: Mutex::new(HashMap::new()),
+        restart_delay: ctx.config.env_restart_delay,
         events,
         metrics: Metrics::register(registry),
         cancel: ctx.cancel.clone(),
@@ -141,6 +154,16 @@ fn needs_sync(pod: &Pod, meta: Option<&RuntimeContainerMetaSet>, with_env: bool)
     if !with_env {
         return false;
     }
+    // a container first annotated before it ran gets its env hash as soon as it runs
+    let running_without_hash = statuses.into_iter().flatten().any(|s| {
+        s.state.as_ref().is_some_and(|st| st.running.is_some())
+            && meta
+                .container(&s.name)
+                .is_some_and(|m| m.hashes.extracted_env_from_metadata_hash == 0)
+    });
+    if running_without_hash {
+        return true;
+    }
     let (labels, annotations) = decide::metadata_maps(pod);
     pod.spec.iter().flat_map(|s| s.containers.iter()).any(|c| {
         meta.container(&c.name).is_some_and(|m| {
@@ -151,6 +174,26 @@ fn needs_sync(pod: &Pod, meta: Option<&RuntimeContainerMetaSet>, with_env: bool)
 }
 
 impl Shared {
+    /// Records this version of the pod in its timeline (see [`settle`]).
+    fn observe(&self, pod: &Pod) {
+        if !self.with_env || !decide::is_managed(pod) {
+            return;
+        }
+        let now = Instant::now();
+        let (env, kubelet) = (settle::env_signature(pod), settle::kubelet_signature(pod));
+        lock(&self.timelines)
+            .entry(pod.uid().unwrap_or_default())
+            .and_modify(|t| t.observe(now, env, kubelet))
+            .or_insert_with(|| Timeline::new(now, env, kubelet));
+    }
+
+    /// Forgets what was kept of a deleted pod.
+    fn forget(&self, uid: &str) {
+        lock(&self.seen_at_start).remove(uid);
+        lock(&self.timelines).remove(uid);
+        lock(&self.last_stops).retain(|(u, _), _| u != uid);
+    }
+
     /// The event filter: should this version of the pod be reconciled?
     fn wants(&self, pod: &Pod, initial: bool) -> bool {
         if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(pod) {
@@ -179,6 +222,7 @@ impl Shared {
 
     fn enqueue_all(&self, initial: bool) {
         for pod in self.pods.state() {
+            self.observe(&pod);
             if self.wants(&pod, initial) {
                 self.queue.add(ObjectRef::from_obj(pod.as_ref()));
             }
@@ -200,15 +244,16 @@ async fn watch_pods(shared: Arc<Shared>) {
         };
         match change {
             Ok(Change::Applied(key)) => {
-                if let Some(pod) = shared.pods.store().get(&key)
-                    && shared.wants(&pod, !synced_once)
-                {
-                    shared.queue.add(key);
+                if let Some(pod) = shared.pods.store().get(&key) {
+                    shared.observe(&pod);
+                    if shared.wants(&pod, !synced_once) {
+                        shared.queue.add(key);
+                    }
                 }
             }
             Ok(Change::Deleted(key)) => {
                 if let Some(uid) = key.extra.uid.as_ref() {
-                    lock(&shared.seen_at_start).remove(uid);
+                    shared.forget(uid);
                 }
             }
             Ok(Change::Resynced) | Err(RecvError::Lagged(_)) => {
@@ -236,10 +281,11 @@ async fn relist(shared: Arc<Shared>, every: Duration) {
     loop {
         tokio::select! {
             () = shared.cancel.cancelled() => return,
-            () = tokio::time::sleep(crate::daemon::jitter(every)) => {}
+            () = tokio::time::sleep(crate::controller::jitter(every)) => {}
         }
         let now = Instant::now();
         lock(&shared.stopped).retain(|_, at| now.duration_since(*at) < STOPPED_MEMORY);
+        lock(&shared.kubelet_expected).retain(|_, at| now.duration_since(*at) < STOPPED_MEMORY);
         // the relist catches what no event reported: runtime-side changes on runtimes without
         // container events
         for pod in shared.pods.state() {
@@ -303,7 +349,7 @@ async fn runtime_events(shared: Arc<Shared>) {
         }
         tokio::select! {
             () = shared.cancel.cancelled() => return,
-            () = tokio::time::sleep(crate::daemon::jitter(pause)) => {}
+            () = tokio::time::sleep(crate::controller::jitter(pause)) => {}
         }
         pause = (pause * 2).min(Duration::from_secs(30));
     }
@@ -454,9 +500,8 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
     }
 
     if shared.with_env {
-        let kills = restarts_due(shared, &runtime, &pod, &set, &newest).await;
-        for c in kills {
-            spawn_kill(shared, &runtime, &pod, c);
+        for stop in restarts_due(shared, key, &runtime, &pod, &set, &newest).await {
+            spawn_kill(shared, &runtime, &pod, stop);
         }
     }
     if old.as_ref() != Some(&set) && !set.containers.is_empty() {
@@ -477,67 +522,109 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
     env_error.map_or(Ok(()), Err)
 }
 
-/// The containers to stop now for stale env from metadata.
+/// A stop decided by [`restarts_due`].
+struct Stop {
+    container: Container,
+    reason: RestartReason,
+    expected: u64,
+}
+
+/// The containers to stop now for stale env from metadata. A stop that is due but not yet
+/// safe (see [`settle`]) or a container the kubelet should recreate by itself is looked at
+/// again when that changes.
 async fn restarts_due(
     shared: &Shared,
+    key: &Key,
     runtime: &RemoteRuntime,
     pod: &Pod,
     set: &RuntimeContainerMetaSet,
     newest: &std::collections::BTreeMap<&str, &Container>,
-) -> Vec<Container> {
-    if decide::formula_known(pod, newest) {
-        shared.formula_known.store(true, Ordering::Relaxed);
-    }
-    let formula_known = shared.formula_known.load(Ordering::Relaxed);
+) -> Vec<Stop> {
+    let uid = pod.uid().unwrap_or_default();
     let state = keys::parse_inplace_update_state(pod.annotations())
         .ok()
         .flatten();
-    let specs = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default();
+    let (labels, annotations) = decide::metadata_maps(pod);
+    let now = Instant::now();
     let mut out = Vec::new();
+    let mut recheck_at: Option<Instant> = None;
     for meta in &set.containers {
         let (Some(spec), Some(running)) = (
-            specs.iter().find(|c| c.name == meta.name),
+            decide::spec_of(pod, &meta.name),
             newest.get(meta.name.as_str()),
         ) else {
             continue;
         };
         let already_stopped = lock(&shared.stopped).contains_key(&running.id);
-        let mut input = RestartInput {
+        let previous_stop = lock(&shared.last_stops)
+            .get(&(uid.clone(), meta.name.clone()))
+            .cloned();
+        let expected_since = lock(&shared.kubelet_expected).get(&running.id).copied();
+        let overdue_at =
+            expected_since.map(|t| t + kill::grace_period(running) + KUBELET_RECREATE_MARGIN);
+        let image_id_matches =
+            if decide::recorded_hash(spec, running) == decide::RecordedHash::Matches {
+                None
+            } else {
+                image_matches(runtime, spec, running).await
+            };
+        let input = RestartInput {
             pod,
             spec,
             meta,
             running,
-            formula_known,
-            image_id_matches: None,
+            image_id_matches,
             state: state.as_ref(),
             already_stopped,
+            kubelet_overdue: overdue_at.is_some_and(|at| now >= at),
+            previous_stop: previous_stop.as_ref(),
         };
-        let mut verdict = decide::decide_restart(&input);
-        if verdict != Verdict::Restart
-            && !formula_known
-            && matches!(&verdict, Verdict::Blocked(r) if r.contains("spec changed"))
-        {
-            // unknown kubelet formula: let the image decide
-            input.image_id_matches = image_matches(runtime, spec, running).await;
-            verdict = decide::decide_restart(&input);
-        }
-        match verdict {
-            Verdict::Restart => out.push((*running).clone()),
+        match decide::decide_restart(&input) {
+            Verdict::Restart(reason) => {
+                let allowed_at = lock(&shared.timelines)
+                    .get(&uid)
+                    .map_or(now, |t| t.stop_allowed_at(shared.restart_delay));
+                if allowed_at > now {
+                    tracing::debug!(
+                        container = %meta.name,
+                        in_ms = (allowed_at - now).as_millis() as u64,
+                        "stale env: stopping once the kubelet holds the change"
+                    );
+                    recheck_at = Some(recheck_at.map_or(allowed_at, |r| r.min(allowed_at)));
+                    continue;
+                }
+                out.push(Stop {
+                    container: (*running).clone(),
+                    reason,
+                    expected: expected_env_hash(spec, &labels, &annotations),
+                });
+            }
+            Verdict::KubeletRecreates => {
+                let at = *lock(&shared.kubelet_expected)
+                    .entry(running.id.clone())
+                    .or_insert(now);
+                let overdue = at + kill::grace_period(running) + KUBELET_RECREATE_MARGIN;
+                recheck_at = Some(recheck_at.map_or(overdue, |r| r.min(overdue)));
+                tracing::debug!(container = %meta.name, "stale env, not stopping: its spec changed too, the kubelet recreates it with the new env");
+            }
             Verdict::Blocked(reason) => {
                 tracing::debug!(container = %meta.name, %reason, "stale env, not stopping")
             }
             Verdict::UpToDate | Verdict::Unknown(_) => {}
         }
     }
+    if let Some(at) = recheck_at {
+        shared.queue.add_after(
+            key.clone(),
+            at.saturating_duration_since(now) + Duration::from_millis(1),
+            &shared.cancel,
+        );
+    }
     out
 }
 
 /// Whether the spec image resolves to the image the container runs (`None`: cannot tell).
-async fn image_matches(
+pub async fn image_matches(
     runtime: &RemoteRuntime,
     spec: &k8s_openapi::api::core::v1::Container,
     running: &Container,
@@ -550,15 +637,49 @@ async fn image_matches(
     }
 }
 
-fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, c: Container) {
+fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
+    let Stop {
+        container: c,
+        reason,
+        expected,
+    } = stop;
+    let uid = pod.uid().unwrap_or_default();
+    let name = c.metadata.name.clone();
     lock(&shared.stopped).insert(c.id.clone(), Instant::now());
+    lock(&shared.last_stops).insert(
+        (uid, name.clone()),
+        PreviousStop {
+            id: c.id.clone(),
+            expected,
+            corrective: reason == RestartReason::StaleRecreation,
+        },
+    );
     let runtime = runtime.clone();
     let events = shared.events.clone();
     let metrics = shared.metrics.clone();
     let stopped = shared.stopped.clone();
     let mut regarding = write::object_ref(pod);
-    let name = c.metadata.name.clone();
     regarding.field_path = Some(format!("spec.containers{{{name}}}"));
+    let (why, warning) = match reason {
+        RestartReason::EnvChanged => (
+            "its env from metadata changed, the kubelet recreates it with the new values"
+                .to_string(),
+            false,
+        ),
+        RestartReason::StaleRecreation => (
+            "the kubelet recreated it from a pod it had taken before the change of its env from \
+             metadata (the values are still the old ones); stopping it once more, after the \
+             kubelet took the change"
+                .to_string(),
+            true,
+        ),
+        RestartReason::KubeletDidNotRecreate => (
+            "its spec changed too, but the kubelet did not recreate it within its grace period; \
+             stopping it so that it gets the new values"
+                .to_string(),
+            true,
+        ),
+    };
     shared.tracker.spawn(
         async move {
             // the pod IP only matters to a preStop hook: no extra call on the hot path otherwise
@@ -571,20 +692,21 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, c: Container)
             } else {
                 None
             };
-            tracing::info!(container = %name, id = %c.id, "stopping container: its env from metadata changed");
+            if warning {
+                tracing::warn!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
+            } else {
+                tracing::info!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
+            }
             events.record(EventSpec {
                 regarding: regarding.clone(),
-                warning: false,
+                warning,
                 reason: "Killing".into(),
-                note: format!(
-                    "Stopping container {name} (containerID {}): its env from metadata changed, the kubelet recreates it with the new values",
-                    c.id
-                ),
+                note: format!("Stopping container {name} (containerID {}): {why}", c.id),
                 action: "Restart".into(),
             });
             match kill::kill_container(&runtime, &c, pod_ip.as_deref()).await {
                 Ok(outcome) => {
-                    metrics.restarted("env-from-metadata");
+                    metrics.restarted(reason.as_str());
                     if let Some(Err(hook)) = outcome.pre_stop {
                         events.record(EventSpec {
                             regarding,

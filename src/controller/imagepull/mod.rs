@@ -52,8 +52,8 @@ use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
 use crate::config::DaemonConfig;
+use crate::controller::Context;
 use crate::cri::{ImageService, RemoteRuntime};
-use crate::daemon::Context;
 use crate::k8s::crd::NodeImage;
 use crate::k8s::write::EventSink;
 

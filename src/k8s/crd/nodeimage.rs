@@ -75,6 +75,10 @@ pub struct ReferenceObject {
     /// Name of the referent.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// How the manager uses the secret (`v1beta1` only, kruise 1.9+: `batch` for the copies it
+    /// makes of an ImagePullJob's secrets). kruised reads it through and never writes spec.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mode: String,
 }
 
 /// SandboxConfig attaches metadata to the CRI PullImage call.
