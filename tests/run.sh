@@ -1,21 +1,105 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests, integration tests against the in-process doubles, and the
-# end-to-end tests against a real containerd + runc + registry, which this script installs
-# (Debian packages), starts in a fresh directory, and stops again, whatever happens.
+# The whole test suite, four layers: unit tests, integration tests against the in-process
+# doubles, end-to-end tests against a real containerd + runc + registry, and cluster tests
+# against a real Kubernetes (kube-apiserver with RBAC, etcd, controller-manager, scheduler, and
+# a kubelet on a containerd of its own). This script installs what they need (Debian
+# packages), starts both labs in fresh directories, and stops them again, whatever happens.
 #
 #   tests/run.sh                 everything
 #   tests/run.sh -- NAME         only tests whose name contains NAME (cargo test filter)
 #
-# Needs root (containerd, runc, apt-get). Extra arguments go to `cargo test`.
+# The cluster layer's Kubernetes binaries are found through KRUISED_KUBE_ASSETS (default
+# ../shared/kube when present; its kube-lab.sh is ../tools/kube-lab.sh beside it). Without them
+# the cluster tests are skipped with a message, except in CI (CI=true) or with
+# KRUISED_REQUIRE_LAB=1, where they fail.
+#
+# Needs root (containerd, runc, kubelet, apt-get). Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
+log() { printf '[tests/run.sh] %s\n' "$*" >&2; }
 
+require_kube=${KRUISED_REQUIRE_LAB:-0}
+case "${CI:-}" in true | 1) require_kube=1 ;; esac
+
+# ---- the Kubernetes binaries of the cluster layer
+assets=${KRUISED_KUBE_ASSETS:-}
+if [ -z "$assets" ] && [ -d ../shared/kube ]; then assets=$(cd ../shared/kube && pwd); fi
+kube_lab=""
+if [ -n "$assets" ]; then
+  kube_lab=$(cd "$assets/.." && pwd)/tools/kube-lab.sh
+  if [ ! -f "$assets/SHA256SUMS" ] || [ ! -x "$kube_lab" ]; then
+    log "KRUISED_KUBE_ASSETS=$assets has no SHA256SUMS or no ../tools/kube-lab.sh beside it"
+    kube_lab=""
+  fi
+fi
+if [ -z "$kube_lab" ]; then
+  if [ "$require_kube" = 1 ]; then
+    log "ERROR: the cluster layer is required (CI or KRUISED_REQUIRE_LAB=1) but no Kubernetes binaries were found: set KRUISED_KUBE_ASSETS"
+    exit 1
+  fi
+  log "SKIPPING the cluster layer: no Kubernetes binaries (set KRUISED_KUBE_ASSETS, default ../shared/kube)"
+  export KRUISED_KUBE_LAB_SKIPPED=1
+fi
+
+# ---- labs: each in a fresh directory, stopped whatever happens
 export LAB
 LAB=$(mktemp -d "${TMPDIR:-/tmp}/kruised-lab.XXXXXX")
-bash tests/cri-lab.sh install
-cleanup() { bash tests/cri-lab.sh clean || true; rm -rf "$LAB"; }
+KLAB=""
+# the cluster's own containerd (tests/cri-lab.sh under $KLAB/cri) and registries, on ports
+# apart from the end-to-end lab's: a real kubelet kills every pod of its runtime it did not make
+KUBE_ENV=(KLAB_CRI_LAB="$ROOT/tests/cri-lab.sh" REG_AUTH_ADDR=127.0.0.1:16501
+  KLAB_CRDS="${assets:-}/kruise-crds")
+cleanup() {
+  local rc=$?
+  if [ -n "$KLAB" ]; then
+    env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" clean > "$LAB.kube-lab-stop.log" 2>&1 ||
+      log "kube-lab.sh clean failed (log: $LAB.kube-lab-stop.log)"
+  fi
+  bash tests/cri-lab.sh clean || true
+  rm -rf "$LAB"
+  exit "$rc"
+}
 trap cleanup EXIT
-bash tests/cri-lab.sh start
+bash tests/cri-lab.sh install
 
+kube_pid=""
+if [ -n "$kube_lab" ]; then
+  KLAB=$(mktemp -d "${TMPDIR:-/tmp}/kruised-kube-lab.XXXXXX")
+  # started in the background while the end-to-end lab starts and the tests build
+  t_kube=$(now)
+  (env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" start) > "$KLAB.start.log" 2>&1 &
+  kube_pid=$!
+fi
+
+bash tests/cri-lab.sh start
 export KRUISED_LAB=$LAB KRUISED_REQUIRE_LAB=1
+
+t_build=$(now)
+cargo test --workspace --all-targets --locked --no-run "$@"
+log "tests built in $(since "$t_build")s"
+
+if [ -n "$kube_pid" ]; then
+  if ! wait "$kube_pid"; then
+    tail -30 "$KLAB.start.log" >&2
+    log "ERROR: the cluster lab did not start (log above, logs in $KLAB/logs)"
+    exit 1
+  fi
+  log "cluster lab ready ($(since "$t_kube")s after its start)"
+  # what the cluster tests need, under our own names (the kube-lab's KUBECONFIG and
+  # CONTAINER_RUNTIME_ENDPOINT must not leak into the other layers)
+  kenv=$(env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" env)
+  get() { sed -n "s/^export $1=//p" <<< "$kenv" | tr -d '"'; }
+  export KRUISED_KUBE_LAB=$KLAB
+  KRUISED_KUBE_LAB_NODE=$(get KLAB_NODE)
+  KRUISED_KUBE_LAB_CRI=$(get KLAB_CRI_SOCKET)
+  KRUISED_KUBE_LAB_REGISTRY=$(get KLAB_REG_ADDR)
+  export KRUISED_KUBE_LAB_NODE KRUISED_KUBE_LAB_CRI KRUISED_KUBE_LAB_REGISTRY
+  export KRUISED_KUBE_LAB_AUTH_REGISTRY=127.0.0.1:16501
+fi
+
+t_test=$(now)
 cargo test --workspace --all-targets --locked "$@"
+log "all layers passed in $(since "$t_test")s"

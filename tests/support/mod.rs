@@ -6,6 +6,7 @@
     reason = "each test binary uses a different part of the support module"
 )]
 
+pub mod cluster;
 pub mod daemon;
 pub mod kubelet;
 pub mod node;

@@ -1,0 +1,375 @@
+//! The cluster test layer: a real Kubernetes (kube-apiserver with RBAC, etcd, controller-manager,
+//! scheduler and a kubelet on its own containerd), started by `tests/run.sh` with
+//! `kube-lab.sh` from the binaries named by `KRUISED_KUBE_ASSETS`. The tests play only
+//! kruise-manager's part; the kubelet does its own.
+//!
+//! The daemon under test never runs as cluster-admin: [`Identity`] gives it a ServiceAccount
+//! token bound to exactly the RBAC of `deploy/` or of kruise's Helm chart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kruised::cri::{Endpoint, RemoteRuntime, Timeouts};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::daemon::Daemon;
+
+/// Field manager of everything the tests write (they play kruise-manager).
+pub const MANAGER: &str = "kruise-manager";
+
+/// The real cluster started by `tests/run.sh`.
+#[derive(Clone, Debug)]
+pub struct KubeLab {
+    /// kube-lab's state directory.
+    pub dir: PathBuf,
+    /// The admin kubeconfig (system:masters): only the tests use it, never the daemon.
+    pub kubeconfig: PathBuf,
+    /// The node's name.
+    pub node: String,
+    /// The CRI socket of the cluster's own containerd.
+    pub socket: PathBuf,
+    /// The registry of that containerd's lab (`host:port`).
+    pub registry: String,
+    /// Its registry that requires a login.
+    pub auth_registry: String,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl KubeLab {
+    /// The cluster named by `KRUISED_KUBE_LAB` (exported by `tests/run.sh`). Without it the
+    /// test is skipped with a message, except in CI or with `KRUISED_REQUIRE_LAB=1`, where it
+    /// fails: the cluster layer must never be skipped silently. `tests/run.sh` sets
+    /// `KRUISED_KUBE_LAB_SKIPPED` when it found no Kubernetes binaries and was allowed to skip.
+    pub fn get() -> Option<KubeLab> {
+        let lab = env("KRUISED_KUBE_LAB")
+            .map(PathBuf::from)
+            .map(|dir| KubeLab {
+                kubeconfig: dir.join("kubeconfig"),
+                node: env("KRUISED_KUBE_LAB_NODE").unwrap_or_else(|| "lab-node".into()),
+                socket: env("KRUISED_KUBE_LAB_CRI")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| dir.join("cri/containerd.sock")),
+                registry: env("KRUISED_KUBE_LAB_REGISTRY")
+                    .unwrap_or_else(|| "127.0.0.1:16500".into()),
+                auth_registry: env("KRUISED_KUBE_LAB_AUTH_REGISTRY")
+                    .unwrap_or_else(|| "127.0.0.1:16501".into()),
+                dir,
+            });
+        if let Some(lab) = &lab {
+            assert!(
+                lab.kubeconfig.exists(),
+                "KRUISED_KUBE_LAB={} has no kubeconfig: is the cluster running?",
+                lab.dir.display()
+            );
+            return Some(lab.clone());
+        }
+        let required = env("KRUISED_KUBE_LAB_SKIPPED").is_none()
+            && (env("CI").is_some_and(|v| v == "true" || v == "1")
+                || env("KRUISED_REQUIRE_LAB").is_some_and(|v| v == "1"));
+        assert!(
+            !required,
+            "the cluster layer (real kube-apiserver + kubelet) is required here but \
+             KRUISED_KUBE_LAB is not set: run the tests with tests/run.sh, with the Kubernetes \
+             binaries in KRUISED_KUBE_ASSETS (default ../shared/kube)"
+        );
+        eprintln!(
+            "SKIPPED: no real Kubernetes (run the tests with tests/run.sh and KRUISED_KUBE_ASSETS)"
+        );
+        None
+    }
+
+    /// The tests of one binary run one at a time: they share the node (and its NodeImage), and
+    /// each starts a daemon that acts on every pod of the node.
+    pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+        static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        LOCK.lock().await
+    }
+
+    /// A client with the admin's rights, for playing kruise-manager and setting up.
+    pub async fn admin(&self) -> Client {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// A client of the cluster's containerd.
+    pub fn runtime(&self) -> RemoteRuntime {
+        RemoteRuntime::new(Endpoint::unix(&self.socket), None, Timeouts::default())
+    }
+
+    /// `unix://` endpoint of the cluster's containerd.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// `registry/test/<name>`.
+    pub fn image(&self, name: &str) -> String {
+        format!("{}/test/{name}", self.registry)
+    }
+
+    /// User and password of the authenticated registry.
+    pub fn auth_credentials(&self) -> (String, String) {
+        let text = std::fs::read_to_string(self.dir.join("cri/registry-auth/credentials"))
+            .expect("the cluster lab's registry-auth/credentials");
+        let (user, password) = text.trim().split_once(':').expect("user:password");
+        (user.to_string(), password.to_string())
+    }
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_from(path: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// Applies every object of a multi-document YAML text, server-side, as the tests' manager.
+pub async fn apply_yaml(client: &Client, yaml: &str) {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("parse manifests");
+    for doc in docs.into_iter().filter(|d| d.is_object()) {
+        apply_object(client, doc).await;
+    }
+}
+
+/// Applies one object (server-side apply, forced).
+pub async fn apply_object(client: &Client, obj: Value) {
+    let (group, version) = match obj["apiVersion"].as_str().expect("apiVersion") {
+        v if v.contains('/') => {
+            let (g, v) = v.split_once('/').expect("group/version");
+            (g.to_string(), v.to_string())
+        }
+        v => (String::new(), v.to_string()),
+    };
+    let kind = obj["kind"].as_str().expect("kind").to_string();
+    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("discover {gvk:?}: {e}"));
+    let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+/// Which RBAC the daemon runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rbac {
+    /// `deploy/rbac.yaml`: ServiceAccount `kruise-system/kruised`.
+    Deploy,
+    /// kruise's Helm chart (1.9): ServiceAccount `kruise-system/kruise-daemon` bound to
+    /// `kruise-daemon-role` (core `events` only) and the secrets Role in `kruise-daemon-config`.
+    KruiseChart,
+}
+
+/// The daemon's identity: a kubeconfig with a ServiceAccount token and nothing else.
+pub struct Identity {
+    /// The kubeconfig file.
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+const NAMESPACE_YAML: &str = include_str!("../../deploy/namespace.yaml");
+const DEPLOY_RBAC_YAML: &str = include_str!("../../deploy/rbac.yaml");
+const CHART_RBAC_YAML: &str = include_str!("../fixtures/kruise-chart/rbac.yaml");
+
+/// Applies the RBAC of `rbac` and returns a kubeconfig for its ServiceAccount.
+pub async fn identity(lab: &KubeLab, admin: &Client, rbac: Rbac) -> Identity {
+    apply_yaml(admin, NAMESPACE_YAML).await;
+    let (yaml, sa) = match rbac {
+        Rbac::Deploy => (DEPLOY_RBAC_YAML, "kruised"),
+        Rbac::KruiseChart => (CHART_RBAC_YAML, "kruise-daemon"),
+    };
+    apply_yaml(admin, yaml).await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kruise-system");
+    let request: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 7200}
+    }))
+    .expect("token request");
+    let token: TokenRequest = accounts
+        .create_subresource("token", sa, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("token for {sa}: {e}"));
+    let token = token.status.expect("token status").token;
+
+    let admin_config = Kubeconfig::read_from(&lab.kubeconfig).expect("admin kubeconfig");
+    let cluster = admin_config.clusters[0]
+        .cluster
+        .clone()
+        .expect("cluster entry");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": sa}}],
+        "current-context": "lab",
+    });
+    std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&text).expect("json")).expect("write");
+    Identity {
+        kubeconfig,
+        _dir: dir,
+    }
+}
+
+/// A namespace of one test, deleted with its pods by [`TestNamespace::delete`].
+pub struct TestNamespace {
+    /// Its name.
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    /// Creates a namespace named after `prefix` and this process.
+    pub async fn create(client: &Client, prefix: &str) -> TestNamespace {
+        let name = super::unique(prefix);
+        let api: Api<Namespace> = Api::all(client.clone());
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace"),
+        )
+        .await
+        .expect("create namespace");
+        // the controller-manager creates the default ServiceAccount the pods need
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        super::within(
+            LIMIT,
+            "default ServiceAccount",
+            await_condition(accounts, "default", |sa: Option<&ServiceAccount>| {
+                sa.is_some()
+            }),
+        )
+        .await
+        .expect("watch ServiceAccount");
+        TestNamespace {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    /// The namespace's pods.
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Deletes the pods (the kubelet stops their containers and confirms) and the namespace;
+    /// returns once the kubelet has removed every pod of it.
+    pub async fn delete(self) {
+        let pods = self.pods();
+        let list = pods.list(&Default::default()).await.expect("list pods");
+        for pod in &list.items {
+            let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
+            let _ = pods
+                .delete(&name, &DeleteParams::default().grace_period(1))
+                .await;
+            super::within(
+                LIMIT,
+                "the kubelet removing a test pod",
+                await_condition(pods.clone(), &name, conditions::is_deleted(&uid)),
+            )
+            .await
+            .expect("watch pod deletion");
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.name, &DeleteParams::default()).await;
+    }
+}
+
+/// How long the cluster's own steps may take (pod start, kubelet restarts, pulls).
+pub const LIMIT: Duration = Duration::from_secs(90);
+
+/// Waits until `cond` holds for the object `name` of `api`, at most `LIMIT`; returns it.
+pub async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned + Resource + Send + Sync + 'static,
+{
+    let found = tokio::time::timeout(LIMIT, await_condition(api.clone(), name, cond)).await;
+    match found {
+        Ok(Ok(Some(obj))) => obj,
+        Ok(Ok(None)) => panic!("{what}: {name} is gone"),
+        Ok(Err(e)) => panic!("{what}: watching {name}: {e}"),
+        Err(_) => {
+            let now = api.get_opt(name).await.ok().flatten();
+            panic!("{what} did not happen within {LIMIT:?}; {name} is now {now:#?}")
+        }
+    }
+}
+
+/// Waits until the object `name` of `api` no longer exists, at most `LIMIT`.
+pub async fn wait_deleted<K>(api: &Api<K>, name: &str, what: &str)
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned + Resource + Send + Sync + 'static,
+{
+    let gone = tokio::time::timeout(
+        LIMIT,
+        await_condition(api.clone(), name, |o: Option<&K>| o.is_none()),
+    )
+    .await;
+    match gone {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("{what}: watching {name}: {e}"),
+        Err(_) => panic!("{what} did not happen within {LIMIT:?}"),
+    }
+}
+
+/// Starts `kruised run` for the lab's node with `identity` and the lab's runtime.
+pub fn start_daemon(lab: &KubeLab, identity: &Identity, extra: &[&str]) -> Daemon {
+    let mut args = vec![
+        "--kubeconfig".to_string(),
+        identity.kubeconfig.display().to_string(),
+        "--runtime-endpoint".to_string(),
+        lab.endpoint(),
+        "--drain-timeout".to_string(),
+        "3s".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Daemon::start(&lab.node, &args)
+}
+
+/// Fails the test if the daemon was refused anything (403): its identity must have exactly
+/// the rights it uses.
+pub fn assert_never_forbidden(daemon: &Daemon) {
+    let refused: Vec<String> = daemon
+        .log()
+        .iter()
+        .map(|v| v.to_string())
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("forbidden")
+                || l.contains(" 403")
+                || l.contains("\"403")
+                || l.contains("code: 403")
+        })
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the daemon was refused by RBAC:\n{}",
+        refused.join("\n")
+    );
+}
