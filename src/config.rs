@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 
 use crate::cri::{Endpoint, EndpointSource, Timeouts, endpoint::DEFAULT_HOST_RUN_DIR};
-use crate::telemetry::LogFormat;
 
 /// crictl's configuration file, read when no endpoint is given by flag or environment.
 pub const DEFAULT_CRICTL_CONFIG: &str = "/etc/crictl.yaml";
@@ -42,42 +41,6 @@ pub enum ConfigError {
         /// What went wrong.
         reason: String,
     },
-}
-
-/// kruised: the node side of OpenKruise in-place updates and image pre-pulling.
-#[derive(Debug, Parser)]
-#[command(name = "kruised", version, about, propagate_version = true)]
-pub struct Cli {
-    /// Log format.
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        default_value_t,
-        env = "KRUISED_LOG_FORMAT"
-    )]
-    pub log_format: LogFormat,
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-#[allow(clippy::large_enum_variant, reason = "parsed once at start")]
-pub enum Command {
-    /// Run the node daemon.
-    Run(RunArgs),
-    /// Print kruised's version and the container runtime's.
-    Version(VersionArgs),
-    /// Print, per container of a Pod (YAML or JSON, file or stdin), the kubelet's container hash
-    /// in both formulas and kruise's expected env-from-metadata hash.
-    Hash(HashArgs),
-    /// Show, per container of a pod on this node, what the daemon sees and decides.
-    Explain(ExplainArgs),
-    /// Print the CustomResourceDefinitions of the apps.kruise.io resources kruised uses (for
-    /// clusters without OpenKruise's own CRDs).
-    Crds,
 }
 
 /// Arguments of `kruised run`. Flags keep kruise-daemon's names where they mean the same.
@@ -680,53 +643,6 @@ mod tests {
     }
 
     #[test]
-    fn run_requires_a_node_name() {
-        let cli = Cli::try_parse_from(["kruised", "run", "--node-name", ""]).unwrap();
-        let Command::Run(r) = cli.command else {
-            panic!("not run")
-        };
-        let err = r.resolve().unwrap_err().to_string();
-        assert!(err.contains("NODE_NAME"), "{err}");
-    }
-
-    #[test]
-    fn run_accepts_kruise_daemon_chart_arguments() {
-        let cli = Cli::try_parse_from([
-            "kruised",
-            "run",
-            "--node-name",
-            "n1",
-            "--logtostderr=true",
-            "--v=4",
-            "--addr=:10221",
-            "--feature-gates=PodProbeMarkerGate=true",
-            "--socket-file=containerd.sock",
-            "--enable-pprof=true",
-            "--pprof-addr=localhost:10222",
-            "--max-workers-for-pull-image=2",
-            "--config",
-            "/nonexistent/crictl.yaml",
-        ])
-        .unwrap();
-        let Command::Run(r) = cli.command else {
-            panic!("not run")
-        };
-        // an explicit missing crictl config is refused; without it the rest is valid
-        assert!(r.resolve().is_err());
-        let r = RunArgs {
-            runtime: RuntimeArgs {
-                crictl_config: None,
-                ..r.runtime.clone()
-            },
-            ..r
-        };
-        let c = r.resolve().unwrap();
-        assert_eq!(c.addr, "0.0.0.0:10221".parse().unwrap());
-        assert_eq!(c.max_pull_workers, Some(2));
-        assert_eq!((c.qps, c.burst), (DEFAULT_QPS, DEFAULT_BURST));
-    }
-
-    #[test]
     fn sizes_parse_like_kubernetes_quantities() {
         assert_eq!(parse_size("0").unwrap(), 0);
         assert_eq!(parse_size("5Gi").unwrap(), 5 << 30);
@@ -829,29 +745,5 @@ mod tests {
         };
         let err = a.resolve().unwrap_err().to_string();
         assert!(err.starts_with("--runtime-endpoint:"), "{err}");
-    }
-
-    #[test]
-    fn cli_parses_version_with_runtime_flags() {
-        let cli = Cli::try_parse_from([
-            "kruised",
-            "--log-format",
-            "json",
-            "version",
-            "--runtime-endpoint",
-            "unix:///run/x.sock",
-            "--timeout",
-            "1s",
-        ])
-        .unwrap();
-        assert_eq!(cli.log_format, LogFormat::Json);
-        let Command::Version(v) = cli.command else {
-            panic!("not version")
-        };
-        assert_eq!(
-            v.runtime.runtime_endpoint.as_deref(),
-            Some("unix:///run/x.sock")
-        );
-        assert_eq!(v.runtime.timeout, Some(Duration::from_secs(1)));
     }
 }

@@ -5,6 +5,7 @@
 pub mod addr;
 pub mod admin;
 pub mod build_info;
+pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod cri;
@@ -21,7 +22,7 @@ mod version;
 
 use std::process::ExitCode;
 
-pub use config::{Cli, Command};
+pub use cli::{Cli, Command};
 
 /// Runs the command the user asked for. Errors are returned for `main` to print; nothing in the
 /// library exits the process.

@@ -2,11 +2,9 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = kruised::Cli::parse();
+    let cli = kruised::Cli::parse_env();
     kruised::telemetry::init(cli.log_format);
     match kruised::run(cli).await {
         Ok(code) => code,

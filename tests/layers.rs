@@ -24,6 +24,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // capabilities
     ("controller", &["config", "cri", "hash", "k8s"]),
     // commands
+    ("cli", &["config", "crictl", "telemetry"]),
     (
         "daemon",
         &[

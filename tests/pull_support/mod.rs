@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use apiserver_double::ApiServer;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
-use kruised::config::{Cli, Command};
 use kruised::controller::Context;
 use kruised::controller::imagepull::{self, Settings, metrics::Metrics, secrets::SecretStore};
 use kruised::cri::{
@@ -24,6 +23,7 @@ use kruised::cri::{
 };
 use kruised::k8s::crd::{ContainerRecreateRequest, ImageTagStatus, NodeImage, NodeImageStatus};
 use kruised::k8s::{client, watch as kwatch, write::EventSink};
+use kruised::{Cli, Command};
 use kube::Api;
 use serde_json::{Value, json};
 use tokio::sync::watch;

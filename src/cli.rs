@@ -1,0 +1,180 @@
+//! The command line: the subcommands, and the binary's other names. The same binary runs as
+//! `kruised <command>`, as `kruise-daemon` (kruise's Helm chart runs `/kruise-daemon` with
+//! kruise-daemon's flags: that is `kruised run`), and as `crictl` (`kruised crictl`).
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{ExplainArgs, HashArgs, RunArgs, VersionArgs};
+use crate::telemetry::LogFormat;
+
+/// kruised: the node side of OpenKruise in-place updates and image pre-pulling.
+#[derive(Debug, Parser)]
+#[command(name = "kruised", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "KRUISED_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once at start")]
+pub enum Command {
+    /// Run the node daemon.
+    Run(RunArgs),
+    /// Print kruised's version and the container runtime's.
+    Version(VersionArgs),
+    /// Print, per container of a Pod (YAML or JSON, file or stdin), the kubelet's container hash
+    /// in both formulas and kruise's expected env-from-metadata hash.
+    Hash(HashArgs),
+    /// Show, per container of a pod on this node, what the daemon sees and decides.
+    Explain(ExplainArgs),
+    /// Print the CustomResourceDefinitions of the apps.kruise.io resources kruised uses (for
+    /// clusters without OpenKruise's own CRDs).
+    Crds,
+}
+
+/// The subcommand a binary name stands for: `kruise-daemon` runs the daemon, `crictl` the
+/// crictl-compatible commands.
+fn implied_command(argv0: &OsString) -> Option<&'static str> {
+    let name = Path::new(argv0).file_name()?.to_str()?;
+    match name {
+        "kruise-daemon" => Some("run"),
+        "crictl" => Some("crictl"),
+        _ => None,
+    }
+}
+
+/// `args` with the subcommand the binary's name implies inserted after the name.
+pub fn expand_multicall(args: Vec<OsString>) -> Vec<OsString> {
+    let Some(argv0) = args.first() else {
+        return args;
+    };
+    match implied_command(argv0) {
+        Some(sub) => {
+            let mut out = Vec::with_capacity(args.len() + 1);
+            out.push(argv0.clone());
+            out.push(sub.into());
+            out.extend(args.into_iter().skip(1));
+            out
+        }
+        None => args,
+    }
+}
+
+impl Cli {
+    /// Parses the process's arguments, honouring the binary's other names.
+    pub fn parse_env() -> Self {
+        Cli::parse_from(expand_multicall(std::env::args_os().collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DEFAULT_BURST, DEFAULT_QPS, RuntimeArgs};
+    use std::time::Duration;
+
+    #[test]
+    fn run_requires_a_node_name() {
+        let cli = Cli::try_parse_from(["kruised", "run", "--node-name", ""]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        let err = r.resolve().unwrap_err().to_string();
+        assert!(err.contains("NODE_NAME"), "{err}");
+    }
+
+    #[test]
+    fn run_accepts_kruise_daemon_chart_arguments() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "run",
+            "--node-name",
+            "n1",
+            "--logtostderr=true",
+            "--v=4",
+            "--addr=:10221",
+            "--feature-gates=PodProbeMarkerGate=true",
+            "--socket-file=containerd.sock",
+            "--enable-pprof=true",
+            "--pprof-addr=localhost:10222",
+            "--max-workers-for-pull-image=2",
+            "--config",
+            "/nonexistent/crictl.yaml",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        // an explicit missing crictl config is refused; without it the rest is valid
+        assert!(r.resolve().is_err());
+        let r = RunArgs {
+            runtime: RuntimeArgs {
+                crictl_config: None,
+                ..r.runtime.clone()
+            },
+            ..r
+        };
+        let c = r.resolve().unwrap();
+        assert_eq!(c.addr, "0.0.0.0:10221".parse().unwrap());
+        assert_eq!(c.max_pull_workers, Some(2));
+        assert_eq!((c.qps, c.burst), (DEFAULT_QPS, DEFAULT_BURST));
+    }
+
+    #[test]
+    fn cli_parses_version_with_runtime_flags() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "--log-format",
+            "json",
+            "version",
+            "--runtime-endpoint",
+            "unix:///run/x.sock",
+            "--timeout",
+            "1s",
+        ])
+        .unwrap();
+        assert_eq!(cli.log_format, LogFormat::Json);
+        let Command::Version(v) = cli.command else {
+            panic!("not version")
+        };
+        assert_eq!(
+            v.runtime.runtime_endpoint.as_deref(),
+            Some("unix:///run/x.sock")
+        );
+        assert_eq!(v.runtime.timeout, Some(Duration::from_secs(1)));
+    }
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_binary_named_kruise_daemon_runs_the_daemon() {
+        assert_eq!(
+            expand_multicall(os(&["/kruise-daemon", "--addr=:10221"])),
+            os(&["/kruise-daemon", "run", "--addr=:10221"])
+        );
+        assert_eq!(
+            expand_multicall(os(&["/usr/bin/crictl", "ps", "-a"])),
+            os(&["/usr/bin/crictl", "crictl", "ps", "-a"])
+        );
+        assert_eq!(
+            expand_multicall(os(&["kruised", "version"])),
+            os(&["kruised", "version"])
+        );
+    }
+}
