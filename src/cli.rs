@@ -162,6 +162,96 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    fn run(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut argv = vec!["kruise-daemon"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(expand_multicall(os(&argv)))?;
+        match cli.command {
+            Command::Run(r) => Ok(r),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kruises_chart_arguments_start_the_daemon_and_the_meaningless_ones_are_named() {
+        let r = run(&[
+            "--logtostderr=true",
+            "--v=4",
+            "--addr=:10221",
+            "--feature-gates=ImagePullJobGate=true,ForceDeleteTimeoutExpectationGate=true",
+            "--socket-file=",
+            "--enable-pprof=true",
+            "--pprof-addr=localhost:10222",
+            "--plugin-config-file=/credential-provider-config/CredentialProviderPlugin.yaml",
+            "--plugin-bin-dir=/credential-provider-plugin",
+        ])
+        .unwrap();
+        assert_eq!(r.runtime.socket_file.as_deref(), Some(""));
+        assert_eq!(
+            r.plugin_bin_dir,
+            std::path::PathBuf::from("/credential-provider-plugin")
+        );
+        assert_eq!(
+            r.compat.given(),
+            ["--enable-pprof", "--pprof-addr", "--v", "--logtostderr"]
+        );
+    }
+
+    #[test]
+    fn every_klog_and_kruise_daemon_flag_is_accepted_with_pflags_syntax() {
+        let r = run(&[
+            "-v=5",
+            "--log_dir=/tmp",
+            "--log_file",
+            "/tmp/x",
+            "--log_file_max_size=10",
+            "--alsologtostderr",
+            "--add_dir_header=false",
+            "--skip_headers=1",
+            "--one_output",
+            "--skip_log_headers=T",
+            "--stderrthreshold=INFO",
+            "--vmodule=a=2",
+            "--log_backtrace_at=x.go:1",
+            "--cloneset-scaling-exclude-preparing-delete",
+            "--disable-no-deepcopy=true",
+            "--sidecarset-workers=3",
+            "--statefulset-workers",
+            "3",
+            "--protection-log-path=/log",
+            "--expectation-timeout=5m",
+            "--rate-limiter-base-delay=5ms",
+            "--rate-limiter-max-delay=1000s",
+            "--rate-limiter-qps=10",
+            "--rate-limiter-bucket-size=100",
+            "--rest-config-qps=5",
+            "--rest-config-burst=10",
+            "--max-workers-for-pull-image=0",
+            "--kubeconfig=/k",
+        ])
+        .unwrap();
+        assert_eq!(r.compat.given().len(), 22);
+        assert_eq!(r.compat.v, Some(5));
+        for short in [["-v", "4"], ["-v4", ""]] {
+            let args: Vec<&str> = short.iter().copied().filter(|a| !a.is_empty()).collect();
+            assert_eq!(run(&args).unwrap().compat.v, Some(4), "{short:?}");
+        }
+    }
+
+    #[test]
+    fn a_boolean_never_takes_the_next_argument_as_in_go() {
+        // pflag: `--enable-pprof false` sets true and leaves `false` as an argument, which
+        // kruise-daemon ignores
+        let r = run(&["--enable-pprof", "false"]).unwrap();
+        assert_eq!(r.compat.enable_pprof, Some(true));
+        assert_eq!(r.compat.positional, ["false"]);
+        assert!(run(&["--enable-pprof=maybe"]).is_err());
+        assert!(
+            run(&["--no-such-flag"]).is_err(),
+            "unknown flags are still refused"
+        );
+    }
+
     #[test]
     fn the_binary_named_kruise_daemon_runs_the_daemon() {
         assert_eq!(

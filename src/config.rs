@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::cri::{Endpoint, EndpointSource, Timeouts, endpoint::DEFAULT_HOST_RUN_DIR};
+use crate::cri::endpoint::{DEFAULT_HOST_RUN_DIR, KRUISE_HOST_RUN_DIR};
+use crate::cri::{Endpoint, EndpointSource, Timeouts};
 
 /// crictl's configuration file, read when no endpoint is given by flag or environment.
 pub const DEFAULT_CRICTL_CONFIG: &str = "/etc/crictl.yaml";
@@ -62,7 +63,7 @@ pub struct RunArgs {
     /// Client-side burst of API requests (0: the default, 30).
     #[arg(long, default_value_t = 0)]
     pub rest_config_burst: u32,
-    /// Most image pulls at once; -1: no limit (kruise-daemon's default).
+    /// Most image pulls at once; 0 or less: no limit (kruise-daemon's default is -1).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub max_workers_for_pull_image: i32,
     /// Feature gates, kruise syntax: `A=true,B=false`; kruise's gate names.
@@ -93,19 +94,150 @@ pub struct RunArgs {
     /// How to reach the container runtime.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
-    /// kruise-daemon flag, accepted for compatibility: Go's pprof has no equivalent here.
-    #[arg(long, hide = true)]
-    pub enable_pprof: Option<String>,
-    /// kruise-daemon flag, accepted for compatibility (see --enable-pprof).
+    /// kubelet credential provider plugins (kruise-daemon's flag): a `CredentialProviderConfig`
+    /// file (`kubelet.config.k8s.io/v1`). Used when it exists; kruise's default path.
+    #[arg(long, default_value = DEFAULT_PLUGIN_CONFIG_FILE)]
+    pub plugin_config_file: PathBuf,
+    /// Where the credential provider plugins' executables are (kruise-daemon's flag).
+    #[arg(long, default_value = DEFAULT_PLUGIN_BIN_DIR)]
+    pub plugin_bin_dir: PathBuf,
+    /// kruise-daemon's and klog's other flags: accepted so that kruise's Helm chart runs
+    /// kruised unchanged, logged once as ignored.
+    #[command(flatten)]
+    pub compat: KruiseDaemonCompat,
+}
+
+/// kruise's default credential provider config file.
+pub const DEFAULT_PLUGIN_CONFIG_FILE: &str = "/kruise/CredentialProviderPlugin.yaml";
+/// kruise's default credential provider plugin directory.
+pub const DEFAULT_PLUGIN_BIN_DIR: &str = "/kruise/plugins";
+
+/// Go's `strconv.ParseBool`, which kruise-daemon's boolean flags and feature gates use.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "{s:?} is not a boolean (1, t, true, 0, f, false, ...)"
+        )),
+    }
+}
+
+/// Every flag kruise-daemon accepts (v1.9 and HEAD: `cmd/daemon/main.go`, klog v2's flag set,
+/// and the manager flags its imports register) that means nothing to kruised. Booleans take
+/// `--x` or `--x=<bool>` and never the next argument, as in Go's pflag; values take `--x v` or
+/// `--x=v`.
+#[derive(Clone, Debug, Default, Args)]
+#[command(next_help_heading = "kruise-daemon compatibility (accepted, ignored)")]
+pub struct KruiseDaemonCompat {
+    /// Go pprof server (kruised has none).
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_pprof: Option<bool>,
+    /// Go pprof address.
     #[arg(long, hide = true)]
     pub pprof_addr: Option<String>,
-    /// klog flag, accepted for compatibility: kruised always logs to stderr.
+    /// klog verbosity (`-v=4` too): kruised's log level is RUST_LOG.
+    #[arg(short = 'v', long = "v", hide = true, allow_negative_numbers = true)]
+    pub v: Option<i32>,
+    #[arg(long = "logtostderr", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    logtostderr: Option<bool>,
+    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    alsologtostderr: Option<bool>,
+    #[arg(long = "add_dir_header", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    add_dir_header: Option<bool>,
+    #[arg(long = "skip_headers", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    skip_headers: Option<bool>,
+    #[arg(long = "one_output", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    one_output: Option<bool>,
+    #[arg(long = "skip_log_headers", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    skip_log_headers: Option<bool>,
+    #[arg(long = "log_dir", hide = true)]
+    log_dir: Option<String>,
+    #[arg(long = "log_file", hide = true)]
+    log_file: Option<String>,
+    #[arg(long = "log_file_max_size", hide = true)]
+    log_file_max_size: Option<String>,
+    #[arg(long = "stderrthreshold", hide = true)]
+    stderrthreshold: Option<String>,
+    #[arg(long = "vmodule", hide = true)]
+    vmodule: Option<String>,
+    #[arg(long = "log_backtrace_at", hide = true)]
+    log_backtrace_at: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    cloneset_scaling_exclude_preparing_delete: Option<bool>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    disable_no_deepcopy: Option<bool>,
     #[arg(long, hide = true)]
-    pub logtostderr: Option<String>,
-    /// klog verbosity, accepted for compatibility: 4 and above mean debug logs, unless RUST_LOG
-    /// says otherwise.
-    #[arg(long = "v", hide = true)]
-    pub klog_verbosity: Option<u8>,
+    sidecarset_workers: Option<String>,
+    #[arg(long, hide = true)]
+    statefulset_workers: Option<String>,
+    #[arg(long, hide = true)]
+    protection_log_path: Option<String>,
+    #[arg(long, hide = true)]
+    expectation_timeout: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_base_delay: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_max_delay: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_qps: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_bucket_size: Option<String>,
+    /// Arguments that are no flag (Go's pflag collects them and kruise-daemon ignores them,
+    /// e.g. the `false` of `--enable-pprof false`).
+    #[arg(hide = true)]
+    pub positional: Vec<String>,
+}
+
+impl KruiseDaemonCompat {
+    /// The compatibility flags that were given, as `--name`, for the log line saying they are
+    /// ignored.
+    pub fn given(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut seen = |name: &str, given: bool| {
+            if given {
+                out.push(format!("--{name}"));
+            }
+        };
+        seen("enable-pprof", self.enable_pprof.is_some());
+        seen("pprof-addr", self.pprof_addr.is_some());
+        seen("v", self.v.is_some());
+        seen("logtostderr", self.logtostderr.is_some());
+        seen("alsologtostderr", self.alsologtostderr.is_some());
+        seen("add_dir_header", self.add_dir_header.is_some());
+        seen("skip_headers", self.skip_headers.is_some());
+        seen("one_output", self.one_output.is_some());
+        seen("skip_log_headers", self.skip_log_headers.is_some());
+        seen("log_dir", self.log_dir.is_some());
+        seen("log_file", self.log_file.is_some());
+        seen("log_file_max_size", self.log_file_max_size.is_some());
+        seen("stderrthreshold", self.stderrthreshold.is_some());
+        seen("vmodule", self.vmodule.is_some());
+        seen("log_backtrace_at", self.log_backtrace_at.is_some());
+        seen(
+            "cloneset-scaling-exclude-preparing-delete",
+            self.cloneset_scaling_exclude_preparing_delete.is_some(),
+        );
+        seen("disable-no-deepcopy", self.disable_no_deepcopy.is_some());
+        seen("sidecarset-workers", self.sidecarset_workers.is_some());
+        seen("statefulset-workers", self.statefulset_workers.is_some());
+        seen("protection-log-path", self.protection_log_path.is_some());
+        seen("expectation-timeout", self.expectation_timeout.is_some());
+        seen(
+            "rate-limiter-base-delay",
+            self.rate_limiter_base_delay.is_some(),
+        );
+        seen(
+            "rate-limiter-max-delay",
+            self.rate_limiter_max_delay.is_some(),
+        );
+        seen("rate-limiter-qps", self.rate_limiter_qps.is_some());
+        seen(
+            "rate-limiter-bucket-size",
+            self.rate_limiter_bucket_size.is_some(),
+        );
+        out
+    }
 }
 
 /// How restarts wait for the kubelet.
@@ -158,6 +290,10 @@ pub struct DaemonConfig {
     pub drain_timeout: Duration,
     /// When stale-env restarts happen.
     pub env_restart_delay: RestartDelay,
+    /// Credential provider plugin config file (used if it exists) and plugin directory.
+    pub credential_providers: (PathBuf, PathBuf),
+    /// kruise-daemon flags given that mean nothing here, and stray arguments (logged once).
+    pub ignored: Vec<String>,
     /// The runtime.
     pub runtime: RuntimeConfig,
 }
@@ -201,16 +337,10 @@ impl RunArgs {
         } else {
             self.rest_config_burst
         };
-        let max_pull_workers = match self.max_workers_for_pull_image {
-            n if n < 0 => None,
-            0 => {
-                return Err(invalid(
-                    "--max-workers-for-pull-image",
-                    "0 would never pull; use -1 for no limit or a positive number".into(),
-                ));
-            }
-            n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-        };
+        // as kruise: only a positive number limits, 0 and negative mean no limit
+        let max_pull_workers = usize::try_from(self.max_workers_for_pull_image)
+            .ok()
+            .filter(|n| *n > 0);
         let gates = FeatureGates::parse(&self.feature_gates)?;
         if self.config_namespace.is_empty() {
             return Err(invalid("--config-namespace", "empty".into()));
@@ -231,6 +361,12 @@ impl RunArgs {
             relist_interval: self.relist_interval,
             drain_timeout: self.drain_timeout,
             env_restart_delay: self.env_restart_delay,
+            credential_providers: (self.plugin_config_file.clone(), self.plugin_bin_dir.clone()),
+            ignored: {
+                let mut ignored = self.compat.given();
+                ignored.extend(self.compat.positional.iter().map(|a| format!("{a:?}")));
+                ignored
+            },
             runtime: self.runtime.resolve()?,
         })
     }
@@ -297,6 +433,7 @@ const KRUISE_GATES: &[&str] = &[
     "EnablePodProbeMarkerOnServerless",
     "EnableSortSidecarContainerByName",
     "InPlacePodVerticalScaling",
+    "ForceDeleteTimeoutExpectationGate",
     "DefaultHostNetworkHostPortsInPodTemplates",
     "DaemonSetPruneIneligibleNodes",
     "AllAlpha",
@@ -312,6 +449,10 @@ impl FeatureGates {
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let mut g = FeatureGates::default();
         let mut daemon = true;
+        // component-base: AllBeta=<v> sets every beta gate not set explicitly (the daemon's
+        // gates are all beta in kruise); AllAlpha touches none of them
+        let mut all_beta = None;
+        let mut explicit = std::collections::HashSet::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let invalid = |reason: String| ConfigError::Invalid {
                 setting: format!("--feature-gates {item}"),
@@ -319,21 +460,34 @@ impl FeatureGates {
             };
             let (name, value) = item
                 .split_once('=')
-                .ok_or_else(|| invalid("expected NAME=true|false".into()))?;
+                .ok_or_else(|| invalid("missing bool value: expected NAME=true|false".into()))?;
             let (name, value) = (name.trim(), value.trim());
-            let on = match value.to_ascii_lowercase().as_str() {
-                "true" => true,
-                "false" => false,
-                _ => return Err(invalid(format!("{value:?} is not true or false"))),
-            };
+            let on = parse_go_bool(value).map_err(invalid)?;
+            explicit.insert(name.to_string());
             match name {
                 "DaemonWatchingPod" => g.daemon_watching_pod = on,
                 "InPlaceUpdateEnvFromMetadata" => g.in_place_update_env_from_metadata = on,
                 "PodProbeMarkerGate" => g.pod_probe_marker = on,
                 "KruiseDaemon" => daemon = on,
+                "AllBeta" => all_beta = Some(on),
                 PREPULL_NEXT_BATCH => g.prepull_next_batch = on,
                 n if KRUISE_GATES.contains(&n) => {}
-                _ => return Err(invalid(format!("unknown feature gate {name:?}"))),
+                _ => return Err(invalid(format!("unrecognized feature gate: {name}"))),
+            }
+        }
+        if let Some(on) = all_beta {
+            let unset = |n: &str| !explicit.contains(n);
+            if unset("DaemonWatchingPod") {
+                g.daemon_watching_pod = on;
+            }
+            if unset("InPlaceUpdateEnvFromMetadata") {
+                g.in_place_update_env_from_metadata = on;
+            }
+            if unset("PodProbeMarkerGate") {
+                g.pod_probe_marker = on;
+            }
+            if unset("KruiseDaemon") {
+                daemon = on;
             }
         }
         if !daemon {
@@ -408,12 +562,14 @@ pub struct RuntimeArgs {
     /// CRI image endpoint, if different from the runtime endpoint.
     #[arg(short = 'i', long, env = "IMAGE_SERVICE_ENDPOINT")]
     pub image_endpoint: Option<String>,
-    /// kruise-daemon compatible: the runtime socket's name relative to --host-run-dir.
+    /// kruise-daemon compatible: the runtime socket's name relative to the host run directory;
+    /// empty (kruise's chart passes `--socket-file=`): detect.
     #[arg(long, env = "KRUISED_SOCKET_FILE")]
     pub socket_file: Option<String>,
-    /// Where the host's /var/run is visible (in a DaemonSet, where it is mounted).
-    #[arg(long, env = "KRUISED_HOST_RUN_DIR", default_value = DEFAULT_HOST_RUN_DIR)]
-    pub host_run_dir: PathBuf,
+    /// Where the host's /var/run is visible. Default: kruise's mount /hostvarrun when it exists,
+    /// then /var/run.
+    #[arg(long, env = "KRUISED_HOST_RUN_DIR")]
+    pub host_run_dir: Option<PathBuf>,
     /// Timeout of ordinary CRI calls (crictl's --timeout): e.g. 2s, 500ms.
     #[arg(short = 't', long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
@@ -472,10 +628,24 @@ fn read_crictl_file(path: &Path, required: bool) -> Result<CrictlFile, ConfigErr
 }
 
 impl RuntimeArgs {
+    /// The directories where the host's `/var/run` may be: the one given, else kruise's mount
+    /// `/hostvarrun` when it exists, then `/var/run`. Never empty.
+    pub fn host_run_dirs(&self) -> Vec<PathBuf> {
+        match &self.host_run_dir {
+            Some(d) => vec![d.clone()],
+            None if Path::new(KRUISE_HOST_RUN_DIR).is_dir() => {
+                vec![KRUISE_HOST_RUN_DIR.into(), DEFAULT_HOST_RUN_DIR.into()]
+            }
+            None => vec![DEFAULT_HOST_RUN_DIR.into()],
+        }
+    }
+
     /// Validates the flags into a [`RuntimeConfig`]. Precedence: flag or environment, then
     /// crictl.yaml, then detection.
     pub fn resolve(&self) -> Result<RuntimeConfig, ConfigError> {
-        if self.runtime_endpoint.is_some() && self.socket_file.is_some() {
+        if self.runtime_endpoint.is_some()
+            && self.socket_file.as_deref().is_some_and(|n| !n.is_empty())
+        {
             return Err(ConfigError::Conflict {
                 a: "--runtime-endpoint",
                 b: "--socket-file",
@@ -502,18 +672,14 @@ impl RuntimeArgs {
         } else {
             read_crictl_file(&file_path, self.crictl_config.is_some())?
         };
+        let host_run_dirs = self.host_run_dirs();
+        let socket_file = self.socket_file.as_deref().filter(|n| !n.is_empty());
         let source = if let Some(e) = flag_endpoint {
             EndpointSource::Explicit(e)
-        } else if let Some(name) = &self.socket_file {
-            if name.is_empty() {
-                return Err(ConfigError::Invalid {
-                    setting: "--socket-file".into(),
-                    reason: "empty".into(),
-                });
-            }
+        } else if let Some(name) = socket_file {
             EndpointSource::SocketFile {
-                host_run_dir: self.host_run_dir.clone(),
-                name: name.clone(),
+                host_run_dir: host_run_dirs[0].clone(),
+                name: name.to_string(),
             }
         } else if let Some(e) = file.runtime_endpoint.as_deref().filter(|e| !e.is_empty()) {
             EndpointSource::Explicit(endpoint(
@@ -521,9 +687,7 @@ impl RuntimeArgs {
                 e,
             )?)
         } else {
-            EndpointSource::Detect {
-                host_run_dir: self.host_run_dir.clone(),
-            }
+            EndpointSource::Detect { host_run_dirs }
         };
         let image_endpoint = match (flag_image_endpoint, &file.image_endpoint) {
             (Some(e), _) => Some(e),
@@ -605,9 +769,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
+    fn run_args() -> RunArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let mut w = Wrap::parse_from(["run", "--node-name", "n1"]);
+        w.run.runtime = args();
+        w.run
+    }
+
     fn args() -> RuntimeArgs {
         RuntimeArgs {
-            host_run_dir: "/hostvarrun".into(),
+            host_run_dir: Some("/hostvarrun".into()),
             // never read the machine's real /etc/crictl.yaml in tests
             crictl_config: Some("/nonexistent/crictl.yaml".into()),
             ..Default::default()
@@ -640,6 +816,124 @@ mod tests {
             .to_string();
         assert!(err.contains("DaemonWatchingPod=yes"), "{err}");
         assert!(FeatureGates::parse("DaemonWatchingPod").is_err());
+    }
+
+    #[test]
+    fn gate_values_parse_like_go_strconv_parse_bool() {
+        for v in ["1", "t", "T", "TRUE", "true", "True"] {
+            let g =
+                FeatureGates::parse(&format!("PodProbeMarkerGate=false,PodProbeMarkerGate={v}"));
+            assert!(g.unwrap().pod_probe_marker, "{v}");
+        }
+        for v in ["0", "f", "F", "FALSE", "false", "False"] {
+            let g = FeatureGates::parse(&format!("PodProbeMarkerGate={v}"));
+            assert!(!g.unwrap().pod_probe_marker, "{v}");
+        }
+        for v in ["yes", "tRuE", "2", ""] {
+            assert!(
+                FeatureGates::parse(&format!("PodProbeMarkerGate={v}")).is_err(),
+                "{v:?} is no Go boolean"
+            );
+        }
+    }
+
+    #[test]
+    fn every_gate_kruise_defines_at_1_9_and_head_is_accepted() {
+        // the manager's gates arrive in the same flag (kruise's chart passes one value to both)
+        let all = KRUISE_GATES
+            .iter()
+            .map(|g| format!("{g}=true"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(FeatureGates::parse(&all).is_ok());
+        for g in [
+            "ImagePullJobGate",
+            "ForceDeleteTimeoutExpectationGate",
+            "DefaultHostNetworkHostPortsInPodTemplates",
+            "DaemonSetPruneIneligibleNodes",
+            "EnablePodProbeMarkerOnServerless",
+        ] {
+            assert!(KRUISE_GATES.contains(&g), "{g}");
+        }
+        let chart =
+            FeatureGates::parse("ImagePullJobGate=true,ForceDeleteTimeoutExpectationGate=true")
+                .unwrap();
+        assert_eq!(chart, FeatureGates::default());
+    }
+
+    #[test]
+    fn all_beta_false_turns_the_daemon_gates_off_unless_set_explicitly() {
+        let g = FeatureGates::parse("AllBeta=false").unwrap();
+        assert!(
+            !g.daemon_watching_pod && !g.pod_probe_marker && !g.in_place_update_env_from_metadata
+        );
+        let g =
+            FeatureGates::parse("AllBeta=false,KruiseDaemon=true,PodProbeMarkerGate=true").unwrap();
+        assert!(g.pod_probe_marker && !g.daemon_watching_pod);
+        // as in kruise, KruiseDaemon=false (here through AllBeta) overrides everything
+        let g = FeatureGates::parse("AllBeta=false,PodProbeMarkerGate=true").unwrap();
+        assert!(!g.pod_probe_marker);
+        assert_eq!(
+            FeatureGates::parse("AllAlpha=true").unwrap(),
+            FeatureGates::default()
+        );
+    }
+
+    #[test]
+    fn zero_and_negative_pull_workers_mean_no_limit() {
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        for (n, limit) in [
+            (-1, None),
+            (0, None),
+            (-5, None),
+            (1, Some(1)),
+            (4, Some(4)),
+        ] {
+            let mut r = RunArgs {
+                max_workers_for_pull_image: n,
+                ..run_args()
+            };
+            r.runtime.crictl_config = Some(empty.path().to_path_buf());
+            assert_eq!(r.resolve().unwrap().max_pull_workers, limit, "{n}");
+        }
+    }
+
+    #[test]
+    fn an_empty_socket_file_means_detection() {
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        let mut a = args();
+        a.crictl_config = Some(empty.path().to_path_buf());
+        a.socket_file = Some(String::new());
+        assert_eq!(
+            a.resolve().unwrap().source,
+            EndpointSource::Detect {
+                host_run_dirs: vec!["/hostvarrun".into()]
+            }
+        );
+        a.socket_file = Some("k3s/containerd/containerd.sock".into());
+        assert_eq!(
+            a.resolve().unwrap().source,
+            EndpointSource::SocketFile {
+                host_run_dir: "/hostvarrun".into(),
+                name: "k3s/containerd/containerd.sock".into()
+            }
+        );
+        // kruise's chart passes --socket-file= beside no endpoint: no conflict
+        a.socket_file = Some(String::new());
+        a.runtime_endpoint = Some("unix:///run/x.sock".into());
+        assert!(a.resolve().is_ok());
+    }
+
+    #[test]
+    fn without_a_host_run_dir_detection_looks_at_kruises_mount_first_when_it_exists() {
+        let a = RuntimeArgs::default();
+        let dirs = a.host_run_dirs();
+        assert_eq!(dirs.last(), Some(&PathBuf::from("/var/run")));
+        if Path::new("/hostvarrun").is_dir() {
+            assert_eq!(dirs[0], PathBuf::from("/hostvarrun"));
+        } else {
+            assert_eq!(dirs.len(), 1);
+        }
     }
 
     #[test]
@@ -732,7 +1026,7 @@ mod tests {
         assert_eq!(
             a.resolve().unwrap().source,
             EndpointSource::Detect {
-                host_run_dir: "/hostvarrun".into()
+                host_run_dirs: vec!["/hostvarrun".into()]
             }
         );
     }

@@ -43,6 +43,12 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         version = crate::build_info::VERSION,
         "starting kruised"
     );
+    if !config.ignored.is_empty() {
+        tracing::info!(
+            ignored = ?config.ignored,
+            "kruise-daemon flags and arguments accepted for compatibility; they have no effect here"
+        );
+    }
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let readiness = Readiness::new();

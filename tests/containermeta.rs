@@ -10,6 +10,7 @@ mod support;
 
 use std::time::Duration;
 
+use kruised::cri::ContainerState;
 use kruised::hash::env::expected_env_hash;
 use kruised::hash::kubelet::hash_container;
 use serde_json::{Value, json};
@@ -337,6 +338,90 @@ async fn env_is_read_from_the_runtime_spec_or_by_exec_whichever_works() {
         1,
         "exec only where the spec is missing"
     );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn a_container_that_reads_no_metadata_gets_the_null_hash_without_any_runtime_call() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    // the image has no `env` and the runtime reports no OCI spec: reading its env is
+    // impossible, and needless
+    let plain = json!([{"name": "plain", "image": "busybox:v1",
+                        "env": [{"name": "PLAIN", "value": "x"}]}]);
+    node.add_pod("web-0", plain, json!({}), true);
+    let meta = wait_meta(&node, "web-0", "annotation", |m| {
+        m.container("plain")
+            .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
+    })
+    .await;
+    assert_eq!(
+        meta.container("plain")
+            .unwrap()
+            .hashes
+            .extracted_env_from_metadata_hash,
+        kruised::hash::env::NO_ENV_HASH
+    );
+    let calls = |rpc| node.cri.state().call_count(rpc);
+    assert_eq!(calls("ExecSync"), 0);
+    assert_eq!(calls("ContainerStatus"), 0);
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_runs() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    let pod = node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    let main_id = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap();
+    let main_id = main_id.trim_start_matches("containerd://").to_string();
+    // the kubelet reports main created, not running yet
+    node.cri.set_state(&main_id, ContainerState::Created);
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["status"]["containerStatuses"][0]["state"] =
+                json!({"waiting": {"reason": "ContainerCreating"}});
+            p["metadata"]["labels"]["touched"] = json!("yes");
+        })
+        .unwrap();
+    wait_meta(&node, "web-0", "annotation with main's hash unknown", |m| {
+        m.container("main")
+            .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == 0)
+            && m.container("side")
+                .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
+    })
+    .await;
+    // it runs: its hash comes with the status change, not with a relist minutes later
+    node.cri.set_state(&main_id, ContainerState::Running);
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["status"]["containerStatuses"][0]["state"] =
+                json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}});
+        })
+        .unwrap();
+    let labels = pod.metadata.labels.clone().unwrap();
+    let annotations = pod.metadata.annotations.clone().unwrap();
+    let want = expected_env_hash(
+        &pod.spec.as_ref().unwrap().containers[0],
+        &labels,
+        &annotations,
+    );
+    wait_meta(&node, "web-0", "main's hash once it runs", |m| {
+        m.container("main")
+            .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == want)
+    })
+    .await;
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }

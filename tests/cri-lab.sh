@@ -17,7 +17,8 @@
 # access log), $REG_ADDR/test/pause:v1 (the sandbox image), test/noenv:v1 (busybox:v1 without
 # /bin/env); for the image-pull tests
 # imagepull/busybox:v1 and :v2 (the same shape as test/pull, with layers of their own) and
-# imagepull/present:v1, and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1.
+# imagepull/present:v1, and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1 and
+# secure/plugin:v1 (the credential-provider test's own).
 #
 # A second registry on $REG_AUTH_ADDR requires a login (htpasswd, bcrypt); its user and password
 # are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
@@ -259,7 +260,8 @@ build_images() {
   done
   local creds; creds=$(cat "$LAB/registry-auth/credentials")
   skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/busybox:v1"
-  log "pushed $REG_AUTH_ADDR/secure/busybox:v1 (login required)"
+  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/plugin:v1"
+  log "pushed $REG_AUTH_ADDR/secure/busybox:v1 and secure/plugin:v1 (login required)"
   log "images built+pushed in $(since "$t0")s"
 }
 

@@ -52,7 +52,7 @@ async fn detection_finds_containerd_behind_a_well_known_socket_name() {
     // the same socket under a second name is tried once
     std::os::unix::fs::symlink(&lab.socket, base.path().join("containerd.sock")).unwrap();
     let source = EndpointSource::Detect {
-        host_run_dir: base.path().to_path_buf(),
+        host_run_dirs: vec![base.path().to_path_buf()],
     };
     let runtimes = within(
         LIMIT,

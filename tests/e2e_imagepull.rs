@@ -354,3 +354,133 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
         d.log()
     );
 }
+
+/// A credential provider plugin for the lab's authenticated registry: answers with `password`
+/// (no cache, so every pull asks again) and counts its calls.
+fn write_plugin(dir: &std::path::Path, registry: &str, user: &str, password: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let answer = json!({
+        "kind": "CredentialProviderResponse",
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "cacheKeyType": "Registry", "cacheDuration": "0s",
+        "auth": {registry: {"username": user, "password": password}}
+    });
+    let script = format!(
+        "#!/bin/sh\ncat > /dev/null\necho call >> {calls}\ncat <<'JSON'\n{answer}\nJSON\n",
+        calls = dir.join("calls").display()
+    );
+    let path = dir.join("lab-login");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[tokio::test]
+async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_its_password_stays_hidden()
+ {
+    let Some(lab) = Lab::get() else { return };
+    let (user, password) = lab.auth_credentials();
+    let wrong = format!("not-{password}");
+    let name = format!("{}/secure/plugin", lab.auth_registry);
+    lab.runtime()
+        .remove_image(&format!("{name}:v1"))
+        .await
+        .unwrap();
+
+    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let bin = dir.path().join("plugins");
+    std::fs::create_dir(&bin).unwrap();
+    write_plugin(&bin, &lab.auth_registry, &user, &password);
+    let config = dir.path().join("CredentialProviderPlugin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: lab-login\n  matchImages: [\"{}\"]\n  defaultCacheDuration: 1m\n  \
+             apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            lab.auth_registry
+        ),
+    )
+    .unwrap();
+    // no pull secret at all: only the plugin can log in
+    pull_support::create_node_image(
+        &api,
+        json!({ &name: {"tags": [{"tag": "v1", "version": 1, "pullPolicy": {"backoffLimit": 0}}]}}),
+        None,
+    );
+    let endpoint = format!("unix://{}", lab.socket.display());
+    let mut d = Daemon::start(
+        NODE,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--runtime-endpoint",
+            &endpoint,
+            "--drain-timeout",
+            "3s",
+            "--plugin-config-file",
+            config.to_str().unwrap(),
+            "--plugin-bin-dir",
+            bin.to_str().unwrap(),
+        ],
+    );
+    d.wait_for_log("credential provider plugins registered", LIMIT)
+        .await;
+    let s =
+        pull_support::wait_status(&api, "Succeeded through the plugin", |s| s.succeeded == 1).await;
+    let id = lab
+        .runtime()
+        .image_status(&format!("{name}:v1"))
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    assert_eq!(tag(&s, &name, "v1").image_id, format!("{name}@{id}"));
+    let calls = std::fs::read_to_string(bin.join("calls")).unwrap();
+    assert_eq!(calls.lines().count(), 1, "the plugin ran once");
+
+    // a wrong answer: the pull fails with the registry's reason
+    write_plugin(&bin, &lab.auth_registry, &user, &wrong);
+    lab.runtime()
+        .remove_image(&format!("{name}:v1"))
+        .await
+        .unwrap();
+    api.modify("nodeimages", "", NODE, |o| {
+        o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
+    })
+    .unwrap();
+    let s =
+        pull_support::wait_status(&api, "Failed with the wrong answer", |s| s.failed == 1).await;
+    let message = tag(&s, &name, "v1").message.to_lowercase();
+    assert!(
+        message.contains("401") || message.contains("unauthorized"),
+        "an authentication error: {message}"
+    );
+
+    d.terminate();
+    assert!(d.wait_exit(Duration::from_secs(10)).await.success());
+    let seen = [
+        ("the daemon's log", serde_json::to_string(&d.log()).unwrap()),
+        (
+            "the NodeImage",
+            serde_json::to_string(&api.get("nodeimages", "", NODE)).unwrap(),
+        ),
+        (
+            "the events",
+            serde_json::to_string(&api.list("events", None)).unwrap(),
+        ),
+    ];
+    for secret in [
+        password.clone(),
+        wrong.clone(),
+        b64(&format!("{user}:{password}")),
+    ] {
+        for (what, text) in &seen {
+            assert!(!text.contains(&secret), "{what} shows a credential: {text}");
+        }
+    }
+}

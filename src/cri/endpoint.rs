@@ -23,6 +23,8 @@ pub const WELL_KNOWN_SOCKETS: &[(&str, &str)] = &[
 /// The host's run directory as the daemon sees it (in a DaemonSet the host's `/var/run` is
 /// usually mounted elsewhere, e.g. `/hostvarrun`).
 pub const DEFAULT_HOST_RUN_DIR: &str = "/var/run";
+/// Where kruise's DaemonSet mounts the host's `/var/run` (kruise-daemon looks only there).
+pub const KRUISE_HOST_RUN_DIR: &str = "/hostvarrun";
 
 /// A CRI endpoint: a unix socket.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,10 +91,10 @@ pub enum EndpointSource {
         /// The socket's name relative to it.
         name: String,
     },
-    /// Every well-known socket that exists under the host run directory.
+    /// Every well-known socket that exists under the host run directories, in order.
     Detect {
-        /// The host run directory.
-        host_run_dir: PathBuf,
+        /// The host run directories (kruise's `/hostvarrun` mount, then `/var/run`).
+        host_run_dirs: Vec<PathBuf>,
     },
 }
 
@@ -112,11 +114,14 @@ impl EndpointSource {
                     vec![Endpoint::unix(host_run_dir.join(path))]
                 }
             }
-            EndpointSource::Detect { host_run_dir } => {
+            EndpointSource::Detect { host_run_dirs } => {
                 let mut seen = Vec::new();
                 let mut out = Vec::new();
-                for (rel, _) in WELL_KNOWN_SOCKETS {
-                    let path = host_run_dir.join(rel);
+                for (dir, (rel, _)) in host_run_dirs
+                    .iter()
+                    .flat_map(|d| WELL_KNOWN_SOCKETS.iter().map(move |s| (d, s)))
+                {
+                    let path = dir.join(rel);
                     let Ok(canonical) = std::fs::canonicalize(&path) else {
                         continue;
                     };
@@ -138,9 +143,13 @@ impl EndpointSource {
             EndpointSource::SocketFile { host_run_dir, name } => {
                 format!("--socket-file {name} under {}", host_run_dir.display())
             }
-            EndpointSource::Detect { host_run_dir } => format!(
+            EndpointSource::Detect { host_run_dirs } => format!(
                 "the well-known sockets under {} ({})",
-                host_run_dir.display(),
+                host_run_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
                 WELL_KNOWN_SOCKETS
                     .iter()
                     .map(|(rel, _)| *rel)
@@ -211,7 +220,7 @@ mod tests {
         .unwrap();
         std::fs::write(base.join("crio/crio.sock"), b"").unwrap();
         let src = EndpointSource::Detect {
-            host_run_dir: base.to_path_buf(),
+            host_run_dirs: vec![base.to_path_buf()],
         };
         assert_eq!(
             src.candidates(),
@@ -226,7 +235,7 @@ mod tests {
     fn detection_in_an_empty_dir_finds_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let src = EndpointSource::Detect {
-            host_run_dir: dir.path().to_path_buf(),
+            host_run_dirs: vec![dir.path().to_path_buf()],
         };
         assert!(src.candidates().is_empty());
         assert!(src.describe().contains("containerd/containerd.sock"));

@@ -350,6 +350,13 @@ impl FakeRuntime {
         id
     }
 
+    /// Sets a container's state as is (no event): e.g. `Created` for one not started yet.
+    pub fn set_state(&self, id: &str, state: ContainerState) {
+        if let Some(c) = self.state().containers.get_mut(id) {
+            c.status.state = state;
+        }
+    }
+
     /// Marks a container exited (as if its process died), emitting a stop event.
     pub fn exit_container(&self, id: &str, exit_code: i32) {
         let sandbox = {

@@ -512,6 +512,29 @@ mod tests {
         assert!(to_read.is_empty());
     }
 
+    #[test]
+    fn with_env_from_metadata_off_existing_hashes_are_kept_and_none_computed() {
+        let p = pod(json!({}), "True");
+        let cs = [running(&p, "main", "m1", 0), running(&p, "side", "s2", 0)];
+        let newest = newest_by_name(&cs);
+        let (mut first, _) = build_meta(&p, "containerd", &newest, None, true);
+        first.containers.iter_mut().for_each(|c| {
+            if c.name == "main" {
+                c.hashes.extracted_env_from_metadata_hash = 42;
+            }
+        });
+        let (off, to_read) = build_meta(&p, "containerd", &newest, Some(&first), false);
+        assert_eq!(
+            off.container("main")
+                .unwrap()
+                .hashes
+                .extracted_env_from_metadata_hash,
+            42,
+            "kept"
+        );
+        assert!(to_read.is_empty(), "nothing read with the gate off");
+    }
+
     fn input<'a>(p: &'a Pod, meta: &'a RuntimeContainerMeta, c: &'a Container) -> RestartInput<'a> {
         RestartInput {
             pod: p,

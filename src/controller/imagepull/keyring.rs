@@ -112,6 +112,17 @@ impl Keyring {
         Ok(())
     }
 
+    /// Adds one credential for `location` (as a registry config or a plugin answer names it).
+    pub fn add(&mut self, location: &str, username: &str, password: &str) {
+        self.creds
+            .entry(key_of(location))
+            .or_default()
+            .push(Credential {
+                username: username.to_string(),
+                password: password.to_string(),
+            });
+    }
+
     /// Appends every credential of `other` (after this keyring's own, key by key).
     pub fn extend(&mut self, other: Keyring) {
         for (k, v) in other.creds {
@@ -211,7 +222,9 @@ fn split_url(s: &str) -> (Vec<&str>, &str, &str) {
 }
 
 /// `URLsMatchStr(glob, target)` of the kubelet.
-fn urls_match(glob: &str, target: &str) -> bool {
+/// The kubelet's `URLsMatchStr`: whether `target` (`host[:port]/path`) is covered by `glob`
+/// (same port, same number of host labels each matching the glob's, path prefix).
+pub fn urls_match(glob: &str, target: &str) -> bool {
     let (glob_parts, glob_port, glob_path) = split_url(glob);
     let (target_parts, target_port, target_path) = split_url(target);
     glob_port == target_port

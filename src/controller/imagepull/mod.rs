@@ -11,6 +11,7 @@
 //! | [`pull`] | CRI pulls, identical ones merged, credentials tried in order |
 //! | [`reference`](mod@reference) | docker reference normalisation |
 //! | [`keyring`] / [`secrets`] | pull secrets and kubelet-style registry matching |
+//! | [`credprovider`] | kubelet credential provider plugins (`--plugin-config-file`) |
 //! | [`disk`] | free space of the image filesystem |
 //! | [`prepull`] | pre-pulling the next in-place batch |
 //! | [`metrics`] | `kruised_imagepull_*` |
@@ -32,6 +33,7 @@
 //!   keeps the last pull error.
 
 pub mod controller;
+pub mod credprovider;
 pub mod disk;
 pub mod keyring;
 pub mod metrics;
@@ -129,10 +131,25 @@ pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
                 ctx.cancel.clone(),
                 &ctx.tracker,
             );
-            let credentials = Arc::new(secrets::SecretStore::new(
-                ctx.client.clone(),
-                &ctx.config.config_namespace,
-            ));
+            let (plugin_config, plugin_dir) = &ctx.config.credential_providers;
+            let plugins = match credprovider::Plugins::load(plugin_config, plugin_dir) {
+                Ok(Some(p)) => {
+                    tracing::info!(providers = ?p.names(), config = %plugin_config.display(), "credential provider plugins registered");
+                    Some(p)
+                }
+                Ok(None) => {
+                    tracing::debug!(config = %plugin_config.display(), "no credential provider config; no plugins");
+                    None
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "credential provider plugins not registered; pulling without them");
+                    None
+                }
+            };
+            let credentials = Arc::new(
+                secrets::SecretStore::new(ctx.client.clone(), &ctx.config.config_namespace)
+                    .with_plugins(plugins),
+            );
             run(&ctx, runtime, credentials, settings, metrics, Some(events));
         }
         .instrument(span),

@@ -208,7 +208,7 @@ where
         .find(|(k, _)| Reference::parse(k).is_ok_and(|r| r.name() == name))
         .map(|(_, v)| (v.pull_secrets, v.sandbox_config))
         .unwrap_or_default();
-    let resolved = env.credentials.resolve(&secrets_refs).await;
+    let resolved = env.credentials.resolve_for(&secrets_refs, &name).await;
     let spec = PullSpec {
         image: image.to_string(),
         key: reference.pull_key(),

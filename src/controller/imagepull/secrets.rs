@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use tokio::time::Instant;
 
+use super::credprovider::Plugins;
 use super::keyring::Keyring;
 use crate::k8s::crd::ReferenceObject;
 
@@ -47,6 +48,31 @@ pub trait Credentials: Send + Sync + 'static {
     fn resolve(&self, refs: &[ReferenceObject]) -> impl Future<Output = Resolved> + Send;
     /// Forgets cached reads of `refs` (after a failed pull with them).
     fn invalidate(&self, refs: &[ReferenceObject]);
+    /// The credential provider plugins, if configured.
+    fn plugins(&self) -> Option<&Plugins> {
+        None
+    }
+
+    /// The credentials for pulling `image` (a repository name): those of `refs` that apply to
+    /// it, else those of the credential provider plugins that match it (kruise's order: pull
+    /// secrets first, plugins when no secret had a credential).
+    fn resolve_for(
+        &self,
+        refs: &[ReferenceObject],
+        image: &str,
+    ) -> impl Future<Output = Resolved> + Send {
+        async move {
+            let mut resolved = self.resolve(refs).await;
+            if resolved.keyring.lookup(image).is_empty()
+                && let Some(plugins) = self.plugins()
+            {
+                let (keyring, problems) = plugins.lookup(image).await;
+                resolved.keyring.extend(keyring);
+                resolved.problems.extend(problems);
+            }
+            resolved
+        }
+    }
 }
 
 /// No secrets at all (tests, and pulls without `pullSecrets`).
@@ -68,12 +94,14 @@ struct Entry {
     problem: Option<String>,
 }
 
-/// Reads pull secrets from the config namespace, with a short cache.
+/// Reads pull secrets from the config namespace, with a short cache; with the credential
+/// provider plugins, if any.
 pub struct SecretStore {
     api: Api<Secret>,
     namespace: String,
     ttl: Duration,
     cache: Mutex<HashMap<String, Entry>>,
+    plugins: Option<Plugins>,
 }
 
 impl SecretStore {
@@ -84,7 +112,14 @@ impl SecretStore {
             namespace: namespace.to_string(),
             ttl: SECRET_TTL,
             cache: Mutex::new(HashMap::new()),
+            plugins: None,
         }
+    }
+
+    /// The same store, falling back to `plugins`.
+    pub fn with_plugins(mut self, plugins: Option<Plugins>) -> Self {
+        self.plugins = plugins;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -156,6 +191,10 @@ impl Credentials for SecretStore {
             out.problems.extend(entry.problem);
         }
         out
+    }
+
+    fn plugins(&self) -> Option<&Plugins> {
+        self.plugins.as_ref()
     }
 
     fn invalidate(&self, refs: &[ReferenceObject]) {

@@ -311,7 +311,10 @@ where
     }
     check_disk(env).await?;
 
-    let resolved = env.credentials.resolve(&job.pull_secrets).await;
+    let resolved = env
+        .credentials
+        .resolve_for(&job.pull_secrets, &reference.name())
+        .await;
     let credentials = resolved.keyring.lookup(&reference.name());
     let secrets = resolved.keyring.secrets();
     let problems = resolved.problems.join("; ");

@@ -1,0 +1,565 @@
+//! kubelet credential provider plugins, as kruise-daemon runs them (`--plugin-config-file`,
+//! `--plugin-bin-dir`): for an image that one of a provider's `matchImages` matches, and for
+//! which no pull secret had a credential, the provider's executable is run with the kubelet's
+//! exec protocol and its answer is cached.
+//!
+//! - The config is the kubelet's `CredentialProviderConfig` (`kubelet.config.k8s.io/v1`, also
+//!   `v1beta1`/`v1alpha1`), YAML or JSON; unknown fields are ignored, as the kubelet's decoder
+//!   does. A missing file means no plugins; a broken one is a clear error and the daemon goes
+//!   on without plugins.
+//! - The plugin gets a `CredentialProviderRequest` (`{"image": "<repository>"}`) on stdin and
+//!   answers a `CredentialProviderResponse` on stdout; its `env` and `args` come from the
+//!   config, it is killed after [`PLUGIN_TIMEOUT`].
+//! - Answers are cached by `cacheKeyType` (`Image`, `Registry`, `Global`) for `cacheDuration`
+//!   (else the provider's `defaultCacheDuration`; zero: not cached).
+//! - Credentials never reach a log line or an error message.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+
+use super::keyring::{Keyring, urls_match};
+
+/// How long a plugin may take (the kubelet's exec timeout).
+pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The config's API group.
+const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
+/// The plugin protocol's API group.
+const PROTOCOL_GROUP: &str = "credentialprovider.kubelet.k8s.io";
+/// Protocol versions the kubelet speaks.
+const PROTOCOL_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
+
+/// Why the plugins cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The plugin directory does not exist.
+    #[error("plugin binary directory {0} does not exist")]
+    NoBinDir(PathBuf),
+    /// The config file cannot be read.
+    #[error("cannot read the credential provider config {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+    /// The config file is not a valid `CredentialProviderConfig`.
+    #[error("invalid credential provider config {path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigFile {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    providers: Vec<ProviderSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProviderSpec {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    match_images: Vec<String>,
+    #[serde(default)]
+    default_cache_duration: Option<String>,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: Vec<EnvVar>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct EnvVar {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// A plugin's answer; no `Debug`: it holds passwords.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Response {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    cache_key_type: String,
+    #[serde(default)]
+    cache_duration: Option<String>,
+    #[serde(default)]
+    auth: BTreeMap<String, AuthEntry>,
+}
+
+#[derive(Clone, Deserialize)]
+struct AuthEntry {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+}
+
+/// What a plugin answered, kept until it expires.
+#[derive(Clone)]
+struct Cached {
+    expires: Instant,
+    auth: BTreeMap<String, AuthEntry>,
+}
+
+/// One provider: its config and its cache.
+struct Provider {
+    spec: ProviderSpec,
+    executable: PathBuf,
+    default_cache: Duration,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+/// The configured plugins.
+pub struct Plugins {
+    providers: Vec<Provider>,
+}
+
+impl std::fmt::Debug for Plugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.providers.iter().map(|p| &p.spec.name))
+            .finish()
+    }
+}
+
+/// Go's `time.ParseDuration` for the forms configs use: `12h`, `6h0m0s`, `1m30s`, `500ms`, `0`.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("invalid duration {s:?}: missing unit"))?;
+        let (num, tail) = rest.split_at(n);
+        let value: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let u = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(u);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?}")),
+        };
+        total += value * scale;
+        rest = next;
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+fn invalid(path: &Path, reason: impl Into<String>) -> PluginError {
+    PluginError::Invalid {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+impl Plugins {
+    /// Reads `config` and checks every provider's executable in `bin_dir`, as the kubelet's
+    /// `RegisterCredentialProviderPlugins`. `Ok(None)`: no config file, no plugins.
+    pub fn load(config: &Path, bin_dir: &Path) -> Result<Option<Plugins>, PluginError> {
+        let text = match std::fs::read_to_string(config) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(PluginError::Read {
+                    path: config.to_path_buf(),
+                    error: e.to_string(),
+                });
+            }
+        };
+        if !bin_dir.is_dir() {
+            return Err(PluginError::NoBinDir(bin_dir.to_path_buf()));
+        }
+        let file: ConfigFile =
+            serde_saphyr::from_str(&text).map_err(|e| invalid(config, e.to_string()))?;
+        let (group, _) = file.api_version.split_once('/').unwrap_or(("", ""));
+        if file.kind != "CredentialProviderConfig" || group != CONFIG_GROUP {
+            return Err(invalid(
+                config,
+                format!(
+                    "want kind CredentialProviderConfig of {CONFIG_GROUP}, got {:?} {:?}",
+                    file.kind, file.api_version
+                ),
+            ));
+        }
+        if file.providers.is_empty() {
+            return Err(invalid(config, "at least 1 item in plugins is required"));
+        }
+        let mut providers: Vec<Provider> = Vec::new();
+        for spec in file.providers {
+            let name = &spec.name;
+            if name.is_empty() || name.contains(['/', ' ']) || name == "." || name == ".." {
+                return Err(invalid(config, format!("invalid provider name {name:?}")));
+            }
+            if providers.iter().any(|p| &p.spec.name == name) {
+                return Err(invalid(config, format!("duplicate provider name {name:?}")));
+            }
+            let version_ok = spec
+                .api_version
+                .split_once('/')
+                .is_some_and(|(g, v)| g == PROTOCOL_GROUP && PROTOCOL_VERSIONS.contains(&v));
+            if !version_ok {
+                return Err(invalid(
+                    config,
+                    format!(
+                        "provider {name}: apiVersion {:?} is not one of {PROTOCOL_GROUP}/{}",
+                        spec.api_version,
+                        PROTOCOL_VERSIONS.join(", ")
+                    ),
+                ));
+            }
+            if spec.match_images.is_empty() {
+                return Err(invalid(
+                    config,
+                    format!("provider {name}: matchImages is required"),
+                ));
+            }
+            let default_cache = match spec.default_cache_duration.as_deref() {
+                Some(d) => parse_go_duration(d).map_err(|e| {
+                    invalid(
+                        config,
+                        format!("provider {name}: defaultCacheDuration: {e}"),
+                    )
+                })?,
+                None => {
+                    return Err(invalid(
+                        config,
+                        format!("provider {name}: defaultCacheDuration is required"),
+                    ));
+                }
+            };
+            let executable = bin_dir.join(name);
+            if !is_executable(&executable) {
+                return Err(invalid(
+                    config,
+                    format!(
+                        "plugin binary executable {} does not exist",
+                        executable.display()
+                    ),
+                ));
+            }
+            providers.push(Provider {
+                spec,
+                executable,
+                default_cache,
+                cache: Mutex::new(HashMap::new()),
+            });
+        }
+        providers.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        Ok(Some(Plugins { providers }))
+    }
+
+    /// The provider names, for the log.
+    pub fn names(&self) -> Vec<&str> {
+        self.providers
+            .iter()
+            .map(|p| p.spec.name.as_str())
+            .collect()
+    }
+
+    /// The credentials the matching providers give for `image` (a repository without tag),
+    /// as a keyring, and one line per provider that failed (without any credential in it).
+    pub async fn lookup(&self, image: &str) -> (Keyring, Vec<String>) {
+        let mut keyring = Keyring::default();
+        let mut problems = Vec::new();
+        for p in &self.providers {
+            if !p.spec.match_images.iter().any(|m| urls_match(m, image)) {
+                continue;
+            }
+            match p.credentials(image).await {
+                Ok(auth) => {
+                    for (location, a) in auth {
+                        keyring.add(&location, &a.username, &a.password);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(provider = %p.spec.name, %image, error = %e, "credential provider plugin failed");
+                    problems.push(format!("credential provider {}: {e}", p.spec.name));
+                }
+            }
+        }
+        (keyring, problems)
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The registry part of an image (`host[:port]`), the `Registry` cache key.
+fn registry_of(image: &str) -> &str {
+    image.split('/').next().unwrap_or(image)
+}
+
+const GLOBAL_KEY: &str = "global";
+
+impl Provider {
+    fn cached(&self, image: &str) -> Option<BTreeMap<String, AuthEntry>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        cache.retain(|_, c| c.expires > now);
+        [image, registry_of(image), GLOBAL_KEY]
+            .iter()
+            .find_map(|k| cache.get(*k).map(|c| c.auth.clone()))
+    }
+
+    async fn credentials(&self, image: &str) -> Result<BTreeMap<String, AuthEntry>, String> {
+        if let Some(auth) = self.cached(image) {
+            return Ok(auth);
+        }
+        let response = self.exec(image).await?;
+        let key = match response.cache_key_type.as_str() {
+            "Image" => image,
+            "Registry" => registry_of(image),
+            "Global" => GLOBAL_KEY,
+            other => {
+                return Err(format!(
+                    "the plugin answered cacheKeyType {other:?}; want Image, Registry or Global"
+                ));
+            }
+        };
+        let ttl = match response.cache_duration.as_deref() {
+            Some(d) => parse_go_duration(d).map_err(|e| format!("cacheDuration: {e}"))?,
+            None => self.default_cache,
+        };
+        if !ttl.is_zero() {
+            self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                key.to_string(),
+                Cached {
+                    expires: Instant::now() + ttl,
+                    auth: response.auth.clone(),
+                },
+            );
+        }
+        Ok(response.auth)
+    }
+
+    async fn exec(&self, image: &str) -> Result<Response, String> {
+        let request = serde_json::json!({
+            "kind": "CredentialProviderRequest",
+            "apiVersion": self.spec.api_version,
+            "image": image,
+        });
+        let mut cmd = tokio::process::Command::new(&self.executable);
+        cmd.args(&self.spec.args)
+            .envs(self.spec.env.iter().map(|e| (&e.name, &e.value)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.executable.display()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let body = format!("{request}\n");
+            // a plugin that does not read its input is its own business
+            let _ = stdin.write_all(body.as_bytes()).await;
+        }
+        let out = tokio::time::timeout(PLUGIN_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| format!("no answer within {PLUGIN_TIMEOUT:?}; killed"))?
+            .map_err(|e| format!("running the plugin: {e}"))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stderr: String = stderr.trim().chars().take(512).collect();
+            return Err(format!("the plugin exited with {}: {stderr}", out.status));
+        }
+        let response: Response = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("cannot decode the plugin's answer on stdout: {e}"))?;
+        if response.api_version != self.spec.api_version {
+            return Err(format!(
+                "the plugin answered apiVersion {:?}, not the configured {:?}",
+                response.api_version, self.spec.api_version
+            ));
+        }
+        if response.kind != "CredentialProviderResponse" {
+            return Err(format!(
+                "the plugin answered kind {:?}, not CredentialProviderResponse",
+                response.kind
+            ));
+        }
+        Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(
+            parse_go_duration("12h").unwrap(),
+            Duration::from_secs(43_200)
+        );
+        assert_eq!(
+            parse_go_duration("6h0m0s").unwrap(),
+            Duration::from_secs(21_600)
+        );
+        assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(
+            parse_go_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "12", "1x", "h"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    fn write(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    const CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: lab-login
+    matchImages: [\"127.0.0.1:5001\", \"*.example.com\"]
+    defaultCacheDuration: 10m
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: [get-credentials]
+    env: [{name: PLUGIN_USER, value: lab}]
+    tokenAttributes: {serviceAccountTokenAudience: ignored}
+";
+
+    #[test]
+    fn a_missing_config_means_no_plugins_and_a_broken_one_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            Plugins::load(&dir.path().join("none.yaml"), dir.path())
+                .unwrap()
+                .is_none()
+        );
+        let cfg = write(dir.path(), "c.yaml", "kind: Nope\n", 0o644);
+        let err = Plugins::load(&cfg, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("CredentialProviderConfig"), "{err}");
+        let cfg = write(dir.path(), "c.yaml", CONFIG, 0o644);
+        let err = Plugins::load(&cfg, dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("lab-login") && err.contains("does not exist"),
+            "{err}"
+        );
+        let err = Plugins::load(&cfg, &dir.path().join("bin"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("directory"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_plugin_answer_is_used_for_matching_images_and_cached_by_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls");
+        // the plugin records its request, args and env, then answers for the registry
+        let script = format!(
+            "#!/bin/sh\ncat >> {log}\necho \" $1 $PLUGIN_USER\" >> {log}\n\
+             echo '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\
+             \"cacheKeyType\":\"Registry\",\"auth\":{{\"127.0.0.1:5001\":{{\"username\":\"u\",\"password\":\"p4ss\"}}}}}}'\n",
+            log = log.display()
+        );
+        write(dir.path(), "lab-login", &script, 0o755);
+        let cfg = write(dir.path(), "c.yaml", CONFIG, 0o644);
+        let plugins = Plugins::load(&cfg, dir.path()).unwrap().unwrap();
+        assert_eq!(plugins.names(), ["lab-login"]);
+
+        let (keyring, problems) = plugins.lookup("127.0.0.1:5001/secure/busybox").await;
+        assert!(problems.is_empty(), "{problems:?}");
+        let creds = keyring.lookup("127.0.0.1:5001/secure/busybox");
+        assert_eq!(creds.len(), 1);
+        assert_eq!(
+            (creds[0].username.as_str(), creds[0].password.as_str()),
+            ("u", "p4ss")
+        );
+        // cached by registry: another repository there runs no plugin
+        plugins.lookup("127.0.0.1:5001/other").await;
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            calls.matches("CredentialProviderRequest").count(),
+            1,
+            "{calls}"
+        );
+        assert!(
+            calls.contains("\"image\":\"127.0.0.1:5001/secure/busybox\""),
+            "{calls}"
+        );
+        assert!(
+            calls.contains(" get-credentials lab"),
+            "args and env: {calls}"
+        );
+        // an image no matchImages matches runs nothing
+        let (keyring, _) = plugins.lookup("docker.io/library/nginx").await;
+        assert!(keyring.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_answer_is_a_clear_problem_without_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "lab-login",
+            "#!/bin/sh\necho '{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1beta1\",\"cacheKeyType\":\"Image\",\"auth\":{\"x\":{\"username\":\"u\",\"password\":\"SECRET\"}}}'\n",
+            0o755,
+        );
+        let cfg = write(dir.path(), "c.yaml", CONFIG, 0o644);
+        let plugins = Plugins::load(&cfg, dir.path()).unwrap().unwrap();
+        let (keyring, problems) = plugins.lookup("127.0.0.1:5001/secure/busybox").await;
+        assert!(keyring.is_empty());
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("apiVersion"), "{problems:?}");
+        assert!(!problems[0].contains("SECRET"));
+
+        write(
+            dir.path(),
+            "lab-login",
+            "#!/bin/sh\necho boom >&2\nexit 3\n",
+            0o755,
+        );
+        let (_, problems) = plugins.lookup("a.example.com/app").await;
+        assert!(
+            problems[0].contains("exited") && problems[0].contains("boom"),
+            "{problems:?}"
+        );
+    }
+}
