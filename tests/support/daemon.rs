@@ -45,8 +45,24 @@ impl Daemon {
             .args(args)
             .env("RUST_LOG", "info,kruised=debug")
             .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+            .env_remove("KUBECONFIG");
+        Self::spawn(cmd, admin)
+    }
+
+    /// Starts `exe` (the binary under another name) with exactly `args` and `envs`; its admin
+    /// server is expected on kruise's default port.
+    pub fn start_exe(exe: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(exe);
+        cmd.args(args)
+            .env("RUST_LOG", "info,kruised=debug")
+            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
             .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
+            .envs(envs.iter().copied());
+        Self::spawn(cmd, "127.0.0.1:10221".parse().expect("addr"))
+    }
+
+    fn spawn(mut cmd: Command, admin: SocketAddr) -> Daemon {
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod kubelet;
 pub mod node;
+pub mod restarts;
 
 use std::path::PathBuf;
 use std::time::Duration;

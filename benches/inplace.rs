@@ -1,0 +1,78 @@
+//! The user's figure of an env-from-metadata in-place update, on the real cluster of the test
+//! layer (real kube-apiserver, kubelet and containerd): from the manager's annotation change to
+//! both containers of the pod running with the new value, and how many restarts that took,
+//! for kruised's `auto` restart timing side by side with a fixed 1 s delay (kruise-daemon's
+//! behaviour) and with no delay at all (the race the `auto` timing avoids).
+//!
+//! Each mode: 50 pods (two containers each, exec and HTTP preStop hooks) created and taken out
+//! of service, then one annotation change per pod in waves of 10, with two busy processes
+//! loading the cores.
+//!
+//!     # with the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported)
+//!     cargo bench --bench inplace
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "benchmark code: a failed unwrap is a failed run"
+)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::{self, KubeLab, Rbac, Scene};
+use support::restarts::{self, ChangeResult, CpuLoad, HookServer};
+
+const PODS: usize = 50;
+const WAVE: usize = 10;
+
+async fn run_mode(lab: &KubeLab, mode: &str) -> Vec<ChangeResult> {
+    let scene = Scene::new(lab, "bench").await;
+    let identity = cluster::identity(lab, &scene.admin, Rbac::Deploy).await;
+    let mut d = cluster::start_daemon(lab, &identity, &["--env-restart-delay", mode]);
+    d.wait_for_log("daemon ready", Duration::from_secs(60)).await;
+    let hooks = HookServer::start().await;
+    let pods = restarts::create_pods(&scene, &hooks, "b", PODS).await;
+    let load = CpuLoad::start(2);
+    let mut results = Vec::new();
+    for wave in pods.chunks(WAVE) {
+        results.extend(restarts::change_wave(&scene, &hooks, wave, "v2").await);
+    }
+    drop(load);
+    d.terminate();
+    d.wait_exit(Duration::from_secs(30)).await;
+    scene.cleanup().await;
+    results
+}
+
+fn report(mode: &str, results: &[ChangeResult]) {
+    let once = results.iter().filter(|r| r.restarts == [1, 1]).count();
+    let more = results.len() - once;
+    let hooks_once = results.iter().filter(|r| r.hooks == [1, 1]).count();
+    let stale = results.iter().filter(|r| r.seen != ["v2", "v2"]).count();
+    let mut took: Vec<Duration> = results.iter().map(|r| r.took).collect();
+    println!(
+        "{mode:>5}: {} changes; exactly one restart per container: {once}, more: {more}; one preStop per container: {hooks_once}; stale value seen: {stale}; change -> running with the new value: p50 {:.2}s p90 {:.2}s max {:.2}s",
+        results.len(),
+        restarts::percentile(&mut took, 0.5).as_secs_f64(),
+        restarts::percentile(&mut took, 0.9).as_secs_f64(),
+        restarts::percentile(&mut took, 1.0).as_secs_f64(),
+    );
+}
+
+fn main() {
+    let Some(lab) = KubeLab::get() else {
+        println!("inplace: no cluster lab (KRUISED_KUBE_LAB); start it as tests/run.sh does");
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    println!(
+        "inplace: {PODS} pods x 2 containers, waves of {WAVE}, 2 busy loops, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for mode in ["auto", "1s", "0s"] {
+        let results = rt.block_on(run_mode(&lab, mode));
+        report(mode, &results);
+    }
+}
