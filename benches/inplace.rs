@@ -4,9 +4,9 @@
 //! for kruised's `auto` restart timing side by side with a fixed 1 s delay (kruise-daemon's
 //! behaviour) and with no delay at all (the race the `auto` timing avoids).
 //!
-//! Each mode: 50 pods (two containers each, exec and HTTP preStop hooks) created and taken out
-//! of service, then one annotation change per pod in waves of 10, with two busy processes
-//! loading the cores.
+//! Each mode: 50 pods (two containers each, exec and HTTP preStop hooks), then one in-place
+//! update per pod as kruise-manager makes it (`InPlaceUpdateReady=False`, then the annotation
+//! change), in waves of 10, with two busy processes loading the cores.
 //!
 //!     # with the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported)
 //!     cargo bench --bench inplace
@@ -31,7 +31,8 @@ async fn run_mode(lab: &KubeLab, mode: &str) -> Vec<ChangeResult> {
     let scene = Scene::new(lab, "bench").await;
     let identity = cluster::identity(lab, &scene.admin, Rbac::Deploy).await;
     let mut d = cluster::start_daemon(lab, &identity, &["--env-restart-delay", mode]);
-    d.wait_for_log("daemon ready", Duration::from_secs(60)).await;
+    d.wait_for_log("daemon ready", Duration::from_secs(60))
+        .await;
     let hooks = HookServer::start().await;
     let pods = restarts::create_pods(&scene, &hooks, "b", PODS).await;
     let load = CpuLoad::start(2);

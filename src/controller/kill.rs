@@ -1,7 +1,9 @@
-//! Stopping a container the way the kubelet kills one: its preStop hook (restored from the
-//! kubelet's CRI annotations), then `StopContainer` with what is left of the grace period, at
-//! least 2 s. Better than kruise-daemon: HTTP hooks reach the pod IP from `PodSandboxStatus`
-//! (kruise has none and fails them), and TCP hooks are supported (kruise #2505).
+//! Stopping a container the way the kubelet kills one: its preStop hook, then `StopContainer`
+//! with what is left of the grace period, at least 2 s. The one way kruised kills a container:
+//! container meta takes hook and grace from the kubelet's CRI annotations
+//! ([`KillSpec::from_kubelet_annotations`]), recreate requests from the request.
+//! Better than kruise-daemon: HTTP hooks reach the pod IP from `PodSandboxStatus` (kruise has
+//! none and fails them), and TCP hooks are supported (kruise #2505).
 
 use std::time::Duration;
 
@@ -15,6 +17,47 @@ use crate::k8s::keys;
 
 /// The kubelet's floor for the time a container gets to stop.
 pub const MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How to kill one container: its preStop hook, the grace period, and the ports its named
+/// hook ports resolve against.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KillSpec {
+    /// The preStop hook, if any.
+    pub pre_stop: Option<LifecycleHandler>,
+    /// The grace period (hook and stop together).
+    pub grace: Duration,
+    /// The container's ports, for named hook ports.
+    pub ports: Vec<ContainerPort>,
+}
+
+impl KillSpec {
+    /// What the kubelet recorded for `c` in its CRI annotations.
+    pub fn from_kubelet_annotations(c: &Container) -> Self {
+        KillSpec {
+            pre_stop: c
+                .annotations
+                .get(keys::KUBELET_PRESTOP_HANDLER)
+                .and_then(|h| serde_json::from_str::<LifecycleHandler>(h).ok()),
+            grace: grace_period(c),
+            ports: c
+                .annotations
+                .get(keys::KUBELET_CONTAINER_PORTS)
+                .and_then(|p| serde_json::from_str(p).ok())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Why a kill did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum KillError {
+    /// The runtime failed the stop.
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    /// The work was called off (the request ended) before the stop.
+    #[error("called off before the stop")]
+    Cancelled,
+}
 
 /// What happened when a container was stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,29 +80,34 @@ pub fn grace_period(c: &Container) -> Duration {
     secs.map_or(MIN_GRACE, Duration::from_secs)
 }
 
-/// Runs the preStop hook of `c` (if any), then stops it. `pod_ip` is where HTTP and TCP hooks
-/// without a host go. A failing hook does not prevent the stop, as with the kubelet.
+/// Runs the preStop hook of `spec` (if any), then stops `c`. `pod_ip` is where HTTP and TCP
+/// hooks without a host go. A failing hook does not prevent the stop, as with the kubelet.
+/// `cancel` calls the kill off while the hook runs (no stop then).
 pub async fn kill_container<R: RuntimeService>(
     runtime: &R,
     c: &Container,
+    spec: &KillSpec,
     pod_ip: Option<&str>,
-) -> Result<KillOutcome, CriError> {
-    let mut grace = grace_period(c);
-    let handler = c
-        .annotations
-        .get(keys::KUBELET_PRESTOP_HANDLER)
-        .and_then(|h| serde_json::from_str::<LifecycleHandler>(h).ok());
-    let pre_stop = match handler {
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<KillOutcome, KillError> {
+    let mut grace = spec.grace;
+    let pre_stop = match &spec.pre_stop {
         Some(h) => {
             let started = Instant::now();
-            let result = tokio::time::timeout(grace, run_hook(runtime, c, &h, pod_ip, grace))
-                .await
-                .unwrap_or_else(|_| Err(format!("preStop hook did not finish within {grace:?}")));
+            let hook =
+                tokio::time::timeout(grace, run_hook(runtime, c, h, &spec.ports, pod_ip, grace));
+            let result = tokio::select! {
+                () = cancel.cancelled() => return Err(KillError::Cancelled),
+                r = hook => r.unwrap_or_else(|_| Err(format!("preStop hook did not finish within {grace:?}"))),
+            };
             grace = grace.saturating_sub(started.elapsed());
             Some(result)
         }
         None => None,
     };
+    if cancel.is_cancelled() {
+        return Err(KillError::Cancelled);
+    }
     let grace = grace.max(MIN_GRACE);
     runtime.stop_container(&c.id, grace).await?;
     Ok(KillOutcome { pre_stop, grace })
@@ -69,6 +117,7 @@ async fn run_hook<R: RuntimeService>(
     runtime: &R,
     c: &Container,
     h: &LifecycleHandler,
+    ports: &[ContainerPort],
     pod_ip: Option<&str>,
     grace: Duration,
 ) -> Result<(), String> {
@@ -95,7 +144,7 @@ async fn run_hook<R: RuntimeService>(
             .filter(|h| !h.is_empty())
             .or_else(|| pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string))
             .unwrap_or_else(|| "127.0.0.1".to_string());
-        let port = resolve_port(&http.port, c)?;
+        let port = resolve_port(&http.port, ports)?;
         if http
             .scheme
             .as_deref()
@@ -123,7 +172,7 @@ async fn run_hook<R: RuntimeService>(
             .filter(|h| !h.is_empty())
             .or_else(|| pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string))
             .unwrap_or_else(|| "127.0.0.1".to_string());
-        let port = resolve_port(&tcp.port, c)?;
+        let port = resolve_port(&tcp.port, ports)?;
         return tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map(drop)
@@ -137,19 +186,14 @@ async fn run_hook<R: RuntimeService>(
     Err("preStop handler names no action".into())
 }
 
-/// A port number, or a named port looked up in the kubelet's ports annotation.
-fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+/// A port number, or a named port looked up in the container's ports.
+fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, String> {
     match port {
         IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("invalid port {n}")),
         IntOrString::String(name) => {
             if let Ok(n) = name.parse::<u16>() {
                 return Ok(n);
             }
-            let ports: Vec<ContainerPort> = c
-                .annotations
-                .get(keys::KUBELET_CONTAINER_PORTS)
-                .and_then(|p| serde_json::from_str(p).ok())
-                .unwrap_or_default();
             ports
                 .iter()
                 .find(|p| p.name.as_deref() == Some(name))
@@ -241,13 +285,14 @@ mod tests {
             keys::KUBELET_CONTAINER_PORTS,
             r#"[{"name":"http","containerPort":8080,"protocol":"TCP"}]"#,
         )]);
+        let ports = KillSpec::from_kubelet_annotations(&c).ports;
         assert_eq!(
-            resolve_port(&IntOrString::String("http".into()), &c),
+            resolve_port(&IntOrString::String("http".into()), &ports),
             Ok(8080)
         );
-        assert_eq!(resolve_port(&IntOrString::Int(81), &c), Ok(81));
-        assert!(resolve_port(&IntOrString::String("grpc".into()), &c).is_err());
-        assert!(resolve_port(&IntOrString::Int(70000), &c).is_err());
+        assert_eq!(resolve_port(&IntOrString::Int(81), &ports), Ok(81));
+        assert!(resolve_port(&IntOrString::String("grpc".into()), &ports).is_err());
+        assert!(resolve_port(&IntOrString::Int(70000), &ports).is_err());
     }
 
     #[tokio::test]

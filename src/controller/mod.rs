@@ -5,7 +5,9 @@
 pub mod containermeta;
 pub mod imagepull;
 pub mod kill;
+pub mod podprobe;
 pub mod queue;
+pub mod recreate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,8 @@ use crate::k8s::watch as kwatch;
 pub fn start(ctx: &Context, registry: &mut Registry) {
     containermeta::start(ctx, registry.sub_registry_with_prefix("containermeta"));
     imagepull::start(ctx, registry.sub_registry_with_prefix("imagepull"));
+    recreate::start(ctx, registry.sub_registry_with_prefix("recreate"));
+    podprobe::start(ctx, registry.sub_registry_with_prefix("podprobe"));
 }
 
 /// The daemon's shared handles, passed to each capability controller.

@@ -15,5 +15,6 @@ mod support;
 mod containermeta;
 mod dropin;
 mod imagepull;
+mod recreate;
 
 pub use support::cluster::{Scene, meta, runtime_id, status_of};

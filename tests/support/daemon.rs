@@ -160,6 +160,11 @@ impl Daemon {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends SIGKILL: no drain, nothing written on the way out.
+    pub fn kill(&mut self) {
+        let _ = self.child.start_kill();
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         let pid = self.child.id().expect("kruised is running");

@@ -658,6 +658,7 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
     let events = shared.events.clone();
     let metrics = shared.metrics.clone();
     let stopped = shared.stopped.clone();
+    let cancel = shared.cancel.clone();
     let mut regarding = write::object_ref(pod);
     regarding.field_path = Some(format!("spec.containers{{{name}}}"));
     let (why, warning) = match reason {
@@ -704,7 +705,8 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
                 note: format!("Stopping container {name} (containerID {}): {why}", c.id),
                 action: "Restart".into(),
             });
-            match kill::kill_container(&runtime, &c, pod_ip.as_deref()).await {
+            let spec = kill::KillSpec::from_kubelet_annotations(&c);
+            match kill::kill_container(&runtime, &c, &spec, pod_ip.as_deref(), &cancel).await {
                 Ok(outcome) => {
                     metrics.restarted(reason.as_str());
                     if let Some(Err(hook)) = outcome.pre_stop {

@@ -165,6 +165,67 @@ pub struct ContainerRecreateRequestStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub container_recreate_states: Vec<ContainerRecreateRequestContainerRecreateState>,
+    /// The manager's snapshot of the pod's container statuses (`v1beta1`, kruise HEAD; in
+    /// `v1alpha1` the annotation `crr.apps.kruise.io/sync-container-statuses`). Read, never
+    /// written by the daemon.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub container_status_snapshot: Vec<ContainerStatusSnapshot>,
+    /// Conditions (`v1beta1`, kruise HEAD): `PreRecreateGrace` says since when the pod is not
+    /// ready (in `v1alpha1` the annotation `crr.apps.kruise.io/unready-acquired`). Read, never
+    /// written by the daemon.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub conditions: Vec<CrrCondition>,
+}
+
+/// One container in the manager's snapshot of the pod's statuses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatusSnapshot {
+    /// Container name.
+    #[serde(default)]
+    pub name: String,
+    /// Whether the kubelet reports it ready.
+    #[serde(default)]
+    pub ready: bool,
+    /// Its restart count.
+    #[serde(default)]
+    pub restart_count: i32,
+    /// `<runtime>://<id>`.
+    #[serde(
+        default,
+        rename = "containerID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub container_id: String,
+}
+
+/// A `metav1.Condition`, read leniently (missing fields take their zero value).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CrrCondition {
+    /// Condition type, e.g. `PreRecreateGrace`.
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    #[serde(default)]
+    pub status: String,
+    /// When the status last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// Machine-readable reason.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Human-readable message.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 string_enum! {

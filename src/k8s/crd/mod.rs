@@ -24,8 +24,8 @@ pub use crr::{
     ContainerRecreateRequest, ContainerRecreateRequestContainer,
     ContainerRecreateRequestContainerContext, ContainerRecreateRequestContainerRecreateState,
     ContainerRecreateRequestPhase, ContainerRecreateRequestSpec, ContainerRecreateRequestStatus,
-    ContainerRecreateRequestStrategy, DEFAULT_TERMINATION_GRACE_PERIOD, FailurePolicy,
-    ProbeHandler,
+    ContainerRecreateRequestStrategy, ContainerStatusSnapshot, CrrCondition,
+    DEFAULT_TERMINATION_GRACE_PERIOD, FailurePolicy, ProbeHandler,
 };
 pub use nodeimage::{
     DEFAULT_PULL_BACKOFF_LIMIT, DEFAULT_PULL_TIMEOUT, ImagePullPhase, ImagePullPolicy, ImageSpec,

@@ -1,0 +1,436 @@
+//! What the recreate controller decides, as pure functions over the requests, the runtime's
+//! containers and the time: which request of a pod runs, the state of each of its containers,
+//! and the next step (wait, kill one container, complete).
+//!
+//! kruise-daemon's rules (`crr_daemon_util.go`, kruise-compat.md §2.3), with these differences:
+//! a container that does not exist on the node fails (kruise leaves it Pending until the
+//! manager's deadline); a request without any `statusContext` uses the node's runtime (kruise
+//! completes it with "failed to find runtime service"); and the kill is recorded in the status
+//! before it happens, so a daemon restart never kills a container twice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::cri::ContainerState;
+use crate::k8s::crd::{
+    ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
+    ContainerRecreateRequestPhase as Phase, ContainerStatusSnapshot,
+};
+use crate::k8s::keys;
+
+/// The message of a container that does not exist on the node (kruise's).
+pub const NOT_FOUND_ON_NODE: &str = "not found container on Node";
+
+/// The condition type that carries the unready time in `v1beta1`.
+const PRE_RECREATE_GRACE: &str = keys::CRR_PRE_RECREATE_GRACE;
+
+/// Picks the request of a pod to work on: the first by phase (Completed, Recreating, Pending,
+/// new) and creation time among those not deleting and not completed; the others that are new
+/// are to be set Pending.
+pub fn pick(
+    requests: &[Arc<ContainerRecreateRequest>],
+) -> (
+    Option<Arc<ContainerRecreateRequest>>,
+    Vec<Arc<ContainerRecreateRequest>>,
+) {
+    let mut active: Vec<&Arc<ContainerRecreateRequest>> = requests
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none() && !r.is_completed())
+        .collect();
+    active.sort_by(|a, b| {
+        (
+            a.phase().sort_weight(),
+            &a.metadata.creation_timestamp,
+            &a.metadata.name,
+        )
+            .cmp(&(
+                b.phase().sort_weight(),
+                &b.metadata.creation_timestamp,
+                &b.metadata.name,
+            ))
+    });
+    let mut it = active.into_iter();
+    let picked = it.next().cloned();
+    let to_pending = it.filter(|r| r.phase() == Phase::Unset).cloned().collect();
+    (picked, to_pending)
+}
+
+/// The manager's snapshot of the pod's containers: `status.containerStatusSnapshot`
+/// (`v1beta1`), else the `sync-container-statuses` annotation (`v1alpha1`; unreadable: none).
+pub fn snapshot(crr: &ContainerRecreateRequest) -> Vec<ContainerStatusSnapshot> {
+    if let Some(s) = crr
+        .status
+        .as_ref()
+        .filter(|s| !s.container_status_snapshot.is_empty())
+    {
+        return s.container_status_snapshot.clone();
+    }
+    keys::parse_sync_container_statuses(
+        crr.metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default()
+    .into_iter()
+    .map(|s| ContainerStatusSnapshot {
+        name: s.name,
+        ready: s.ready,
+        restart_count: s.restart_count,
+        container_id: s.container_id,
+    })
+    .collect()
+}
+
+/// Since when the manager has the pod not ready: condition `PreRecreateGrace=True`
+/// (`v1beta1`), else the `unready-acquired` annotation (`v1alpha1`). `Err`: the annotation
+/// cannot be parsed (kruise 1.9 completes the request with this message).
+pub fn unready_since(crr: &ContainerRecreateRequest) -> Result<Option<Timestamp>, String> {
+    if let Some(c) = crr.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == PRE_RECREATE_GRACE && c.status == "True")
+    }) {
+        return Ok(c.last_transition_time.as_ref().map(|t| t.0));
+    }
+    let annotations = crr.metadata.annotations.clone().unwrap_or_default();
+    keys::parse_unready_acquired(&annotations).map_err(|e| match e {
+        keys::KeyError::Time { value, source, .. } => {
+            format!("failed to parse unready time {value}: {source}")
+        }
+        other => other.to_string(),
+    })
+}
+
+/// What the runtime shows of the newest container of one name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// `<runtimeName>://<id>`.
+    pub container_id: String,
+    /// Its state.
+    pub state: ContainerState,
+    /// The kubelet's restart count of it (its CRI annotation).
+    pub restart_count: i32,
+    /// When it started, ns since the epoch (0: not started).
+    pub started_at_ns: i64,
+}
+
+/// The state of each container of the request now (kruise's
+/// `getCurrentCRRContainersRecreateStates`), in spec order. `observed` is by container name;
+/// `now_ns` the wall clock.
+pub fn container_states(
+    crr: &ContainerRecreateRequest,
+    observed: &BTreeMap<String, Observed>,
+    snapshot: &[ContainerStatusSnapshot],
+    now_ns: i64,
+) -> Vec<State> {
+    let strategy = crr.spec.strategy.clone().unwrap_or_default();
+    let previous: BTreeMap<&str, &State> = crr
+        .status
+        .iter()
+        .flat_map(|s| s.container_recreate_states.iter())
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    crr.spec
+        .containers
+        .iter()
+        .map(|c| {
+            let prev = previous.get(c.name.as_str());
+            let was_killed = prev.is_some_and(|p| p.is_killed);
+            let state = |phase: Phase, message: &str, is_killed: bool| State {
+                name: c.name.clone(),
+                phase,
+                message: message.to_string(),
+                is_killed,
+            };
+            if let Some(p) = prev.filter(|p| matches!(p.phase, Phase::Succeeded | Phase::Failed)) {
+                return (*p).clone();
+            }
+            let Some(o) = observed.get(&c.name) else {
+                // kruise keeps it Pending until the manager gives up; nothing will create it
+                return state(Phase::Failed, NOT_FOUND_ON_NODE, was_killed);
+            };
+            if o.state == ContainerState::Exited {
+                return state(Phase::Recreating, "", was_killed);
+            }
+            if strategy.force_recreate && !was_killed {
+                return state(Phase::Pending, "", false);
+            }
+            let recreated = c.status_context.as_ref().is_some_and(|ctx| {
+                o.container_id != ctx.container_id || o.restart_count > ctx.restart_count
+            });
+            if recreated {
+                let min_started = i64::from(strategy.min_started_seconds) * 1_000_000_000;
+                let ready = snapshot
+                    .iter()
+                    .any(|s| s.name == c.name && s.container_id == o.container_id && s.ready);
+                let up_long_enough = o.started_at_ns > 0 && now_ns - o.started_at_ns > min_started;
+                let phase = if ready && up_long_enough {
+                    Phase::Succeeded
+                } else {
+                    Phase::Recreating
+                };
+                return state(phase, "", was_killed);
+            }
+            state(Phase::Pending, "", was_killed)
+        })
+        .collect()
+}
+
+/// The next step of a request, from its current container states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Every container is done (or one failed with `failurePolicy: Fail`): complete.
+    Complete,
+    /// Kill this container (one kill per pass).
+    Kill(String),
+    /// Wait for the kubelet and the manager (a container is recreating).
+    Wait,
+}
+
+/// Walks the states in spec order (kruise's `manage`): Succeeded and (with `Ignore`) Failed
+/// pass; Failed with `Fail` completes; Recreating is marked killed and, with
+/// `orderedRecreate`, waits; the first Pending is killed.
+pub fn next_step(crr: &ContainerRecreateRequest, states: &mut [State]) -> Step {
+    let strategy = crr.spec.strategy.clone().unwrap_or_default();
+    let fails_fast = crr.spec.fails_fast();
+    let mut waiting = false;
+    for s in states.iter_mut() {
+        match s.phase {
+            Phase::Succeeded => {}
+            Phase::Failed => {
+                if fails_fast {
+                    return Step::Complete;
+                }
+            }
+            Phase::Recreating => {
+                s.is_killed = true;
+                waiting = true;
+                if strategy.ordered_recreate {
+                    return Step::Wait;
+                }
+            }
+            _ => return Step::Kill(s.name.clone()),
+        }
+    }
+    if waiting { Step::Wait } else { Step::Complete }
+}
+
+/// When a recreating container will have been up `minStartedSeconds` (ns since the epoch), if
+/// one still waits for that.
+pub fn min_started_deadline(
+    crr: &ContainerRecreateRequest,
+    states: &[State],
+    observed: &BTreeMap<String, Observed>,
+) -> Option<i64> {
+    let min = i64::from(crr.spec.strategy.as_ref()?.min_started_seconds);
+    if min <= 0 {
+        return None;
+    }
+    states
+        .iter()
+        .filter(|s| s.phase == Phase::Recreating)
+        .filter_map(|s| observed.get(&s.name))
+        .filter(|o| o.started_at_ns > 0)
+        .map(|o| o.started_at_ns + min * 1_000_000_000)
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn crr(strategy: serde_json::Value, states: serde_json::Value) -> ContainerRecreateRequest {
+        serde_json::from_value(json!({
+            "metadata": {"name": "r", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"crr.apps.kruise.io/pod-uid": "u1"}},
+            "spec": {"podName": "p", "strategy": strategy, "containers": [
+                {"name": "a", "statusContext": {"containerID": "containerd://a1", "restartCount": 0}},
+                {"name": "b", "statusContext": {"containerID": "containerd://b1", "restartCount": 0}}
+            ]},
+            "status": {"phase": "Recreating", "containerRecreateStates": states}
+        }))
+        .unwrap()
+    }
+
+    fn obs(id: &str, state: ContainerState, rc: i32, started: i64) -> Observed {
+        Observed {
+            container_id: format!("containerd://{id}"),
+            state,
+            restart_count: rc,
+            started_at_ns: started,
+        }
+    }
+
+    fn observed(pairs: &[(&str, Observed)]) -> BTreeMap<String, Observed> {
+        pairs
+            .iter()
+            .map(|(n, o)| (n.to_string(), o.clone()))
+            .collect()
+    }
+
+    const SEC: i64 = 1_000_000_000;
+
+    #[test]
+    fn running_originals_are_pending_and_the_first_is_killed() {
+        let r = crr(json!({}), json!([]));
+        let o = observed(&[
+            ("a", obs("a1", ContainerState::Running, 0, SEC)),
+            ("b", obs("b1", ContainerState::Running, 0, SEC)),
+        ]);
+        let mut states = container_states(&r, &o, &[], 100 * SEC);
+        assert!(states.iter().all(|s| s.phase == Phase::Pending));
+        assert_eq!(next_step(&r, &mut states), Step::Kill("a".into()));
+    }
+
+    #[test]
+    fn a_recreated_container_succeeds_once_ready_in_the_snapshot_and_up_long_enough() {
+        let r = crr(
+            json!({"minStartedSeconds": 5}),
+            json!([{"name": "a", "phase": "Recreating", "isKilled": true}]),
+        );
+        let o = observed(&[("a", obs("a2", ContainerState::Running, 1, 100 * SEC))]);
+        let snap = [ContainerStatusSnapshot {
+            name: "a".into(),
+            ready: true,
+            restart_count: 1,
+            container_id: "containerd://a2".into(),
+        }];
+        assert_eq!(
+            container_states(&r, &o, &snap, 104 * SEC)[0].phase,
+            Phase::Recreating
+        );
+        assert_eq!(
+            container_states(&r, &o, &[], 106 * SEC)[0].phase,
+            Phase::Recreating,
+            "not ready yet"
+        );
+        let s = &container_states(&r, &o, &snap, 106 * SEC)[0];
+        assert_eq!((s.phase.clone(), s.is_killed), (Phase::Succeeded, true));
+        assert_eq!(
+            min_started_deadline(&r, &container_states(&r, &o, &snap, 104 * SEC), &o),
+            Some(105 * SEC)
+        );
+    }
+
+    #[test]
+    fn an_exited_container_is_recreating_and_ordered_recreate_waits_for_it() {
+        let r = crr(json!({"orderedRecreate": true}), json!([]));
+        let o = observed(&[
+            ("a", obs("a1", ContainerState::Exited, 0, SEC)),
+            ("b", obs("b1", ContainerState::Running, 0, SEC)),
+        ]);
+        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        assert_eq!(states[0].phase, Phase::Recreating);
+        assert_eq!(next_step(&r, &mut states), Step::Wait);
+        assert!(states[0].is_killed);
+        let r = crr(json!({}), json!([]));
+        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        assert_eq!(
+            next_step(&r, &mut states),
+            Step::Kill("b".into()),
+            "unordered: the next one"
+        );
+    }
+
+    #[test]
+    fn a_missing_container_fails_and_fail_completes_while_ignore_goes_on() {
+        let o = observed(&[("b", obs("b1", ContainerState::Running, 0, SEC))]);
+        let r = crr(json!({"failurePolicy": "Fail"}), json!([]));
+        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        assert_eq!(
+            (states[0].phase.clone(), states[0].message.as_str()),
+            (Phase::Failed, NOT_FOUND_ON_NODE)
+        );
+        assert_eq!(next_step(&r, &mut states), Step::Complete);
+        let r = crr(json!({"failurePolicy": "Ignore"}), json!([]));
+        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        assert_eq!(next_step(&r, &mut states), Step::Kill("b".into()));
+    }
+
+    #[test]
+    fn force_recreate_kills_a_container_the_kubelet_restarted_unless_we_killed_it() {
+        let o = observed(&[
+            ("a", obs("a2", ContainerState::Running, 1, SEC)),
+            ("b", obs("b1", ContainerState::Running, 0, SEC)),
+        ]);
+        let r = crr(json!({"forceRecreate": true}), json!([]));
+        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        assert_eq!(states[0].phase, Phase::Pending);
+        assert_eq!(next_step(&r, &mut states), Step::Kill("a".into()));
+        // once recorded as killed (before the kill, so also across a daemon restart), never again
+        let r = crr(
+            json!({"forceRecreate": true}),
+            json!([{"name": "a", "phase": "Recreating", "isKilled": true}]),
+        );
+        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        assert_eq!(states[0].phase, Phase::Recreating);
+        assert_eq!(next_step(&r, &mut states), Step::Kill("b".into()));
+    }
+
+    #[test]
+    fn finished_states_are_kept_and_all_done_completes() {
+        let r = crr(
+            json!({}),
+            json!([{"name": "a", "phase": "Succeeded", "isKilled": true},
+                   {"name": "b", "phase": "Failed", "message": "kill container error: x"}]),
+        );
+        let mut states = container_states(&r, &BTreeMap::new(), &[], SEC);
+        assert_eq!(states[1].message, "kill container error: x");
+        assert_eq!(next_step(&r, &mut states), Step::Complete);
+    }
+
+    #[test]
+    fn requests_of_a_pod_run_by_phase_then_age_and_new_ones_wait_pending() {
+        let mk = |name: &str, phase: &str, created: &str| {
+            Arc::new(
+                serde_json::from_value::<ContainerRecreateRequest>(json!({
+                    "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+                    "spec": {"podName": "p", "containers": []},
+                    "status": {"phase": phase}
+                }))
+                .unwrap(),
+            )
+        };
+        let rs = [
+            mk("new", "", "2026-01-01T00:00:01Z"),
+            mk("running", "Recreating", "2026-01-01T00:00:05Z"),
+            mk("older", "", "2026-01-01T00:00:00Z"),
+        ];
+        let (picked, pending) = pick(&rs);
+        assert_eq!(picked.unwrap().metadata.name.as_deref(), Some("running"));
+        let names: Vec<_> = pending
+            .iter()
+            .filter_map(|r| r.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["older", "new"]);
+    }
+
+    #[test]
+    fn the_unready_time_comes_from_the_condition_or_the_annotation() {
+        let mut r = crr(json!({}), json!([]));
+        assert_eq!(unready_since(&r), Ok(None));
+        r.metadata.annotations.get_or_insert_default().insert(
+            keys::CRR_UNREADY_ACQUIRED.into(),
+            "2026-07-02T17:56:09+08:00".into(),
+        );
+        assert_eq!(
+            unready_since(&r).unwrap().map(|t| t.as_second()),
+            Some(1_782_986_169)
+        );
+        r.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(keys::CRR_UNREADY_ACQUIRED.into(), "yesterday".into());
+        assert!(
+            unready_since(&r)
+                .unwrap_err()
+                .starts_with("failed to parse unready time yesterday")
+        );
+    }
+}

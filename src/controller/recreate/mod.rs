@@ -1,0 +1,524 @@
+//! ContainerRecreateRequest: recreates the named containers of a pod on request, the way
+//! kruise-daemon does (kruise-compat.md §2.3): the node's active requests (labels
+//! `crr.apps.kruise.io/node-name=<node>` and `active=true`), one pod at a time (the work queue
+//! key is the pod, so requests for one pod run one after the other and the others wait in
+//! phase Pending), phase `Recreating` first, the unready grace, one kill per pass through the
+//! shared kill path ([`super::kill`]), per-container states, and `Completed` at the end.
+//!
+//! Decisions are the pure functions of [`decide`]; this module does the I/O. Status writes are
+//! JSON merge patches of the changed fields only. What was done is read back from the
+//! request's status and the runtime, never kept only in memory: a container about to be killed
+//! is recorded as killed first, so a daemon restart in the middle never kills it twice. When the
+//! manager ends a request (completion, deletion), a kill in progress for it is called off.
+
+pub mod decide;
+mod metrics;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{LifecycleHandler, ObjectReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, ResourceExt};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use self::decide::{Observed, Step};
+pub use self::metrics::Metrics;
+use super::Context;
+use super::kill::{self, KillSpec};
+use super::queue::WorkQueue;
+use crate::cri::{ContainerFilter, RemoteRuntime, RuntimeService, Runtimes};
+use crate::k8s::crd::{
+    ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
+    ContainerRecreateRequestPhase as Phase,
+};
+use crate::k8s::keys;
+use crate::k8s::watch::{Change, Watched};
+use crate::k8s::write::{self, EventSink, EventSpec};
+
+/// Pods worked on at once (kruise: 32 workers).
+const WORKERS: usize = 8;
+/// Pause before retrying a pod whose pass failed.
+const RETRY_DELAY: Duration = Duration::from_secs(2);
+/// How often a recreating request is looked at again without any event (the runtime has no
+/// container events on containerd 1.6; kruise's manager polls every 3 s too).
+const RECREATING_POLL: Duration = Duration::from_secs(3);
+/// The event component (kruise's).
+pub const EVENT_COMPONENT: &str = "kruise-daemon-crr";
+
+/// A pod: namespace and name.
+type Key = (String, String);
+
+struct Shared {
+    requests: Watched<ContainerRecreateRequest>,
+    client: kube::Client,
+    runtimes: tokio::sync::watch::Receiver<Option<Runtimes>>,
+    queue: WorkQueue<Key>,
+    events: EventSink,
+    metrics: Metrics,
+    /// Kills in progress, by request UID, to call off when the request ends.
+    inflight: Mutex<HashMap<String, CancellationToken>>,
+    cancel: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts the controller (kruise runs it always: no gate).
+pub fn start(ctx: &Context, registry: &mut Registry) {
+    let events = EventSink::spawn(
+        ctx.client.clone(),
+        EVENT_COMPONENT,
+        &ctx.config.node_name,
+        ctx.cancel.clone(),
+        &ctx.tracker,
+    );
+    let shared = Arc::new(Shared {
+        requests: ctx.recreate_requests.clone(),
+        client: ctx.client.clone(),
+        runtimes: ctx.runtimes.clone(),
+        queue: WorkQueue::new(),
+        events,
+        metrics: Metrics::register(registry),
+        inflight: Mutex::new(HashMap::new()),
+        cancel: ctx.cancel.clone(),
+    });
+    let span = tracing::info_span!("recreate");
+    ctx.tracker
+        .spawn(watch_requests(shared.clone()).instrument(span.clone()));
+    for _ in 0..WORKERS {
+        ctx.tracker
+            .spawn(worker(shared.clone()).instrument(span.clone()));
+    }
+}
+
+fn key_of(r: &ContainerRecreateRequest) -> Key {
+    (r.namespace().unwrap_or_default(), r.spec.pod_name.clone())
+}
+
+impl Shared {
+    /// Calls off a kill in progress for a request that ended.
+    fn call_off(&self, uid: &str) {
+        if let Some(t) = lock(&self.inflight).remove(uid) {
+            tracing::info!(
+                request = uid,
+                "the request ended: calling off its kill in progress"
+            );
+            t.cancel();
+        }
+    }
+
+    fn on_change(&self, r: &ContainerRecreateRequest) {
+        if r.metadata.deletion_timestamp.is_some() || r.is_completed() {
+            self.call_off(&r.uid().unwrap_or_default());
+            return;
+        }
+        self.queue.add(key_of(r));
+    }
+}
+
+async fn watch_requests(shared: Arc<Shared>) {
+    let mut changes = shared.requests.subscribe();
+    shared.requests.wait_synced().await;
+    for r in shared.requests.state() {
+        shared.on_change(&r);
+    }
+    loop {
+        let change = tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            c = changes.recv() => c,
+        };
+        match change {
+            Ok(Change::Applied(key)) => {
+                if let Some(r) = shared.requests.store().get(&key) {
+                    shared.on_change(&r);
+                }
+            }
+            Ok(Change::Deleted(key)) => {
+                // gone from the watch: deleted, or no longer active
+                if let Some(uid) = key.extra.uid.as_deref() {
+                    shared.call_off(uid);
+                }
+            }
+            Ok(Change::Resynced) | Err(RecvError::Lagged(_)) => {
+                for r in shared.requests.state() {
+                    shared.on_change(&r);
+                }
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+async fn worker(shared: Arc<Shared>) {
+    while let Some(key) = shared.queue.next(&shared.cancel).await {
+        let result = sync_pod(&shared, &key)
+            .instrument(tracing::info_span!("pod", namespace = %key.0, name = %key.1))
+            .await;
+        match result {
+            Ok(Some(after)) => shared.queue.add_after(key.clone(), after, &shared.cancel),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "recreate request pass failed; retrying");
+                shared
+                    .queue
+                    .add_after(key.clone(), RETRY_DELAY, &shared.cancel);
+            }
+        }
+        shared.queue.done(&key);
+    }
+}
+
+/// Why a pass must be retried.
+#[derive(Debug, thiserror::Error)]
+enum PassError {
+    /// The API refused or failed a write.
+    #[error("writing the request's status: {0}")]
+    Api(#[from] kube::Error),
+    /// The runtime did not answer.
+    #[error("runtime: {0}")]
+    Runtime(String),
+}
+
+fn api_of(shared: &Shared, r: &ContainerRecreateRequest) -> Api<ContainerRecreateRequest> {
+    Api::namespaced(shared.client.clone(), &r.namespace().unwrap_or_default())
+}
+
+async fn patch(
+    shared: &Shared,
+    r: &ContainerRecreateRequest,
+    status: serde_json::Value,
+) -> Result<(), kube::Error> {
+    write::patch_status(&api_of(shared, r), &r.name_any(), &status)
+        .await
+        .map(drop)
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// `now` as Kubernetes writes times (RFC3339, seconds).
+fn now_rfc3339() -> String {
+    now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// One pass over the requests of a pod. `Some(d)`: look again after `d`.
+async fn sync_pod(shared: &Shared, key: &Key) -> Result<Option<Duration>, PassError> {
+    let requests: Vec<Arc<ContainerRecreateRequest>> = shared
+        .requests
+        .state()
+        .into_iter()
+        .filter(|r| key_of(r) == *key)
+        .collect();
+    let (picked, to_pending) = decide::pick(&requests);
+    for r in to_pending {
+        tracing::info!(request = %r.name_any(), "another request of the pod runs first: Pending");
+        patch(shared, &r, json!({"phase": Phase::Pending})).await?;
+    }
+    let Some(r) = picked else {
+        return Ok(None);
+    };
+    let name = r.name_any();
+    if r.phase() != Phase::Recreating {
+        tracing::info!(request = %name, "recreating");
+        patch(shared, &r, json!({"phase": Phase::Recreating})).await?;
+        // the write's watch event brings the next pass
+        return Ok(None);
+    }
+    if let Some(grace) = r.spec.unready_grace_period() {
+        match decide::unready_since(&r) {
+            Err(message) => {
+                complete(shared, &r, &message, &[]).await?;
+                return Ok(None);
+            }
+            Ok(None) => {
+                tracing::info!(request = %name, "waiting for the manager to take the pod out of service (unready grace)");
+                return Ok(None);
+            }
+            Ok(Some(since)) => {
+                let left = grace.saturating_sub(elapsed_since(since));
+                if !left.is_zero() {
+                    tracing::debug!(request = %name, ?left, "in the unready grace period");
+                    return Ok(Some(left + Duration::from_millis(100)));
+                }
+            }
+        }
+    }
+    manage(shared, &r).await
+}
+
+fn elapsed_since(t: Timestamp) -> Duration {
+    let d = now().as_nanosecond() - t.as_nanosecond();
+    Duration::from_nanos(u64::try_from(d).unwrap_or(0))
+}
+
+/// The runtime of the request's containers: the one their `statusContext` IDs name, else the
+/// node's primary runtime.
+fn runtime_of(
+    shared: &Shared,
+    r: &ContainerRecreateRequest,
+) -> Result<(RemoteRuntime, String), String> {
+    let guard = shared.runtimes.borrow();
+    let runtimes = guard
+        .as_ref()
+        .ok_or_else(|| "the container runtime is not connected yet".to_string())?;
+    let ids: Vec<&str> = r
+        .spec
+        .containers
+        .iter()
+        .filter_map(|c| c.status_context.as_ref())
+        .map(|c| c.container_id.as_str())
+        .filter(|id| !id.is_empty())
+        .collect();
+    let types: std::collections::BTreeSet<&str> = ids
+        .iter()
+        .filter_map(|id| id.split_once("://").map(|(t, _)| t))
+        .collect();
+    if types.len() > 1 {
+        return Err(format!(
+            "has different runtime types {} in Pod",
+            types.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    match ids.first() {
+        Some(id) => runtimes
+            .for_container_id(id)
+            .map(|(rt, _)| {
+                (
+                    rt.clone(),
+                    id.split_once("://").map_or("", |(t, _)| t).to_string(),
+                )
+            })
+            .ok_or_else(|| format!("not found runtime service for {id} in daemon")),
+        None => Ok((
+            runtimes.primary().clone(),
+            runtimes.primary_version().runtime_name.clone(),
+        )),
+    }
+}
+
+async fn manage(
+    shared: &Shared,
+    r: &Arc<ContainerRecreateRequest>,
+) -> Result<Option<Duration>, PassError> {
+    let (runtime, runtime_name) = match runtime_of(shared, r) {
+        Ok(x) => x,
+        Err(e) if e.contains("not connected") => return Err(PassError::Runtime(e)),
+        Err(e) => {
+            complete(
+                shared,
+                r,
+                &format!("failed to find runtime service: {e}"),
+                &[],
+            )
+            .await?;
+            return Ok(None);
+        }
+    };
+    let uid = r
+        .labels()
+        .get(keys::CRR_POD_UID_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    let containers = runtime
+        .list_containers(ContainerFilter {
+            labels: [(keys::KUBELET_POD_UID.to_string(), uid.clone())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| PassError::Runtime(e.to_string()))?;
+    let newest = crate::controller::containermeta::decide::newest_by_name(&containers);
+    let mut observed = BTreeMap::new();
+    for c in r.spec.containers.iter() {
+        let Some(running) = newest.get(c.name.as_str()) else {
+            continue;
+        };
+        let status = runtime
+            .container_status(&running.id, false)
+            .await
+            .map_err(|e| PassError::Runtime(e.to_string()))?;
+        observed.insert(
+            c.name.clone(),
+            Observed {
+                container_id: format!("{runtime_name}://{}", running.id),
+                state: status.state,
+                restart_count: running
+                    .annotations
+                    .get(keys::KUBELET_CONTAINER_RESTART_COUNT)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+                started_at_ns: status.started_at,
+            },
+        );
+    }
+    let snapshot = decide::snapshot(r);
+    let now_ns = i64::try_from(now().as_nanosecond()).unwrap_or(i64::MAX);
+    let mut states = decide::container_states(r, &observed, &snapshot, now_ns);
+    let current = r
+        .status
+        .as_ref()
+        .map(|s| s.container_recreate_states.clone())
+        .unwrap_or_default();
+    if states != current {
+        patch(shared, r, json!({"containerRecreateStates": states})).await?;
+        return Ok(None);
+    }
+    match decide::next_step(r, &mut states) {
+        Step::Complete => {
+            complete(shared, r, "", &states).await?;
+            Ok(None)
+        }
+        Step::Wait => {
+            if states != current {
+                patch(shared, r, json!({"containerRecreateStates": states})).await?;
+            }
+            let until_min_started = decide::min_started_deadline(r, &states, &observed)
+                .map(|at| Duration::from_nanos(u64::try_from(at - now_ns).unwrap_or(0)));
+            Ok(Some(
+                until_min_started.map_or(RECREATING_POLL, |d| d.min(RECREATING_POLL)),
+            ))
+        }
+        Step::Kill(container) => {
+            kill_one(shared, r, &runtime, &container, &uid, &mut states, &newest).await?;
+            Ok(Some(RECREATING_POLL))
+        }
+    }
+}
+
+/// Records the kill of `container` in the status first, then kills it; a failed kill marks
+/// it Failed.
+async fn kill_one(
+    shared: &Shared,
+    r: &Arc<ContainerRecreateRequest>,
+    runtime: &RemoteRuntime,
+    container: &str,
+    pod_uid: &str,
+    states: &mut [State],
+    newest: &BTreeMap<&str, &crate::cri::Container>,
+) -> Result<(), PassError> {
+    let Some(running) = newest.get(container) else {
+        return Ok(());
+    };
+    let set = |states: &mut [State], phase: Phase, message: String, is_killed: bool| {
+        if let Some(s) = states.iter_mut().find(|s| s.name == container) {
+            s.phase = phase;
+            s.message = message;
+            s.is_killed = is_killed;
+        }
+    };
+    set(states, Phase::Recreating, String::new(), true);
+    patch(shared, r, json!({"containerRecreateStates": states})).await?;
+
+    let spec_container = r.spec.containers.iter().find(|c| c.name == container);
+    let spec = KillSpec {
+        pre_stop: spec_container
+            .and_then(|c| c.pre_stop.clone())
+            .map(|h| LifecycleHandler {
+                exec: h.exec,
+                http_get: h.http_get,
+                tcp_socket: h.tcp_socket,
+                ..Default::default()
+            }),
+        grace: r.spec.termination_grace_period(),
+        ports: spec_container.map(|c| c.ports.clone()).unwrap_or_default(),
+    };
+    let uid = r.uid().unwrap_or_default();
+    let token = shared.cancel.child_token();
+    lock(&shared.inflight).insert(uid.clone(), token.clone());
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: r.namespace(),
+        name: Some(r.spec.pod_name.clone()),
+        uid: Some(pod_uid.to_string()),
+        field_path: Some(format!("spec.containers{{{container}}}")),
+        ..Default::default()
+    };
+    let pod_ip = if spec.pre_stop.is_some() {
+        runtime
+            .pod_sandbox_status(&running.pod_sandbox_id, false)
+            .await
+            .ok()
+            .map(|s| s.ip)
+    } else {
+        None
+    };
+    tracing::info!(request = %r.name_any(), %container, id = %running.id, "stopping container for the recreate request");
+    shared.events.record(EventSpec {
+        regarding: regarding.clone(),
+        warning: false,
+        reason: "Killing".into(),
+        note: format!(
+            "Stopping container {container} by ContainerRecreateRequest {}",
+            r.name_any()
+        ),
+        action: "Recreate".into(),
+    });
+    let outcome = kill::kill_container(runtime, running, &spec, pod_ip.as_deref(), &token).await;
+    lock(&shared.inflight).remove(&uid);
+    match outcome {
+        Ok(o) => {
+            shared.metrics.killed();
+            if let Some(Err(hook)) = o.pre_stop {
+                shared.events.record(EventSpec {
+                    regarding,
+                    warning: true,
+                    reason: "FailedPreStopHook".into(),
+                    note: format!("preStop hook of {container} failed: {hook}"),
+                    action: "PreStop".into(),
+                });
+            }
+            Ok(())
+        }
+        Err(kill::KillError::Cancelled) => {
+            tracing::info!(request = %r.name_any(), %container, "kill called off: the request ended");
+            Ok(())
+        }
+        Err(kill::KillError::Cri(e)) => {
+            tracing::warn!(request = %r.name_any(), %container, error = %e, "could not stop the container");
+            set(
+                states,
+                Phase::Failed,
+                format!("kill container error: {e}"),
+                true,
+            );
+            patch(shared, r, json!({"containerRecreateStates": states})).await?;
+            Ok(())
+        }
+    }
+}
+
+/// Completes the request: phase `Completed`, `completionTime` now, `message` (cleared when
+/// empty).
+async fn complete(
+    shared: &Shared,
+    r: &ContainerRecreateRequest,
+    message: &str,
+    states: &[State],
+) -> Result<(), PassError> {
+    let message = (!message.is_empty()).then_some(message);
+    patch(
+        shared,
+        r,
+        json!({"phase": Phase::Completed, "completionTime": now_rfc3339(), "message": message}),
+    )
+    .await?;
+    let failed = message.is_some() || states.iter().any(|s| s.phase == Phase::Failed);
+    let took = r
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| elapsed_since(t.0));
+    shared.metrics.completed(!failed, took);
+    tracing::info!(request = %r.name_any(), message = message.unwrap_or(""), failed, "request completed");
+    Ok(())
+}

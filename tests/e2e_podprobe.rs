@@ -1,0 +1,221 @@
+//! NodePodProbe end to end: the `kruised` binary against real containerd + runc (the lab),
+//! the API-server double as control plane, this test as the kubelet (host-network pods through
+//! CRI) and as kruise-manager (it writes the NodePodProbe spec).
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use apiserver_double::{ApiServer, Handle};
+use kruised::cri::{ImageService, PullRequest, RuntimeService};
+use kruised::k8s::crd::{NodePodProbe, ProbeState};
+use serde_json::{Value, json};
+use support::daemon::{Daemon, free_addr};
+use support::kubelet::{ContainerSpec, Kubelet, PodSpec};
+use support::{Lab, unique, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const NODE: &str = "node-probe";
+
+fn state(api: &Handle, uid: &str, probe: &str) -> Option<(ProbeState, String)> {
+    let npp: NodePodProbe = serde_json::from_value(api.get("nodepodprobes", "", NODE)?).ok()?;
+    let s = npp.status?.probe_state(uid, probe)?.clone();
+    Some((s.state, s.message))
+}
+
+async fn wait_state(api: &Handle, uid: &str, probe: &str, want: ProbeState) -> String {
+    api.wait_for_value(LIMIT, |v| {
+        let npp: NodePodProbe = serde_json::from_value(v.get("nodepodprobes", "", NODE)?).ok()?;
+        let s = npp.status?.probe_state(uid, probe)?.clone();
+        (s.state == want).then_some(s.message)
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{probe} never {want:?}; now {:?}", state(api, uid, probe)))
+}
+
+fn probe(name: &str, handler: Value) -> Value {
+    let mut p = json!({"periodSeconds": 1, "timeoutSeconds": 2});
+    for (k, v) in handler.as_object().unwrap() {
+        p[k] = v.clone();
+    }
+    json!({"name": name, "containerName": "main", "probe": p})
+}
+
+#[tokio::test]
+async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_removed_probes_vanish() {
+    let Some(lab) = Lab::get() else { return };
+    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
+    let image = lab.image("busybox:v1");
+    within(
+        LIMIT,
+        "image pull",
+        kubelet.runtime().pull_image(
+            PullRequest {
+                image: image.clone(),
+                ..Default::default()
+            },
+            LIMIT,
+        ),
+    )
+    .await
+    .unwrap();
+
+    // a host-network server on a free port, in a container of its own
+    let port = free_addr().port();
+    let mut srv = ContainerSpec::sleeper("srv", &image);
+    srv.command = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!(
+            "mkdir -p /www && echo up > /www/index.html && exec httpd -f -p 127.0.0.1:{port} -h /www"
+        ),
+    ];
+    let name = unique("probed");
+    let pod = within(
+        LIMIT,
+        "pod start",
+        kubelet.run_pod(PodSpec::new(
+            &name,
+            vec![ContainerSpec::sleeper("main", &image), srv],
+        )),
+    )
+    .await;
+    let uid = pod.spec.uid.clone();
+    let probes = json!([
+        probe(
+            "m#exec-ok",
+            json!({"exec": {"command": ["sh", "-c", "echo fine"]}})
+        ),
+        probe(
+            "m#exec-fail",
+            json!({"exec": {"command": ["sh", "-c", "echo nope >&2; exit 1"]}})
+        ),
+        probe(
+            "m#exec-flip",
+            json!({"exec": {"command": ["test", "-f", "/tmp/ready"]}})
+        ),
+        probe(
+            "m#http",
+            json!({"httpGet": {"port": port, "path": "/index.html", "scheme": "HTTP"}})
+        ),
+        probe("m#tcp", json!({"tcpSocket": {"port": port}})),
+    ]);
+    api.create(
+        "nodepodprobes",
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodePodProbe",
+               "metadata": {"name": NODE},
+               "spec": {"podProbes": [{"name": name, "namespace": "default", "uid": uid,
+                                       "IP": "127.0.0.1", "probes": probes}]}}),
+    )
+    .unwrap();
+    let endpoint = format!("unix://{}", lab.socket.display());
+    let mut d = Daemon::start(
+        NODE,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--runtime-endpoint",
+            &endpoint,
+            "--drain-timeout",
+            "3s",
+        ],
+    );
+    d.wait_for_log("daemon ready", LIMIT).await;
+
+    assert_eq!(
+        wait_state(&api, &uid, "m#exec-ok", ProbeState::Succeeded).await,
+        "fine"
+    );
+    assert_eq!(
+        wait_state(&api, &uid, "m#exec-fail", ProbeState::Failed).await,
+        "nope"
+    );
+    wait_state(&api, &uid, "m#exec-flip", ProbeState::Failed).await;
+    assert_eq!(
+        wait_state(&api, &uid, "m#http", ProbeState::Succeeded).await,
+        "up"
+    );
+    wait_state(&api, &uid, "m#tcp", ProbeState::Succeeded).await;
+
+    // the flip: the file appears in the container
+    kubelet
+        .runtime()
+        .exec_sync(
+            pod.container("main"),
+            vec!["touch".into(), "/tmp/ready".into()],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    wait_state(&api, &uid, "m#exec-flip", ProbeState::Succeeded).await;
+    let npp: NodePodProbe =
+        serde_json::from_value(api.get("nodepodprobes", "", NODE).unwrap()).unwrap();
+    let flip = npp
+        .status
+        .unwrap()
+        .probe_state(&uid, "m#exec-flip")
+        .unwrap()
+        .clone();
+    assert!(flip.last_transition_time.is_some() && flip.last_probe_time.is_some());
+
+    // the server stops: HTTP and TCP fail with the dial error
+    kubelet
+        .runtime()
+        .stop_container(pod.container("srv"), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let http = wait_state(&api, &uid, "m#http", ProbeState::Failed).await;
+    assert!(
+        http.contains("connect") || http.contains("refused"),
+        "{http}"
+    );
+    let tcp = wait_state(&api, &uid, "m#tcp", ProbeState::Failed).await;
+    assert!(
+        tcp.starts_with(&format!("dial tcp 127.0.0.1:{port}")),
+        "{tcp}"
+    );
+
+    // a probe removed from the spec is removed from the status
+    api.modify("nodepodprobes", "", NODE, |o| {
+        o["spec"]["podProbes"][0]["probes"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+    })
+    .unwrap();
+    api.wait_for_value(LIMIT, |v| {
+        let npp: NodePodProbe = serde_json::from_value(v.get("nodepodprobes", "", NODE)?).ok()?;
+        let status = npp.status?;
+        (status.probe_state(&uid, "m#exec-ok").is_none()
+            && status.probe_state(&uid, "m#tcp").is_some())
+        .then_some(())
+    })
+    .await
+    .expect("the removed probe's state dropped");
+
+    let (_, metrics) = support::daemon::http_get(d.admin, "/metrics").await;
+    for want in [
+        r#"kruised_podprobe_runs_total{handler="exec",result="succeeded"}"#,
+        r#"kruised_podprobe_runs_total{handler="http",result="failed"}"#,
+        "kruised_podprobe_duration_seconds_count{handler=\"tcp\"}",
+    ] {
+        assert!(metrics.contains(want), "{want} missing from\n{metrics}");
+    }
+    let events: Vec<Value> = api.list("events", None);
+    assert!(events.iter().any(|e| e["reason"] == "KruiseProbeSucceeded"));
+    assert!(events.iter().any(|e| e["reason"] == "KruiseProbeFailed"));
+    within(LIMIT, "pod removal", kubelet.remove_pod(&pod)).await;
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}

@@ -1,0 +1,178 @@
+//! ContainerRecreateRequests against the fake runtime and the API-server double: the daemon's
+//! side of the manager's contract (first phase, serialisation) and what only a double can make
+//! happen on demand (the manager ending a request while its kill is in progress).
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
+use kruised::k8s::keys;
+use serde_json::{Value, json};
+use support::daemon::Daemon;
+use support::node::{FakeNode, NODE};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn start(node: &FakeNode) -> Daemon {
+    let args = node.daemon_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut d = Daemon::start(NODE, &args);
+    d.wait_for_log("daemon ready", LIMIT).await;
+    d
+}
+
+fn request(node: &FakeNode, name: &str, pod: &str, pre_stop: Option<Value>) -> Value {
+    let p = node.api.get("pods", "default", pod).unwrap();
+    let id = p["status"]["containerStatuses"][0]["containerID"].clone();
+    let mut c = json!({"name": "main", "statusContext": {"containerID": id, "restartCount": 0}});
+    if let Some(h) = pre_stop {
+        c["preStop"] = h;
+    }
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": name, "namespace": "default", "labels": {
+            keys::CRR_NODE_NAME_LABEL: NODE, keys::CRR_ACTIVE_LABEL: "true",
+            keys::CRR_POD_UID_LABEL: p["metadata"]["uid"]}},
+        "spec": {"podName": pod, "containers": [c], "strategy": {"terminationGracePeriodSeconds": 30}}
+    })
+}
+
+async fn wait_crr(
+    node: &FakeNode,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&ContainerRecreateRequest) -> bool,
+) -> ContainerRecreateRequest {
+    node.api
+        .wait_for_value(LIMIT, |v| {
+            v.get("containerrecreaterequests", "default", name)
+                .and_then(|o| serde_json::from_value::<ContainerRecreateRequest>(o).ok())
+                .filter(|r| cond(r))
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{what}: request now {:#?}",
+                node.api.get("containerrecreaterequests", "default", name)
+            )
+        })
+}
+
+fn containers() -> Value {
+    json!([{"name": "main", "image": "busybox:v1"}])
+}
+
+#[tokio::test]
+async fn a_new_request_is_answered_with_phase_recreating_and_others_of_the_pod_wait_pending() {
+    let mut node = FakeNode::start().await;
+    node.add_pod("web-0", containers(), json!({}), true);
+    let mut d = start(&node).await;
+    // a long preStop keeps the first request busy
+    node.cri.delay("ExecSync", Duration::from_secs(600));
+    let hook = json!({"exec": {"command": ["sleep", "600"]}});
+    node.api
+        .create(
+            "containerrecreaterequests",
+            request(&node, "first", "web-0", Some(hook)),
+        )
+        .unwrap();
+    wait_crr(&node, "first", "Recreating", |r| {
+        r.phase() == Phase::Recreating
+    })
+    .await;
+    node.api
+        .create(
+            "containerrecreaterequests",
+            request(&node, "second", "web-0", None),
+        )
+        .unwrap();
+    wait_crr(&node, "second", "Pending", |r| r.phase() == Phase::Pending).await;
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn a_request_the_manager_ends_during_its_prestop_hook_is_called_off_without_a_stop() {
+    let mut node = FakeNode::start().await;
+    node.add_pod("web-0", containers(), json!({}), true);
+    let mut d = start(&node).await;
+    node.cri.delay("ExecSync", Duration::from_secs(600));
+    let hook = json!({"exec": {"command": ["sleep", "600"]}});
+    node.api
+        .create(
+            "containerrecreaterequests",
+            request(&node, "r", "web-0", Some(hook)),
+        )
+        .unwrap();
+    d.wait_for_log("stopping container for the recreate request", LIMIT)
+        .await;
+    // the manager gives up on it (activeDeadlineSeconds)
+    node.api
+        .modify("containerrecreaterequests", "default", "r", |o| {
+            o["status"]["phase"] = json!("Completed");
+            o["status"]["completionTime"] = json!("2026-01-01T00:00:00Z");
+            o["status"]["message"] = json!("recreating has exceeded the activeDeadlineSeconds");
+        })
+        .unwrap();
+    d.wait_for_log("kill called off", LIMIT).await;
+    assert_eq!(
+        node.cri.state().call_count("StopContainer"),
+        0,
+        "the container was not stopped"
+    );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn a_request_without_a_manager_snapshot_never_succeeds_and_one_with_it_completes() {
+    let mut node = FakeNode::start().await;
+    node.add_pod("web-0", containers(), json!({}), true);
+    let mut d = start(&node).await;
+    node.api
+        .create(
+            "containerrecreaterequests",
+            request(&node, "r", "web-0", None),
+        )
+        .unwrap();
+    wait_crr(&node, "r", "main killed", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.container_recreate_states
+                .iter()
+                .any(|c| c.name == "main" && c.is_killed)
+        })
+    })
+    .await;
+    // the fake kubelet recreates the stopped container and reports it
+    let new_id = node.recreate("web-0", "main");
+    let r = wait_crr(&node, "r", "main Recreating", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.container_recreate_states
+                .iter()
+                .any(|c| c.name == "main" && c.phase == Phase::Recreating)
+        })
+    })
+    .await;
+    assert!(
+        !r.is_completed(),
+        "not done before the manager says it is ready"
+    );
+    // the manager's snapshot (v1beta1 status field) says it is ready
+    node.api
+        .modify("containerrecreaterequests", "default", "r", |o| {
+            o["status"]["containerStatusSnapshot"] = json!([{"name": "main", "ready": true,
+                "restartCount": 1, "containerID": format!("containerd://{new_id}")}]);
+        })
+        .unwrap();
+    let r = wait_crr(&node, "r", "Completed", |r| r.is_completed()).await;
+    assert_eq!(r.phase(), Phase::Completed);
+    assert_eq!(node.cri.state().call_count("StopContainer"), 1);
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
