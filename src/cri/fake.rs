@@ -89,7 +89,7 @@ impl FakeState {
             repo_tags: vec![],
             repo_digests: vec![],
             size: 1024,
-            pinned: false,
+            ..Default::default()
         });
         if !image.repo_tags.iter().any(|t| t == tag) {
             image.repo_tags.push(tag.to_string());
@@ -166,6 +166,8 @@ impl Shared {
             kind,
             created_at: now_ns(),
             pod_sandbox_id: Some(sandbox_id.to_string()),
+            sandbox_status: None,
+            container_statuses: Vec::new(),
         });
     }
 }
@@ -292,6 +294,7 @@ impl FakeRuntime {
                 additional_ips: vec![],
                 host_network: true,
                 info: StringMap::new(),
+                detail: Default::default(),
             },
         );
         id
@@ -330,6 +333,7 @@ impl FakeRuntime {
                         annotations: config.annotations,
                         log_path: config.log_path,
                         info: StringMap::new(),
+                        detail: Default::default(),
                     },
                     pod_sandbox_id: sandbox_id.to_string(),
                     env: config
@@ -458,6 +462,7 @@ impl RuntimeRpc for Svc {
                 additional_ips: vec![],
                 host_network: true,
                 info: StringMap::new(),
+                detail: Default::default(),
             },
         );
         Ok(Response::new(proto::RunPodSandboxResponse {
@@ -578,6 +583,7 @@ impl RuntimeRpc for Svc {
                     annotations: config.annotations,
                     log_path: config.log_path,
                     info: StringMap::new(),
+                    detail: Default::default(),
                 },
                 pod_sandbox_id: r.pod_sandbox_id.clone(),
                 env: config
@@ -694,6 +700,8 @@ impl RuntimeRpc for Svc {
                     created_at: c.status.created_at,
                     labels: c.status.labels.clone(),
                     annotations: c.status.annotations.clone(),
+                    image_id: c.status.image_id.clone(),
+                    image_spec: c.status.detail.image_spec.clone(),
                 }
                 .into()
             })
