@@ -4,8 +4,9 @@
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{ExplainArgs, HashArgs, RunArgs, VersionArgs};
 use crate::telemetry::LogFormat;
@@ -44,6 +45,25 @@ pub enum Command {
     /// Print the CustomResourceDefinitions of the apps.kruise.io resources kruised uses (for
     /// clusters without OpenKruise's own CRDs).
     Crds,
+    /// crictl-compatible debugging of the node's container runtime (also run as `crictl`).
+    Crictl(crate::crictl::CrictlArgs),
+    /// Print shell completion code for kruised.
+    Completion(CompletionArgs),
+}
+
+/// Arguments of `kruised completion`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The completion script of `kruised` for `shell`.
+pub fn completion(shell: clap_complete::Shell) -> String {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kruised", &mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// The subcommand a binary name stands for: `kruise-daemon` runs the daemon, `crictl` the
@@ -78,6 +98,34 @@ impl Cli {
     /// Parses the process's arguments, honouring the binary's other names.
     pub fn parse_env() -> Self {
         Cli::parse_from(expand_multicall(std::env::args_os().collect()))
+    }
+
+    /// Parses the process's arguments; on a usage error or a help request prints it and
+    /// returns the exit status: 0 for help and version, 1 for errors under `crictl` (crictl's
+    /// status), 2 for other errors (clap's).
+    pub fn parse_or_exit_code() -> Result<Self, ExitCode> {
+        let args = expand_multicall(std::env::args_os().collect());
+        let crictl = args.get(1).is_some_and(|a| a == "crictl");
+        Cli::try_parse_from(args).map_err(|e| {
+            let _ = e.print();
+            if !e.use_stderr() {
+                ExitCode::SUCCESS
+            } else if crictl {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::from(2)
+            }
+        })
+    }
+
+    /// The log level `main` starts with when `RUST_LOG` does not say: crictl's commands log
+    /// only errors (their output is the point), or everything with `-D`.
+    pub fn default_log_level(&self) -> &'static str {
+        match &self.command {
+            Command::Crictl(args) if crate::crictl::debug_requested(args) => "debug",
+            Command::Crictl(_) => "error",
+            _ => "info",
+        }
     }
 }
 
@@ -160,6 +208,82 @@ mod tests {
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn crictl_global_flags_come_before_the_command_and_ps_keeps_its_own_r() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "crictl",
+            "-r",
+            "unix:///run/x.sock",
+            "-t",
+            "3s",
+            "-D",
+            "ps",
+            "-a",
+            "-r",
+            "--label",
+            "a=b",
+            "--label",
+            "c=d",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let Command::Crictl(c) = cli.command else {
+            panic!("not crictl")
+        };
+        assert_eq!(
+            c.global.runtime.runtime_endpoint.as_deref(),
+            Some("unix:///run/x.sock")
+        );
+        assert_eq!(c.global.runtime.timeout, Some(Duration::from_secs(3)));
+        assert!(c.global.debug);
+        let Some(crate::crictl::args::CrictlCommand::Ps(ps)) = c.command else {
+            panic!("not ps")
+        };
+        assert!(ps.filter.all && ps.resolve_image_path);
+        assert_eq!(ps.filter.label, vec!["a=b", "c=d"]);
+        assert_eq!(ps.output, crate::crictl::args::ListOutput::Json);
+    }
+
+    #[test]
+    fn crictl_exec_takes_the_command_with_its_own_flags() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "crictl",
+            "exec",
+            "-s",
+            "--timeout",
+            "5",
+            "abc",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .unwrap();
+        let Command::Crictl(c) = cli.command else {
+            panic!("not crictl")
+        };
+        let Some(crate::crictl::args::CrictlCommand::Exec(e)) = c.command else {
+            panic!("not exec")
+        };
+        assert!(e.sync);
+        assert_eq!(e.timeout, 5);
+        assert_eq!(e.container, "abc");
+        assert_eq!(e.command, vec!["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn completions_cover_the_crictl_commands() {
+        let bash = completion(clap_complete::Shell::Bash);
+        assert!(
+            bash.contains("crictl") && bash.contains("inspectp"),
+            "{bash}"
+        );
+        assert!(!completion(clap_complete::Shell::Fish).is_empty());
+        assert!(!completion(clap_complete::Shell::Zsh).is_empty());
     }
 
     #[test]
