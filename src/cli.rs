@@ -104,9 +104,11 @@ impl Cli {
     /// returns the exit status: 0 for help and version, 1 for errors under `crictl` (crictl's
     /// status), 2 for other errors (clap's).
     pub fn parse_or_exit_code() -> Result<Self, ExitCode> {
-        let args = expand_multicall(std::env::args_os().collect());
-        let crictl = args.get(1).is_some_and(|a| a == "crictl");
-        Cli::try_parse_from(args).map_err(|e| {
+        Self::parse_args_or_exit_code(std::env::args_os().collect())
+    }
+
+    fn parse_args_or_exit_code(args: Vec<OsString>) -> Result<Self, ExitCode> {
+        let report = |e: clap::Error, crictl: bool| {
             let _ = e.print();
             if !e.use_stderr() {
                 ExitCode::SUCCESS
@@ -115,14 +117,31 @@ impl Cli {
             } else {
                 ExitCode::from(2)
             }
-        })
+        };
+        if args.first().and_then(implied_command) == Some("crictl") {
+            // parsed as `crictl` itself, so usage and help speak of `crictl ps`, not of
+            // `crictl crictl ps`
+            let matches = crate::crictl::command()
+                .try_get_matches_from(args)
+                .map_err(|e| report(e, true))?;
+            let args =
+                <crate::crictl::CrictlArgs as clap::FromArgMatches>::from_arg_matches(&matches)
+                    .map_err(|e| report(e, true))?;
+            return Ok(Cli {
+                log_format: LogFormat::default(),
+                command: Command::Crictl(args),
+            });
+        }
+        let args = expand_multicall(args);
+        let crictl = args.get(1).is_some_and(|a| a == "crictl");
+        Cli::try_parse_from(args).map_err(|e| report(e, crictl))
     }
 
     /// The log level `main` starts with when `RUST_LOG` does not say: crictl's commands log
     /// only errors (their output is the point), or everything with `-D`.
     pub fn default_log_level(&self) -> &'static str {
         match &self.command {
-            Command::Crictl(args) if crate::crictl::debug_requested(args) => "debug",
+            Command::Crictl(args) if crate::crictl::debug_requested(args) => "warn,kruised=debug",
             Command::Crictl(_) => "error",
             _ => "info",
         }
@@ -273,6 +292,33 @@ mod tests {
         assert_eq!(e.timeout, 5);
         assert_eq!(e.container, "abc");
         assert_eq!(e.command, vec!["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn the_binary_named_crictl_parses_crictls_command_line() {
+        let cli =
+            Cli::parse_args_or_exit_code(os(&["/usr/local/bin/crictl", "-t", "1s", "pods", "-q"]))
+                .unwrap();
+        let Command::Crictl(c) = cli.command else {
+            panic!("not crictl")
+        };
+        assert_eq!(c.global.runtime.timeout, Some(Duration::from_secs(1)));
+        assert!(matches!(
+            c.command,
+            Some(crate::crictl::args::CrictlCommand::Pods(ref p)) if p.quiet
+        ));
+        assert_eq!(
+            Cli::parse_args_or_exit_code(os(&["crictl", "ps", "--bogus"])).unwrap_err(),
+            ExitCode::FAILURE
+        );
+        assert_eq!(
+            Cli::parse_args_or_exit_code(os(&["kruised", "crictl", "ps", "--bogus"])).unwrap_err(),
+            ExitCode::FAILURE
+        );
+        assert_eq!(
+            Cli::parse_args_or_exit_code(os(&["kruised", "bogus"])).unwrap_err(),
+            ExitCode::from(2)
+        );
     }
 
     #[test]

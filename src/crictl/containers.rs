@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 
 use crate::controller::containermeta::decide::newest_by_name;
 use crate::cri::{
-    Container, ContainerFilter, ContainerState, ContainerStatus, ImageService, RemoteRuntime,
-    RuntimeService,
+    Container, ContainerFilter, ContainerState, ContainerStatus, CriError, ImageService,
+    RemoteRuntime, RuntimeService,
 };
 use crate::k8s::keys;
 
@@ -417,10 +417,20 @@ pub(super) async fn exec(rt: &RemoteRuntime, a: ExecArgs) -> anyhow::Result<Exit
         Duration::from_secs(a.timeout)
     };
     tracing::debug!(container = %a.container, cmd = ?a.command, ?timeout, "ExecSync");
-    let r = rt
-        .exec_sync(&a.container, a.command.clone(), timeout)
-        .await
-        .with_context(|| format!("execing command in container {} synchronously", a.container))?;
+    let context = || format!("execing command in container {} synchronously", a.container);
+    let r = match rt.exec_sync(&a.container, a.command.clone(), timeout).await {
+        Ok(r) => r,
+        // the runtime enforces the command's limit and answers DeadlineExceeded
+        Err(CriError::Timeout { .. }) if a.timeout > 0 => {
+            return Err(anyhow::anyhow!(
+                "command timed out: {:?} timed out after {}s",
+                a.command.join(" "),
+                a.timeout
+            )
+            .context(context()));
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(context())),
+    };
     out(&String::from_utf8_lossy(&r.stdout))?;
     err_out(&r.stderr);
     Ok(exit_status(r.exit_code))

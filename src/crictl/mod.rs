@@ -112,7 +112,7 @@ async fn connect(g: &GlobalArgs) -> anyhow::Result<RemoteRuntime> {
     tracing::debug!(source = ?cfg.source, image = ?cfg.image_endpoint, timeouts = ?cfg.timeouts, "connecting");
     let runtimes = Runtimes::discover(&cfg.source, cfg.image_endpoint.clone(), cfg.timeouts)
         .await
-        .context("connect")?;
+        .context("connect to the container runtime")?;
     Ok(runtimes.primary().clone())
 }
 
