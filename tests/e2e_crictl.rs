@@ -640,7 +640,116 @@ async fn listings_and_inspections_match_crictls_goldens() {
     )
     .await;
 
+    // kruised's own columns: the recorded kubelet hash and which container is current
+    let out = sc.crictl(&["ps", "-a", "--kruise", l[0], l[1]]).await;
+    let stdout = sc.ours.norm(&String::from_utf8_lossy(&out.stdout), true);
+    let mut lines = stdout.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .ends_with("| NAMESPACE | KUBELET HASH | CURRENT"),
+        "{stdout}"
+    );
+    assert!(
+        lines.all(|l| l.ends_with("| abcd1234 | true")),
+        "each container is the newest of its name: {stdout}"
+    );
+
+    // stats: containerd 1.6 serves ListContainerStats
+    let out = sc.crictl(&["stats", "-o", "json", l[0], l[1]]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = v["stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["attributes"]["id"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = ["A", "L", "S", "N"].iter().map(|s| sc.id(s)).collect();
+    want.sort_unstable();
+    assert_eq!(ids, want, "sorted by container ID");
+    let out = sc.crictl(&["stats", "-s", "1", l[0], l[1]]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let header: Vec<&str> = stdout
+        .lines()
+        .next()
+        .unwrap()
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "CONTAINER",
+            "NAME",
+            "CPU %",
+            "MEM",
+            "DISK",
+            "INODES",
+            "SWAP"
+        ]
+    );
+
+    // events: containerd 1.6 has no GetContainerEvents
+    let out = sc.crictl(&["events"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GetContainerEvents"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     sc.remove().await;
+}
+
+#[tokio::test]
+async fn logs_follow_prints_until_the_container_exits() {
+    let Some(lab) = Lab::get() else { return };
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
+    let bin = env!("CARGO_BIN_EXE_kruised");
+    let k = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
+    crictl_at(
+        &lab,
+        config.path(),
+        bin,
+        &["pull", &lab.image("busybox:v1")],
+    )
+    .await;
+    let mut c = ContainerSpec::sleeper("main", &lab.image("busybox:v1"));
+    // runs a little while, so most of its output comes after `logs -f` started
+    c.command = vec![
+        "sh".into(),
+        "-c".into(),
+        "echo first; sleep 1; echo second >&2; sleep 1; printf last".into(),
+    ];
+    let pod = within(
+        LIMIT,
+        "pod start",
+        k.run_pod(PodSpec::new(&unique("follow"), vec![c])),
+    )
+    .await;
+    let out = crictl_at(
+        &lab,
+        config.path(),
+        bin,
+        &["logs", "-f", pod.container("main")],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "first\nlast");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "second\n");
+    within(LIMIT, "pod removal", k.remove_pod(&pod)).await;
 }
 
 #[tokio::test]
