@@ -401,7 +401,9 @@ fn items(text: &str, needle: &str) -> Vec<String> {
     let flush = |cur: &mut Vec<&str>, out: &mut Vec<String>| {
         let item = cur.join("\n");
         if item.contains(needle) {
-            out.push(item.trim_end_matches(',').to_string());
+            // the last item carries the document's end (a comma before it, a blank line
+            // after it in YAML)
+            out.push(item.trim_end().trim_end_matches(',').to_string());
         }
         cur.clear();
     };
