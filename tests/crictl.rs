@@ -431,3 +431,50 @@ async fn the_binary_named_crictl_is_crictl() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), format!("{app}\n"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_each_container_event_as_proto3_json() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (cri, pod, _, _) = fake(dir.path()).await;
+    let mut child = crictl(&cri, &["events"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    cri.wait_for(LIMIT, |s| s.call_count("GetContainerEvents") >= 1)
+        .await
+        .expect("events subscribed");
+    let id = cri.add_container(
+        &pod,
+        ContainerConfig {
+            metadata: ContainerMetadata {
+                name: "late".into(),
+                attempt: 0,
+            },
+            image: "registry.example/app:v1".into(),
+            ..Default::default()
+        },
+        false,
+        true,
+    );
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    tokio::time::timeout(LIMIT, async {
+        let mut buf = [0u8; 4096];
+        while !seen.contains("CONTAINER_STARTED_EVENT") {
+            let n = stdout.read(&mut buf).await.unwrap();
+            assert!(n > 0, "events ended early: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .await
+    .expect("the events were printed");
+    child.kill().await.unwrap();
+    assert!(
+        seen.starts_with(&format!(
+            "{{\n  \"containerId\": \"{id}\",\n  \"containerEventType\": \"CONTAINER_CREATED_EVENT\",\n  \"createdAt\": \""
+        )),
+        "{seen}"
+    );
+    assert!(seen.contains("\"containersStatuses\": []"), "{seen}");
+}
