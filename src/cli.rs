@@ -4,8 +4,9 @@
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{ExplainArgs, HashArgs, RunArgs, VersionArgs};
 use crate::telemetry::LogFormat;
@@ -44,6 +45,25 @@ pub enum Command {
     /// Print the CustomResourceDefinitions of the apps.kruise.io resources kruised uses (for
     /// clusters without OpenKruise's own CRDs).
     Crds,
+    /// crictl-compatible debugging of the node's container runtime (also run as `crictl`).
+    Crictl(crate::crictl::CrictlArgs),
+    /// Print shell completion code for kruised.
+    Completion(CompletionArgs),
+}
+
+/// Arguments of `kruised completion`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The completion script of `kruised` for `shell`.
+pub fn completion(shell: clap_complete::Shell) -> String {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kruised", &mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// The subcommand a binary name stands for: `kruise-daemon` runs the daemon, `crictl` the
@@ -78,6 +98,53 @@ impl Cli {
     /// Parses the process's arguments, honouring the binary's other names.
     pub fn parse_env() -> Self {
         Cli::parse_from(expand_multicall(std::env::args_os().collect()))
+    }
+
+    /// Parses the process's arguments; on a usage error or a help request prints it and
+    /// returns the exit status: 0 for help and version, 1 for errors under `crictl` (crictl's
+    /// status), 2 for other errors (clap's).
+    pub fn parse_or_exit_code() -> Result<Self, ExitCode> {
+        Self::parse_args_or_exit_code(std::env::args_os().collect())
+    }
+
+    fn parse_args_or_exit_code(args: Vec<OsString>) -> Result<Self, ExitCode> {
+        let report = |e: clap::Error, crictl: bool| {
+            let _ = e.print();
+            if !e.use_stderr() {
+                ExitCode::SUCCESS
+            } else if crictl {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::from(2)
+            }
+        };
+        if args.first().and_then(implied_command) == Some("crictl") {
+            // parsed as `crictl` itself, so usage and help speak of `crictl ps`, not of
+            // `crictl crictl ps`
+            let matches = crate::crictl::command()
+                .try_get_matches_from(args)
+                .map_err(|e| report(e, true))?;
+            let args =
+                <crate::crictl::CrictlArgs as clap::FromArgMatches>::from_arg_matches(&matches)
+                    .map_err(|e| report(e, true))?;
+            return Ok(Cli {
+                log_format: LogFormat::default(),
+                command: Command::Crictl(args),
+            });
+        }
+        let args = expand_multicall(args);
+        let crictl = args.get(1).is_some_and(|a| a == "crictl");
+        Cli::try_parse_from(args).map_err(|e| report(e, crictl))
+    }
+
+    /// The log level `main` starts with when `RUST_LOG` does not say: crictl's commands log
+    /// only errors (their output is the point), or everything with `-D`.
+    pub fn default_log_level(&self) -> &'static str {
+        match &self.command {
+            Command::Crictl(args) if crate::crictl::debug_requested(args) => "warn,kruised=debug",
+            Command::Crictl(_) => "error",
+            _ => "info",
+        }
     }
 }
 
@@ -250,6 +317,109 @@ mod tests {
             run(&["--no-such-flag"]).is_err(),
             "unknown flags are still refused"
         );
+    }
+
+    #[test]
+    fn crictl_global_flags_come_before_the_command_and_ps_keeps_its_own_r() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "crictl",
+            "-r",
+            "unix:///run/x.sock",
+            "-t",
+            "3s",
+            "-D",
+            "ps",
+            "-a",
+            "-r",
+            "--label",
+            "a=b",
+            "--label",
+            "c=d",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let Command::Crictl(c) = cli.command else {
+            panic!("not crictl")
+        };
+        assert_eq!(
+            c.global.runtime.runtime_endpoint.as_deref(),
+            Some("unix:///run/x.sock")
+        );
+        assert_eq!(c.global.runtime.timeout, Some(Duration::from_secs(3)));
+        assert!(c.global.debug);
+        let Some(crate::crictl::args::CrictlCommand::Ps(ps)) = c.command else {
+            panic!("not ps")
+        };
+        assert!(ps.filter.all && ps.resolve_image_path);
+        assert_eq!(ps.filter.label, vec!["a=b", "c=d"]);
+        assert_eq!(ps.output, crate::crictl::args::ListOutput::Json);
+    }
+
+    #[test]
+    fn crictl_exec_takes_the_command_with_its_own_flags() {
+        let cli = Cli::try_parse_from([
+            "kruised",
+            "crictl",
+            "exec",
+            "-s",
+            "--timeout",
+            "5",
+            "abc",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .unwrap();
+        let Command::Crictl(c) = cli.command else {
+            panic!("not crictl")
+        };
+        let Some(crate::crictl::args::CrictlCommand::Exec(e)) = c.command else {
+            panic!("not exec")
+        };
+        assert!(e.sync);
+        assert_eq!(e.timeout, 5);
+        assert_eq!(e.container, "abc");
+        assert_eq!(e.command, vec!["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn the_binary_named_crictl_parses_crictls_command_line() {
+        let cli =
+            Cli::parse_args_or_exit_code(os(&["/usr/local/bin/crictl", "-t", "1s", "pods", "-q"]))
+                .unwrap();
+        let Command::Crictl(c) = cli.command else {
+            panic!("not crictl")
+        };
+        assert_eq!(c.global.runtime.timeout, Some(Duration::from_secs(1)));
+        assert!(matches!(
+            c.command,
+            Some(crate::crictl::args::CrictlCommand::Pods(ref p)) if p.quiet
+        ));
+        assert_eq!(
+            Cli::parse_args_or_exit_code(os(&["crictl", "ps", "--bogus"])).unwrap_err(),
+            ExitCode::FAILURE
+        );
+        assert_eq!(
+            Cli::parse_args_or_exit_code(os(&["kruised", "crictl", "ps", "--bogus"])).unwrap_err(),
+            ExitCode::FAILURE
+        );
+        assert_eq!(
+            Cli::parse_args_or_exit_code(os(&["kruised", "bogus"])).unwrap_err(),
+            ExitCode::from(2)
+        );
+    }
+
+    #[test]
+    fn completions_cover_the_crictl_commands() {
+        let bash = completion(clap_complete::Shell::Bash);
+        assert!(
+            bash.contains("crictl") && bash.contains("inspectp"),
+            "{bash}"
+        );
+        assert!(!completion(clap_complete::Shell::Fish).is_empty());
+        assert!(!completion(clap_complete::Shell::Zsh).is_empty());
     }
 
     #[test]

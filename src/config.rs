@@ -589,13 +589,25 @@ pub struct RuntimeConfig {
     pub timeouts: Timeouts,
 }
 
-/// The keys of crictl.yaml that matter here; others are ignored, as crictl ignores them.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-struct CrictlFile {
-    runtime_endpoint: Option<String>,
-    image_endpoint: Option<String>,
-    timeout: Option<u64>,
+/// crictl's configuration file (`crictl.yaml`): crictl's keys, all optional. Any other key is
+/// refused, naming the key, as crictl refuses it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct CrictlFile {
+    /// The runtime endpoint.
+    pub runtime_endpoint: Option<String>,
+    /// The image endpoint.
+    pub image_endpoint: Option<String>,
+    /// Timeout of calls, whole seconds.
+    pub timeout: Option<u64>,
+    /// crictl's debug mode.
+    pub debug: Option<bool>,
+    /// crictl's `create` pulls the image first (accepted; kruised has no `create`).
+    pub pull_image_on_create: Option<bool>,
+    /// crictl's `run` does not pull (accepted; kruised has no `run`).
+    pub disable_pull_on_run: Option<bool>,
+    /// crictl's connection retries (accepted; kruised fails within the timeout instead).
+    pub max_retries: Option<i64>,
 }
 
 fn endpoint(setting: &str, value: &str) -> Result<Endpoint, ConfigError> {
@@ -640,9 +652,29 @@ impl RuntimeArgs {
         }
     }
 
+    /// The crictl configuration file in effect: `--config` / `CRI_CONFIG_FILE`, else
+    /// `/etc/crictl.yaml`.
+    pub fn crictl_file_path(&self) -> PathBuf {
+        self.crictl_config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CRICTL_CONFIG))
+    }
+
+    /// Reads the crictl configuration file. A missing default file reads as empty; a missing
+    /// file named by `--config` is an error, and so are bad YAML and unknown keys.
+    pub fn crictl_file(&self) -> Result<CrictlFile, ConfigError> {
+        read_crictl_file(&self.crictl_file_path(), self.crictl_config.is_some())
+    }
+
     /// Validates the flags into a [`RuntimeConfig`]. Precedence: flag or environment, then
     /// crictl.yaml, then detection.
     pub fn resolve(&self) -> Result<RuntimeConfig, ConfigError> {
+        self.resolve_with(Timeouts::default())
+    }
+
+    /// [`RuntimeArgs::resolve`] with `defaults` as the time limits when neither `--timeout`
+    /// nor crictl.yaml sets one (`kruised crictl` uses crictl's 2 s).
+    pub fn resolve_with(&self, defaults: Timeouts) -> Result<RuntimeConfig, ConfigError> {
         if self.runtime_endpoint.is_some()
             && self.socket_file.as_deref().is_some_and(|n| !n.is_empty())
         {
@@ -663,14 +695,11 @@ impl RuntimeArgs {
             .as_deref()
             .map(|e| endpoint("--image-endpoint", e))
             .transpose()?;
-        let file_path = self
-            .crictl_config
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_CRICTL_CONFIG));
+        let file_path = self.crictl_file_path();
         let file = if self.runtime_endpoint.is_some() && self.image_endpoint.is_some() {
             CrictlFile::default()
         } else {
-            read_crictl_file(&file_path, self.crictl_config.is_some())?
+            self.crictl_file()?
         };
         let host_run_dirs = self.host_run_dirs();
         let socket_file = self.socket_file.as_deref().filter(|n| !n.is_empty());
@@ -697,7 +726,7 @@ impl RuntimeArgs {
             )?),
             _ => None,
         };
-        let mut timeouts = Timeouts::default();
+        let mut timeouts = defaults;
         if let Some(t) = self.timeout.or(file.timeout.map(Duration::from_secs)) {
             if t.is_zero() {
                 return Err(ConfigError::Invalid {
@@ -996,6 +1025,64 @@ mod tests {
         );
         assert_eq!(c.image_endpoint, Some(Endpoint::unix("/run/images.sock")));
         assert_eq!(c.timeouts.call, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn an_unknown_key_in_crictl_yaml_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crictl.yaml");
+        std::fs::write(&path, "runtime-endpoint: /run/x.sock\nbogus-key: 1\n").unwrap();
+        let a = RuntimeArgs {
+            crictl_config: Some(path),
+            ..args()
+        };
+        let err = a.resolve().unwrap_err().to_string();
+        assert!(err.contains("bogus-key"), "{err}");
+        // crictl's own keys are all accepted
+        let path = dir.path().join("all.yaml");
+        std::fs::write(
+            &path,
+            "runtime-endpoint: /run/x.sock\nimage-endpoint: /run/y.sock\ntimeout: 3\n\
+             debug: true\npull-image-on-create: false\ndisable-pull-on-run: false\n\
+             max-retries: 0\n",
+        )
+        .unwrap();
+        let a = RuntimeArgs {
+            crictl_config: Some(path),
+            ..args()
+        };
+        assert_eq!(a.crictl_file().unwrap().debug, Some(true));
+        assert_eq!(
+            a.resolve().unwrap().timeouts,
+            Timeouts {
+                connect: Duration::from_secs(3),
+                call: Duration::from_secs(3)
+            }
+        );
+    }
+
+    #[test]
+    fn the_default_timeouts_apply_only_when_nothing_sets_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crictl.yaml");
+        std::fs::write(&path, "").unwrap();
+        let two = Timeouts {
+            connect: Duration::from_secs(2),
+            call: Duration::from_secs(2),
+        };
+        let a = RuntimeArgs {
+            crictl_config: Some(path),
+            ..args()
+        };
+        assert_eq!(a.resolve_with(two).unwrap().timeouts, two);
+        let a = RuntimeArgs {
+            timeout: Some(Duration::from_millis(500)),
+            ..a
+        };
+        assert_eq!(
+            a.resolve_with(two).unwrap().timeouts.call,
+            Duration::from_millis(500)
+        );
     }
 
     #[test]

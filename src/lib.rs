@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod cri;
+pub mod crictl;
 pub mod daemon;
 pub mod explain;
 pub mod hash;
@@ -32,6 +33,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => daemon::run(args.resolve()?).await,
         Command::Hash(args) => hashcmd::run(args),
         Command::Explain(args) => explain::run(args).await,
+        Command::Crictl(args) => crictl::run(args).await,
+        Command::Completion(args) => {
+            print!("{}", cli::completion(args.shell));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crds => {
             print!("{}", k8s::crd::crds_yaml()?);
             Ok(ExitCode::SUCCESS)

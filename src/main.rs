@@ -4,8 +4,11 @@ use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = kruised::Cli::parse_env();
-    kruised::telemetry::init(cli.log_format);
+    let cli = match kruised::Cli::parse_or_exit_code() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    kruised::telemetry::init(cli.log_format, cli.default_log_level());
     match kruised::run(cli).await {
         Ok(code) => code,
         Err(e) => {

@@ -12,9 +12,11 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber. Call once, from `main`.
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// Installs the global subscriber. Call once, from `main`. `default_level` applies when
+/// `RUST_LOG` is not set.
+pub fn init(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -17,8 +17,9 @@
 # access log), $REG_ADDR/test/pause:v1 (the sandbox image), test/noenv:v1 (busybox:v1 without
 # /bin/env); for the image-pull tests
 # imagepull/busybox:v1 and :v2 (the same shape as test/pull, with layers of their own) and
-# imagepull/present:v1, and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1 and
-# secure/plugin:v1 (the credential-provider test's own).
+# imagepull/present:v1, crictl/busybox:v1 and :alias (one image of its own, for the crictl tests'
+# pull and rmi), and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1,
+# secure/plugin:v1 (the credential-provider test's own) and crictl/busybox:v1.
 #
 # A second registry on $REG_AUTH_ADDR requires a login (htpasswd, bcrypt); its user and password
 # are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
@@ -217,6 +218,7 @@ build_images() {
   echo v1 > "$st/v1"; echo v2 > "$st/v2"
   echo pull > "$st/pull"; echo pull-v1 > "$st/pv1"; echo pull-v2 > "$st/pv2"
   echo imagepull > "$st/ip"; echo imagepull-v1 > "$st/ipv1"; echo imagepull-v2 > "$st/ipv2"
+  echo crictl > "$st/crictl"
   find "$st" -exec touch -h -d @946684800 {} +
   umoci init --layout "$oci"
   umoci new --image "$oci:base"
@@ -240,6 +242,10 @@ build_images() {
   umoci insert --image "$oci:ipbase" --tag ip-v2 "$H" "$st/ipv2" /etc/image-version
   umoci config --image "$oci:ip-v1" --created=$T --no-history
   umoci config --image "$oci:ip-v2" --created=$T --no-history
+  # crictl/busybox: base + a layer of its own (an image ID no other image has), for the crictl
+  # tests that pull and remove images
+  umoci insert --image "$oci:base" --tag crictl "$H" "$st/crictl" /etc/crictl-test
+  umoci config --image "$oci:crictl" --created=$T --no-history
   # noenv: busybox without its env applet: the env-from-metadata tests show the daemon does not
   # need `env` in the image
   rm -rf "$st/noenv-bundle"
@@ -253,7 +259,8 @@ build_images() {
     --config.entrypoint 'trap "exit 0" TERM INT; while :; do sleep 3600 & wait $!; done'
   local s d
   for s in v1:test/busybox:v1 v2:test/busybox:v2 pull-v1:test/pull:v1 pull-v2:test/pull:v2 pause:test/pause:v1 noenv:test/noenv:v1 \
-           ip-v1:imagepull/busybox:v1 ip-v2:imagepull/busybox:v2 ip-v1:imagepull/present:v1; do
+           ip-v1:imagepull/busybox:v1 ip-v2:imagepull/busybox:v2 ip-v1:imagepull/present:v1 \
+           crictl:crictl/busybox:v1 crictl:crictl/busybox:alias; do
     d=${s#*:}
     skopeo copy --quiet --dest-tls-verify=false "oci:$oci:${s%%:*}" "docker://$REG_ADDR/$d"
     log "pushed $REG_ADDR/$d $(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REG_ADDR/$d")"
@@ -262,6 +269,8 @@ build_images() {
   skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/busybox:v1"
   skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/plugin:v1"
   log "pushed $REG_AUTH_ADDR/secure/busybox:v1 and secure/plugin:v1 (login required)"
+  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:crictl" "docker://$REG_AUTH_ADDR/crictl/busybox:v1"
+  log "pushed $REG_AUTH_ADDR/crictl/busybox:v1 (login required)"
   log "images built+pushed in $(since "$t0")s"
 }
 

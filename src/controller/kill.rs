@@ -264,6 +264,8 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            image_id: String::new(),
+            image_spec: Default::default(),
         }
     }
 

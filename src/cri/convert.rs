@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::convert_detail::{container_status_detail, image_spec_named, namespace_option_message};
+use super::detail::{NamespaceMode, SandboxStatusDetail};
 use super::proto;
 use super::types::*;
 
@@ -128,13 +130,23 @@ impl From<PodSandbox> for proto::PodSandbox {
 }
 
 pub(crate) fn sandbox_status(resp: proto::PodSandboxStatusResponse) -> Option<PodSandboxStatus> {
-    let s = resp.status?;
+    sandbox_status_of(resp.status?, resp.info)
+}
+
+pub(crate) fn sandbox_status_of(
+    s: proto::PodSandboxStatus,
+    info: StringMap,
+) -> Option<PodSandboxStatus> {
+    let network_reported = s.network.is_some();
     let network = s.network.unwrap_or_default();
-    let host_network = s
+    let namespace_options: Option<super::detail::NamespaceOption> = s
         .linux
         .and_then(|l| l.namespaces)
         .and_then(|n| n.options)
-        .is_some_and(|o| o.network == proto::NamespaceMode::Node as i32);
+        .map(Into::into);
+    let host_network = namespace_options
+        .as_ref()
+        .is_some_and(|o| o.network == NamespaceMode::Node);
     Some(PodSandboxStatus {
         sandbox: PodSandbox {
             id: s.id,
@@ -148,7 +160,11 @@ pub(crate) fn sandbox_status(resp: proto::PodSandboxStatusResponse) -> Option<Po
         ip: network.ip,
         additional_ips: network.additional_ips.into_iter().map(|i| i.ip).collect(),
         host_network,
-        info: resp.info,
+        info,
+        detail: SandboxStatusDetail {
+            network_reported,
+            namespace_options,
+        },
     })
 }
 
@@ -174,9 +190,12 @@ pub(crate) fn sandbox_status_message(s: &PodSandboxStatus) -> proto::PodSandboxS
             }),
             linux: Some(proto::LinuxPodSandboxStatus {
                 namespaces: Some(proto::Namespace {
-                    options: Some(proto::NamespaceOption {
-                        network: network_mode.into(),
-                        ..Default::default()
+                    options: Some(match &s.detail.namespace_options {
+                        Some(o) => namespace_option_message(o),
+                        None => proto::NamespaceOption {
+                            network: network_mode.into(),
+                            ..Default::default()
+                        },
                     }),
                 }),
             }),
@@ -249,16 +268,19 @@ pub(crate) fn sandbox_config_from(c: proto::PodSandboxConfig) -> SandboxConfig {
 
 impl From<proto::Container> for Container {
     fn from(c: proto::Container) -> Self {
+        let image_spec: super::detail::ImageSpec = c.image.map(Into::into).unwrap_or_default();
         Container {
             id: c.id,
             pod_sandbox_id: c.pod_sandbox_id,
             metadata: c.metadata.map(Into::into).unwrap_or_default(),
-            image: image_name(c.image),
+            image: image_spec.image.clone(),
             image_ref: c.image_ref,
             state: container_state(c.state),
             created_at: c.created_at,
             labels: c.labels,
             annotations: c.annotations,
+            image_id: c.image_id,
+            image_spec,
         }
     }
 }
@@ -269,20 +291,27 @@ impl From<Container> for proto::Container {
             id: c.id,
             pod_sandbox_id: c.pod_sandbox_id,
             metadata: Some(c.metadata.into()),
-            image: Some(image_spec(&c.image)),
+            image: Some(image_spec_named(&c.image, &c.image_spec)),
             image_ref: c.image_ref,
             state: proto::ContainerState::from(c.state).into(),
             created_at: c.created_at,
             labels: c.labels,
             annotations: c.annotations,
-            ..Default::default()
+            image_id: c.image_id,
         }
     }
 }
 
 pub(crate) fn container_status(resp: proto::ContainerStatusResponse) -> Option<ContainerStatus> {
-    let s = resp.status?;
-    Some(ContainerStatus {
+    Some(container_status_of(resp.status?, resp.info))
+}
+
+pub(crate) fn container_status_of(
+    mut s: proto::ContainerStatus,
+    info: StringMap,
+) -> ContainerStatus {
+    let detail = container_status_detail(&mut s);
+    ContainerStatus {
         id: s.id,
         metadata: s.metadata.map(Into::into).unwrap_or_default(),
         state: container_state(s.state),
@@ -298,8 +327,9 @@ pub(crate) fn container_status(resp: proto::ContainerStatusResponse) -> Option<C
         labels: s.labels,
         annotations: s.annotations,
         log_path: s.log_path,
-        info: resp.info,
-    })
+        info,
+        detail,
+    }
 }
 
 pub(crate) fn container_status_message(s: &ContainerStatus) -> proto::ContainerStatusResponse {
@@ -312,7 +342,7 @@ pub(crate) fn container_status_message(s: &ContainerStatus) -> proto::ContainerS
             started_at: s.started_at,
             finished_at: s.finished_at,
             exit_code: s.exit_code,
-            image: Some(image_spec(&s.image)),
+            image: Some(image_spec_named(&s.image, &s.detail.image_spec)),
             image_ref: s.image_ref.clone(),
             image_id: s.image_id.clone(),
             reason: s.reason.clone(),
@@ -396,14 +426,23 @@ pub(crate) fn container_event(e: proto::ContainerEventResponse) -> ContainerEven
         // an event type from a newer CRI: treat it as "something changed"
         Err(_) => ContainerEventKind::Stopped,
     };
+    let sandbox_status = e
+        .pod_sandbox_status
+        .and_then(|s| sandbox_status_of(s, StringMap::new()));
     ContainerEvent {
         container_id: e.container_id,
         kind,
         created_at: e.created_at,
-        pod_sandbox_id: e
-            .pod_sandbox_status
-            .map(|s| s.id)
+        pod_sandbox_id: sandbox_status
+            .as_ref()
+            .map(|s| s.sandbox.id.clone())
             .filter(|id| !id.is_empty()),
+        sandbox_status: sandbox_status.map(Box::new),
+        container_statuses: e
+            .containers_statuses
+            .into_iter()
+            .map(|s| container_status_of(s, StringMap::new()))
+            .collect(),
     }
 }
 
@@ -436,6 +475,9 @@ impl From<proto::Image> for Image {
             repo_digests: i.repo_digests,
             size: i.size,
             pinned: i.pinned,
+            uid: i.uid.map(|u| u.value),
+            username: i.username,
+            spec: i.spec.map(Into::into),
         }
     }
 }
@@ -448,7 +490,9 @@ impl From<Image> for proto::Image {
             repo_digests: i.repo_digests,
             size: i.size,
             pinned: i.pinned,
-            ..Default::default()
+            uid: i.uid.map(|value| proto::Int64Value { value }),
+            username: i.username,
+            spec: i.spec.map(Into::into),
         }
     }
 }

@@ -102,6 +102,11 @@ impl CriError {
                 call,
                 after: Duration::ZERO,
             },
+            // tonic's own `grpc-timeout` enforcement
+            Code::Cancelled if message == "Timeout expired" => CriError::Timeout {
+                call,
+                after: Duration::ZERO,
+            },
             code => CriError::Other {
                 call,
                 code: format!("{code:?}"),

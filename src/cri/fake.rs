@@ -89,7 +89,7 @@ impl FakeState {
             repo_tags: vec![],
             repo_digests: vec![],
             size: 1024,
-            pinned: false,
+            ..Default::default()
         });
         if !image.repo_tags.iter().any(|t| t == tag) {
             image.repo_tags.push(tag.to_string());
@@ -166,6 +166,8 @@ impl Shared {
             kind,
             created_at: now_ns(),
             pod_sandbox_id: Some(sandbox_id.to_string()),
+            sandbox_status: None,
+            container_statuses: Vec::new(),
         });
     }
 }
@@ -292,6 +294,7 @@ impl FakeRuntime {
                 additional_ips: vec![],
                 host_network: true,
                 info: StringMap::new(),
+                detail: Default::default(),
             },
         );
         id
@@ -330,6 +333,7 @@ impl FakeRuntime {
                         annotations: config.annotations,
                         log_path: config.log_path,
                         info: StringMap::new(),
+                        detail: Default::default(),
                     },
                     pod_sandbox_id: sandbox_id.to_string(),
                     env: config
@@ -465,6 +469,7 @@ impl RuntimeRpc for Svc {
                 additional_ips: vec![],
                 host_network: true,
                 info: StringMap::new(),
+                detail: Default::default(),
             },
         );
         Ok(Response::new(proto::RunPodSandboxResponse {
@@ -585,6 +590,7 @@ impl RuntimeRpc for Svc {
                     annotations: config.annotations,
                     log_path: config.log_path,
                     info: StringMap::new(),
+                    detail: Default::default(),
                 },
                 pod_sandbox_id: r.pod_sandbox_id.clone(),
                 env: config
@@ -701,6 +707,8 @@ impl RuntimeRpc for Svc {
                     created_at: c.status.created_at,
                     labels: c.status.labels.clone(),
                     annotations: c.status.annotations.clone(),
+                    image_id: c.status.image_id.clone(),
+                    image_spec: c.status.detail.image_spec.clone(),
                 }
                 .into()
             })
@@ -866,8 +874,9 @@ impl RuntimeRpc for Svc {
         &self,
         _r: Request<proto::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        self.0.enter("GetContainerEvents").await?;
+        // subscribe before the call is counted: a test that waits for the count may emit at once
         let rx = self.0.events.subscribe();
+        self.0.enter("GetContainerEvents").await?;
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             loop {
                 match rx.recv().await {

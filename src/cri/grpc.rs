@@ -13,11 +13,11 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
-use super::convert;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::{CriError, Endpoint, ImageService, Result, RuntimeService, RuntimeStatus, proto};
-use super::{RuntimeCondition, types::*};
+use super::{RuntimeCondition, detail::*, types::*};
+use super::{convert, convert_detail};
 
 /// Largest message accepted from the runtime (kruise-daemon and the kubelet use 16 MiB).
 const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
@@ -206,7 +206,11 @@ impl RuntimeService for RemoteRuntime {
     }
 
     async fn status(&self) -> Result<RuntimeStatus> {
-        let req = proto::StatusRequest { verbose: false };
+        self.runtime_status(false).await
+    }
+
+    async fn runtime_status(&self, verbose: bool) -> Result<RuntimeStatus> {
+        let req = proto::StatusRequest { verbose };
         let s = self
             .runtime_call("Status", self.timeouts.call, req, |mut c, r| async move {
                 c.status(r).await
@@ -226,7 +230,27 @@ impl RuntimeService for RemoteRuntime {
                 })
                 .collect(),
             info: s.info,
+            handlers: convert_detail::runtime_handlers(s.runtime_handlers),
+            features: convert_detail::runtime_features(s.features),
         })
+    }
+
+    async fn list_container_stats(
+        &self,
+        filter: ContainerStatsFilter,
+    ) -> Result<Vec<ContainerStats>> {
+        let req = proto::ListContainerStatsRequest {
+            filter: Some(convert_detail::container_stats_filter(filter)),
+        };
+        let resp = self
+            .runtime_call(
+                "ListContainerStats",
+                self.timeouts.call,
+                req,
+                |mut c, r| async move { c.list_container_stats(r).await },
+            )
+            .await?;
+        Ok(resp.stats.into_iter().map(Into::into).collect())
     }
 
     async fn list_pod_sandboxes(&self, filter: SandboxFilter) -> Result<Vec<PodSandbox>> {
@@ -449,9 +473,37 @@ impl ImageService for RemoteRuntime {
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {
+        Ok(self
+            .image_status_verbose(image, false)
+            .await?
+            .map(|(i, _)| i))
+    }
+
+    async fn list_images_matching(&self, image: &str) -> Result<Vec<Image>> {
+        let req = proto::ListImagesRequest {
+            filter: Some(proto::ImageFilter {
+                image: Some(convert::image_spec(image)),
+            }),
+        };
+        let resp = self
+            .image_call(
+                "ListImages",
+                self.timeouts.call,
+                req,
+                |mut c, r| async move { c.list_images(r).await },
+            )
+            .await?;
+        Ok(resp.images.into_iter().map(Into::into).collect())
+    }
+
+    async fn image_status_verbose(
+        &self,
+        image: &str,
+        verbose: bool,
+    ) -> Result<Option<(Image, StringMap)>> {
         let req = proto::ImageStatusRequest {
             image: Some(convert::image_spec(image)),
-            verbose: false,
+            verbose,
         };
         match self
             .image_call(
@@ -463,7 +515,7 @@ impl ImageService for RemoteRuntime {
             .await
         {
             // containerd answers OK with no image; other runtimes answer NotFound
-            Ok(resp) => Ok(resp.image.map(Into::into)),
+            Ok(resp) => Ok(resp.image.map(|i| (i.into(), resp.info))),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
@@ -492,6 +544,10 @@ impl ImageService for RemoteRuntime {
     }
 
     async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        Ok(self.image_fs_info_full().await?.image_filesystems)
+    }
+
+    async fn image_fs_info_full(&self) -> Result<ImageFsInfo> {
         let req = proto::ImageFsInfoRequest {};
         let resp = self
             .image_call(
@@ -501,6 +557,13 @@ impl ImageService for RemoteRuntime {
                 |mut c, r| async move { c.image_fs_info(r).await },
             )
             .await?;
-        Ok(resp.image_filesystems.into_iter().map(Into::into).collect())
+        Ok(ImageFsInfo {
+            image_filesystems: resp.image_filesystems.into_iter().map(Into::into).collect(),
+            container_filesystems: resp
+                .container_filesystems
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+        })
     }
 }

@@ -7,6 +7,8 @@
 //! - [`fake`]: an in-memory CRI server for tests, speaking the real protocol on a unix socket.
 
 mod convert;
+mod convert_detail;
+mod detail;
 pub mod endpoint;
 mod error;
 pub mod fake;
@@ -19,6 +21,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 
+pub use detail::*;
 pub use endpoint::{Endpoint, EndpointSource};
 pub use error::CriError;
 pub use grpc::{RemoteRuntime, Timeouts};
@@ -40,6 +43,13 @@ pub trait RuntimeService: Send + Sync {
     fn version(&self) -> impl Future<Output = Result<RuntimeVersion>> + Send;
     /// The runtime's readiness conditions.
     fn status(&self) -> impl Future<Output = Result<RuntimeStatus>> + Send;
+    /// The runtime's conditions, handlers and features; `verbose` adds the runtime's `info`.
+    fn runtime_status(&self, verbose: bool) -> impl Future<Output = Result<RuntimeStatus>> + Send;
+    /// Resource usage of the containers matching the filter.
+    fn list_container_stats(
+        &self,
+        filter: ContainerStatsFilter,
+    ) -> impl Future<Output = Result<Vec<ContainerStats>>> + Send;
     /// Sandboxes matching the filter.
     fn list_pod_sandboxes(
         &self,
@@ -113,6 +123,39 @@ pub trait ImageService: Send + Sync {
     fn remove_image(&self, image: &str) -> impl Future<Output = Result<()>> + Send;
     /// Usage of the filesystems that hold images.
     fn image_fs_info(&self) -> impl Future<Output = Result<Vec<FilesystemUsage>>> + Send;
+
+    // The calls below serve inspection (`kruised crictl`). Doubles that do not model them get
+    // these defaults, built on the calls above.
+
+    /// Images matching a reference, as the runtime filters them (many runtimes ignore the
+    /// filter and list everything).
+    fn list_images_matching(&self, image: &str) -> impl Future<Output = Result<Vec<Image>>> + Send {
+        let _ = image;
+        self.list_images()
+    }
+    /// One image with the runtime's verbose `info`; `None` when the runtime does not have it.
+    fn image_status_verbose(
+        &self,
+        image: &str,
+        verbose: bool,
+    ) -> impl Future<Output = Result<Option<(Image, StringMap)>>> + Send {
+        let _ = verbose;
+        async move {
+            Ok(self
+                .image_status(image)
+                .await?
+                .map(|i| (i, StringMap::new())))
+        }
+    }
+    /// Usage of the filesystems holding images and, where separate, container layers.
+    fn image_fs_info_full(&self) -> impl Future<Output = Result<ImageFsInfo>> + Send {
+        async move {
+            Ok(ImageFsInfo {
+                image_filesystems: self.image_fs_info().await?,
+                container_filesystems: Vec::new(),
+            })
+        }
+    }
 }
 
 /// A runtime condition (`RuntimeReady`, `NetworkReady`).
@@ -136,6 +179,12 @@ pub struct RuntimeStatus {
     pub conditions: Vec<RuntimeCondition>,
     /// Runtime-specific details (verbose).
     pub info: StringMap,
+    /// The runtime handlers offered, when the runtime reports them.
+    #[serde(skip)]
+    pub handlers: Vec<RuntimeHandler>,
+    /// The runtime's features, when it reports them.
+    #[serde(skip)]
+    pub features: Option<RuntimeFeatures>,
 }
 
 impl RuntimeStatus {

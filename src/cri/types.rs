@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::detail::{ContainerStatusDetail, ImageSpec, SandboxStatusDetail};
+
 /// Labels or annotations, ordered so output and comparisons are stable.
 pub type StringMap = BTreeMap<String, String>;
 
@@ -112,6 +114,8 @@ pub struct PodSandboxStatus {
     pub host_network: bool,
     /// Runtime-specific details (verbose mode), e.g. containerd's `info` JSON.
     pub info: StringMap,
+    /// What else the runtime reports (namespaces, whether network status was sent).
+    pub detail: SandboxStatusDetail,
 }
 
 /// Name and attempt of a container (the kubelet's container identity).
@@ -144,6 +148,10 @@ pub struct Container {
     pub labels: StringMap,
     /// Container annotations (the kubelet's hash, restart count, preStop handler, ...).
     pub annotations: StringMap,
+    /// The image ID where the runtime reports it separately (newer runtimes), else empty.
+    pub image_id: String,
+    /// The image spec in full (its `image` equals `image`).
+    pub image_spec: ImageSpec,
 }
 
 /// What `ContainerStatus` returns.
@@ -182,6 +190,8 @@ pub struct ContainerStatus {
     /// Runtime-specific details (verbose mode): containerd and CRI-O put a JSON `info` with the OCI
     /// spec here.
     pub info: StringMap,
+    /// What else the runtime reports (mounts, resources, user, stop signal, full image spec).
+    pub detail: ContainerStatusDetail,
 }
 
 /// Output of a synchronous exec.
@@ -219,10 +229,14 @@ pub struct ContainerEvent {
     pub created_at: i64,
     /// The sandbox of the container, when the runtime says.
     pub pod_sandbox_id: Option<String>,
+    /// The sandbox's status as the event carries it, when it does.
+    pub sandbox_status: Option<Box<PodSandboxStatus>>,
+    /// The statuses of the sandbox's containers as the event carries them.
+    pub container_statuses: Vec<ContainerStatus>,
 }
 
 /// An image held by the runtime.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
     /// Image ID (`sha256:<config digest>`).
@@ -235,10 +249,16 @@ pub struct Image {
     pub size: u64,
     /// Whether the runtime pins the image against garbage collection.
     pub pinned: bool,
+    /// The user the image runs as, by ID, if the image says.
+    pub uid: Option<i64>,
+    /// The user the image runs as, by name, if the image says.
+    pub username: String,
+    /// The image spec the runtime reports for it, if any.
+    pub spec: Option<ImageSpec>,
 }
 
 /// Usage of a filesystem that holds images.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FilesystemUsage {
     /// When the usage was sampled (ns since the epoch).

@@ -26,6 +26,8 @@ pub struct ContainerSpec {
     pub hash: String,
     /// The preStop handler JSON to record, if any.
     pub pre_stop: Option<String>,
+    /// Labels beyond the kubelet's own.
+    pub labels: StringMap,
 }
 
 impl ContainerSpec {
@@ -68,6 +70,10 @@ pub struct PodSpec {
     pub uid: String,
     /// Pod labels.
     pub labels: StringMap,
+    /// Pod annotations (the kubelet passes them to the sandbox).
+    pub annotations: StringMap,
+    /// The sandbox attempt (how many sandboxes the kubelet made for the pod before).
+    pub attempt: u32,
     /// `terminationGracePeriodSeconds`.
     pub termination_grace_seconds: i64,
     /// Containers.
@@ -82,6 +88,8 @@ impl PodSpec {
             namespace: "default".into(),
             uid: format!("uid-{name}"),
             labels: StringMap::new(),
+            annotations: StringMap::new(),
+            attempt: 0,
             termination_grace_seconds: 30,
             containers,
         }
@@ -142,7 +150,7 @@ impl Kubelet {
                 name: spec.name.clone(),
                 uid: spec.uid.clone(),
                 namespace: spec.namespace.clone(),
-                attempt: 0,
+                attempt: spec.attempt,
             },
             // host-network pods keep the node's hostname (no UTS namespace of their own)
             hostname: String::new(),
@@ -152,13 +160,13 @@ impl Kubelet {
                 .display()
                 .to_string(),
             labels,
-            annotations: StringMap::new(),
+            annotations: spec.annotations.clone(),
             cgroup_parent: format!("/cri-lab/pod{}", spec.uid),
         }
     }
 
     fn container_config(&self, pod: &PodSpec, c: &ContainerSpec, attempt: u32) -> ContainerConfig {
-        let mut labels = StringMap::new();
+        let mut labels = c.labels.clone();
         labels.insert(keys::KUBELET_POD_NAME.into(), pod.name.clone());
         labels.insert(keys::KUBELET_POD_NAMESPACE.into(), pod.namespace.clone());
         labels.insert(keys::KUBELET_POD_UID.into(), pod.uid.clone());
@@ -200,7 +208,34 @@ impl Kubelet {
         }
     }
 
-    async fn start(
+    /// Creates (without starting) container `c` with `attempt` in the sandbox of `pod`.
+    pub async fn create(
+        &self,
+        pod: &PodSpec,
+        sandbox_id: &str,
+        c: &ContainerSpec,
+        attempt: u32,
+    ) -> String {
+        self.runtime
+            .create_container(
+                sandbox_id,
+                self.container_config(pod, c, attempt),
+                self.sandbox_config(pod),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create container {}: {e}", c.name))
+    }
+
+    /// Creates the sandbox of `spec` (no containers); returns its ID.
+    pub async fn run_sandbox(&self, spec: &PodSpec) -> String {
+        self.runtime
+            .run_pod_sandbox(self.sandbox_config(spec))
+            .await
+            .unwrap_or_else(|e| panic!("run sandbox {}: {e}", spec.name))
+    }
+
+    /// Creates and starts container `c` with `attempt` in the sandbox of `pod`.
+    pub async fn start(
         &self,
         pod: &PodSpec,
         sandbox_id: &str,

@@ -426,6 +426,8 @@ mod tests {
             created_at: i64::from(attempt),
             labels,
             annotations,
+            image_id: String::new(),
+            image_spec: Default::default(),
         }
     }
 

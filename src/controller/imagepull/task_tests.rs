@@ -44,7 +44,7 @@ impl Mock {
             repo_tags: vec![tag.to_string()],
             repo_digests: vec![],
             size: 1,
-            pinned: false,
+            ..Default::default()
         });
     }
 }
@@ -110,7 +110,7 @@ impl ImageService for Mock {
             repo_tags: vec![request.image.clone()],
             repo_digests: vec![],
             size: 1,
-            pinned: false,
+            ..Default::default()
         });
         Ok(id)
     }
@@ -605,7 +605,7 @@ fn present_images_are_found_by_normalised_tag_or_digest() {
         repo_tags: vec!["docker.io/library/nginx:1.25".into()],
         repo_digests: vec![format!("docker.io/library/nginx@{DIGEST}")],
         size: 0,
-        pinned: false,
+        ..Default::default()
     }];
     let r = |s: &str| Reference::parse(s).unwrap().with_default_tag();
     assert!(find_image(&images, &r("nginx:1.25")).is_some());
