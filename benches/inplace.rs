@@ -31,7 +31,8 @@ async fn run_mode(lab: &KubeLab, mode: &str) -> Vec<ChangeResult> {
     let scene = Scene::new(lab, "bench").await;
     let identity = cluster::identity(lab, &scene.admin, Rbac::Deploy).await;
     let mut d = cluster::start_daemon(lab, &identity, &["--env-restart-delay", mode]);
-    d.wait_for_log("daemon ready", Duration::from_secs(60)).await;
+    d.wait_for_log("daemon ready", Duration::from_secs(60))
+        .await;
     let hooks = HookServer::start().await;
     let pods = restarts::create_pods(&scene, &hooks, "b", PODS).await;
     let load = CpuLoad::start(2);

@@ -63,25 +63,41 @@ async fn kruises_chart_runs_kruised_as_kruise_daemon_with_its_arguments_and_rbac
         .run_pod(scene.kruise_pod("web", &[("main", &image, &[("APP_CONFIG", "app-config")])]))
         .await;
     let pods = scene.pods();
-    let before = cluster::wait_for(&pods, "web", "annotated", |p: Option<&k8s_openapi::api::core::v1::Pod>| {
-        p.and_then(super::meta).is_some_and(|m| {
-            m.container("main")
-                .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
-        })
-    })
+    let before = cluster::wait_for(
+        &pods,
+        "web",
+        "annotated",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.and_then(super::meta).is_some_and(|m| {
+                m.container("main")
+                    .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
+            })
+        },
+    )
     .await;
-    let old = super::status_of(&before, "main").container_id.clone().unwrap();
+    let old = super::status_of(&before, "main")
+        .container_id
+        .clone()
+        .unwrap();
     scene.set_update_ready("web", false).await;
     scene
-        .patch_pod("web", json!({"metadata": {"annotations": {"app-config": "v2"}}}))
+        .patch_pod(
+            "web",
+            json!({"metadata": {"annotations": {"app-config": "v2"}}}),
+        )
         .await;
-    let after = cluster::wait_for(&pods, "web", "main restarted", |p: Option<&k8s_openapi::api::core::v1::Pod>| {
-        p.is_some_and(|p| {
-            let s = super::status_of(p, "main");
-            s.container_id.as_deref() != Some(old.as_str())
-                && s.state.as_ref().is_some_and(|st| st.running.is_some())
-        })
-    })
+    let after = cluster::wait_for(
+        &pods,
+        "web",
+        "main restarted",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.is_some_and(|p| {
+                let s = super::status_of(p, "main");
+                s.container_id.as_deref() != Some(old.as_str())
+                    && s.state.as_ref().is_some_and(|st| st.running.is_some())
+            })
+        },
+    )
     .await;
     assert_eq!(super::status_of(&after, "main").restart_count, 1);
 
@@ -121,12 +137,21 @@ async fn fifty_env_changes_under_load_restart_each_container_exactly_once_with_t
     for r in &results {
         assert_eq!(r.restarts, [1, 1], "{}: one restart per container", r.pod);
         assert_eq!(r.hooks, [1, 1], "{}: one preStop run per container", r.pod);
-        assert_eq!(r.seen, ["v2", "v2"], "{}: the new containers see the new value", r.pod);
+        assert_eq!(
+            r.seen,
+            ["v2", "v2"],
+            "{}: the new containers see the new value",
+            r.pod
+        );
     }
     let stops = d
         .log()
         .iter()
-        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("stopping container")))
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("stopping container"))
+        })
         .count();
     assert_eq!(stops, 2 * CHANGES, "kruised stopped each container once");
     let mut took: Vec<Duration> = results.iter().map(|r| r.took).collect();

@@ -12,13 +12,13 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kruised::cri::{Endpoint, RemoteRuntime, Timeouts};
+use kruised::k8s::keys;
 use kube::api::{
     Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Client, Resource, ResourceExt};
-use kruised::k8s::keys;
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};

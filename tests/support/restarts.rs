@@ -52,7 +52,9 @@ impl HookServer {
                             .or_default() += 1;
                     }
                     let _ = s
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        )
                         .await;
                 });
             }
@@ -101,7 +103,10 @@ pub fn workload_pod(scene: &Scene, hooks: &HookServer, name: &str) -> serde_json
         name,
         &[(CONTAINERS[0], &image, env), (CONTAINERS[1], &image, env)],
     );
-    let url = format!("http://127.0.0.1:{}/hook/{name}/{}", hooks.port, CONTAINERS[0]);
+    let url = format!(
+        "http://127.0.0.1:{}/hook/{name}/{}",
+        hooks.port, CONTAINERS[0]
+    );
     pod["spec"]["containers"][0]["lifecycle"] = json!({"preStop": {"exec": {"command":
         ["sh", "-c", format!("wget -q -O /dev/null {url}")]}}});
     pod["spec"]["containers"][1]["lifecycle"] = json!({"preStop": {"httpGet": {
@@ -175,9 +180,15 @@ pub async fn create_pods(scene: &Scene, hooks: &HookServer, prefix: &str, n: usi
         scene.set_update_ready(name, true).await;
     }
     for name in &names {
-        wait_for(&pods, name, "the pod running and annotated", |p: Option<&Pod>| {
-            super::cluster::all_running(p) && p.and_then(meta).is_some_and(|m| m.containers.len() == 2)
-        })
+        wait_for(
+            &pods,
+            name,
+            "the pod running and annotated",
+            |p: Option<&Pod>| {
+                super::cluster::all_running(p)
+                    && p.and_then(meta).is_some_and(|m| m.containers.len() == 2)
+            },
+        )
         .await;
         scene.set_update_ready(name, false).await;
     }
@@ -186,7 +197,12 @@ pub async fn create_pods(scene: &Scene, hooks: &HookServer, prefix: &str, n: usi
 
 /// Changes `app-config` of every pod of `wave` to `value` at once, and waits for each change
 /// to complete.
-pub async fn change_wave(scene: &Scene, hooks: &HookServer, wave: &[String], value: &str) -> Vec<ChangeResult> {
+pub async fn change_wave(
+    scene: &Scene,
+    hooks: &HookServer,
+    wave: &[String],
+    value: &str,
+) -> Vec<ChangeResult> {
     let pods = scene.pods();
     let mut before = Vec::new();
     for name in wave {
@@ -199,16 +215,22 @@ pub async fn change_wave(scene: &Scene, hooks: &HookServer, wave: &[String], val
     for (name, _, _) in &before {
         started.push(Instant::now());
         scene
-            .patch_pod(name, json!({"metadata": {"annotations": {"app-config": value}}}))
+            .patch_pod(
+                name,
+                json!({"metadata": {"annotations": {"app-config": value}}}),
+            )
             .await;
     }
     // wait for every pod at once, so that each change is timed on its own
     let waits = before.iter().zip(&started).map(|((name, ids, _), at)| {
         let pods = pods.clone();
         async move {
-            let p = wait_for(&pods, name, "both containers restarted with the new value", |p: Option<&Pod>| {
-                changed(p, ids)
-            })
+            let p = wait_for(
+                &pods,
+                name,
+                "both containers restarted with the new value",
+                |p: Option<&Pod>| changed(p, ids),
+            )
             .await;
             (p, at.elapsed())
         }
@@ -218,7 +240,11 @@ pub async fn change_wave(scene: &Scene, hooks: &HookServer, wave: &[String], val
     for ((name, _, hooks_before), (p, took)) in before.into_iter().zip(done) {
         let mut seen = [String::new(), String::new()];
         for (i, c) in CONTAINERS.iter().enumerate() {
-            seen[i] = echo(&scene.lab, status_of(&p, c).container_id.as_deref().unwrap_or_default()).await;
+            seen[i] = echo(
+                &scene.lab,
+                status_of(&p, c).container_id.as_deref().unwrap_or_default(),
+            )
+            .await;
         }
         out.push(ChangeResult {
             took,
