@@ -351,7 +351,7 @@ async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<(), ApiError> {
         return Ok(());
     }
     let current = shared.store.read(|st| st.rv);
-    let mut e = ApiError::new(504, "Timeout", format!("Too large resource version: {rv}, current: {current}"))
+    let mut e = ApiError::new(504, "Timeout", format!("Timeout: Too large resource version: {rv}, current: {current}"))
         .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
     e.retry_after = Some(1);
     Err(e)

@@ -672,4 +672,50 @@ mod tests {
             ["unknown field \"junk\"", "unknown field \"metadata.x\""]
         );
     }
+
+    #[test]
+    fn bounds_patterns_duplicates_and_int32_are_worded_like_the_real_server() {
+        let crr = kruise_schema("containerrecreaterequests", "v1beta1").unwrap_or_default();
+        let cond = |t: &str, reason: &str| {
+            json!({"type": t, "status": "True", "reason": reason, "message": "m",
+                "lastTransitionTime": "2025-01-01T00:00:00Z"})
+        };
+        let obj = json!({"spec": {"podName": "p", "containers": [{"name": "c"}],
+                "activeDeadlineSeconds": -1},
+            "status": {"phase": "Pending", "conditions": [cond("A", "bad reason!"), cond("A", "R")]}});
+        let causes = crr.validate(&obj, None);
+        assert_eq!(
+            causes,
+            vec![
+                (
+                    "spec.activeDeadlineSeconds".to_string(),
+                    "FieldValueInvalid",
+                    "Invalid value: -1: spec.activeDeadlineSeconds in body should be greater than or equal to 0".to_string()
+                ),
+                (
+                    "status.conditions[0].reason".to_string(),
+                    "FieldValueInvalid",
+                    "Invalid value: \"bad reason!\": conditions[0].reason in body should match '^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$'".to_string()
+                ),
+                (
+                    "status.conditions[1]".to_string(),
+                    "FieldValueDuplicate",
+                    "Duplicate value: {\"type\":\"A\"}".to_string()
+                ),
+            ]
+        );
+        assert!(
+            crr.validate(&obj, Some(&obj)).is_empty(),
+            "all unchanged: ratcheted"
+        );
+        let ni = kruise_schema("nodeimages", "v1beta1").unwrap_or_default();
+        assert_eq!(
+            ni.validate(&json!({"status": {"desired": 4_294_967_296_i64}}), None),
+            vec![(
+                "status".to_string(),
+                "FieldValueInvalid",
+                "Invalid value: \"\": Checked value must be of type integer with format int32 in desired".to_string()
+            )]
+        );
+    }
 }

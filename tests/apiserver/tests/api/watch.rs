@@ -291,6 +291,14 @@ async fn a_watch_from_a_future_resource_version_answers_200_and_sends_what_comes
         .await;
     assert_eq!(r.status, 504, "a list waits, then answers 504");
     assert_eq!(r.body["reason"], "Timeout");
+    assert_eq!(
+        r.body["message"],
+        format!(
+            "Timeout: Too large resource version: {}, current: {}",
+            future + 100,
+            s.resource_version()
+        )
+    );
 }
 
 #[tokio::test]
