@@ -46,6 +46,34 @@ pub(crate) fn api_versions(addr: SocketAddr) -> Value {
     })
 }
 
+/// Kubernetes version priority: GA before beta before alpha, higher numbers
+/// first, anything else last (alphabetically).
+fn version_priority(v: &str) -> (u8, i64, i64, String) {
+    let parse = |s: &str| -> Option<(i64, u8, i64)> {
+        let rest = s.strip_prefix('v')?;
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let major: i64 = rest[..end].parse().ok()?;
+        let tail = &rest[end..];
+        let (level, minor) = if tail.is_empty() {
+            (0, 0)
+        } else if let Some(n) = tail.strip_prefix("beta") {
+            (1, n.parse().ok()?)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (2, n.parse().ok()?)
+        } else {
+            return None;
+        };
+        Some((major, level, minor))
+    };
+    match parse(v) {
+        Some((major, level, minor)) => (level, -major, -minor, String::new()),
+        None => (3, 0, 0, v.to_string()),
+    }
+}
+
+/// Served groups with their versions, preferred (highest priority) first.
 fn groups(kinds: &[KindInfo]) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for k in kinds.iter().filter(|k| !k.group.is_empty()) {
@@ -57,6 +85,9 @@ fn groups(kinds: &[KindInfo]) -> Vec<(String, Vec<String>)> {
             }
             None => out.push((k.group.clone(), vec![k.version.clone()])),
         }
+    }
+    for (_, vs) in &mut out {
+        vs.sort_by_key(|v| version_priority(v));
     }
     out
 }

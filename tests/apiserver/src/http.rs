@@ -48,6 +48,19 @@ fn json_response(code: u16, v: &Value) -> Response<Body> {
     r
 }
 
+/// A JSON response with one `Warning: 299 - "..."` header per warning, like
+/// the real server's unknown-field warnings.
+fn warned(code: u16, v: &Value, warnings: &[String]) -> Response<Body> {
+    let mut r = json_response(code, v);
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(h) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(hyper::header::WARNING, h);
+        }
+    }
+    r
+}
+
 fn error_response(e: &ApiError) -> Response<Body> {
     let mut r = json_response(e.code, &e.to_status());
     if let Some(secs) = e.retry_after
@@ -292,6 +305,24 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
+/// The Go type name `encoding/json` uses for a JSON value in unmarshal errors.
+fn go_json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `422` for invalid list/watch options, worded like the real server.
+fn list_options_invalid(causes: &[(&str, &str, String)]) -> ApiError {
+    let lo = KindInfo::core("meta.k8s.io", "v1", "listoptions", "ListOptions", false);
+    ApiError::invalid(&lo, "", causes)
+}
+
 fn parse_rv(v: Option<&str>) -> Result<Option<u64>, ApiError> {
     match v {
         None | Some("") | Some("0") => Ok(None),
@@ -320,7 +351,7 @@ async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<(), ApiError> {
         return Ok(());
     }
     let current = shared.store.read(|st| st.rv);
-    let mut e = ApiError::new(504, "Timeout", format!("Too large resource version: {rv}, current: {current}"))
+    let mut e = ApiError::new(504, "Timeout", format!("Timeout: Too large resource version: {rv}, current: {current}"))
         .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
     e.retry_after = Some(1);
     Err(e)
@@ -353,20 +384,40 @@ async fn resource(
                 params.get("labelSelector"),
                 params.get("fieldSelector"),
             )?;
-            if params.get("continue").is_none()
-                && let Some(rv) = parse_rv(params.get("resourceVersion"))?
+            let rv_param = params.get("resourceVersion").filter(|v| !v.is_empty());
+            let cont = params.get("continue").filter(|v| !v.is_empty());
+            if cont.is_some() && rv_param.is_some() {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            if params
+                .get("resourceVersionMatch")
+                .is_some_and(|m| !m.is_empty())
+                && rv_param.is_none()
+            {
+                return Err(list_options_invalid(&[(
+                    "resourceVersionMatch",
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                        .into(),
+                )]));
+            }
+            if cont.is_none()
+                && let Some(rv) = parse_rv(rv_param)?
             {
                 wait_for_rv(shared, rv).await?;
             }
             let limit = match params.get("limit") {
+                // resourceVersion=0 is served from the watch cache, which ignores limit
+                _ if rv_param == Some("0") => None,
                 Some(l) => Some(
                     l.parse::<usize>()
                         .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
                 ),
                 None => None,
             };
-            let list =
-                store.write(|st| list::list(st, kidx, ns, &sel, limit, params.get("continue")))?;
+            let list = store.write(|st| list::list(st, kidx, ns, &sel, limit, cont))?;
             Ok(json_response(200, &list))
         }
         ("GET", Some(name)) => {
@@ -382,14 +433,16 @@ async fn resource(
                 return Err(ApiError::method_not_allowed());
             }
             let obj = parse_json(body)?;
-            let created =
-                store.write(|st| ops::create(st, kidx, ns, obj, Origin::Http, dry_run))?;
-            Ok(json_response(201, &created))
+            let (created, warnings) = store.write(|st| {
+                let r = ops::create(st, kidx, ns, obj, Origin::Http, dry_run);
+                (r, std::mem::take(&mut st.warnings))
+            });
+            Ok(warned(201, &created?, &warnings))
         }
         ("PUT", Some(name)) => {
             let obj = parse_json(body)?;
-            let (v, created) = store.write(|st| {
-                ops::update(
+            let (r, warnings) = store.write(|st| {
+                let r = ops::update(
                     st,
                     kidx,
                     ns,
@@ -399,24 +452,54 @@ async fn resource(
                     Origin::Http,
                     dry_run,
                     true,
-                )
-            })?;
-            Ok(json_response(if created { 201 } else { 200 }, &v))
+                );
+                (r, std::mem::take(&mut st.warnings))
+            });
+            let (v, created) = r?;
+            Ok(warned(if created { 201 } else { 200 }, &v, &warnings))
         }
         ("PATCH", Some(name)) => {
-            let accepted = if kind.custom {
-                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-            } else {
-                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+            let ptype = ctype.and_then(PatchType::from_content_type);
+            let ptype = match ptype {
+                Some(PatchType::Strategic) | None if kind.custom => {
+                    return Err(ApiError::unsupported_patch(
+                        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    ));
+                }
+                Some(p) => p,
+                None => {
+                    return Err(ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        "415: Unsupported Media Type",
+                    )
+                    .with_details(json!({})));
+                }
             };
-            let ptype = ctype
-                .and_then(PatchType::from_content_type)
-                .ok_or_else(|| ApiError::unsupported_patch(accepted))?;
-            let patch = parse_json(body)?;
+            let patch: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            match (ptype, &patch) {
+                (PatchType::Merge | PatchType::Strategic, p) if !p.is_object() => {
+                    return Err(ApiError::bad_request(format!(
+                        "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                        go_json_type(p)
+                    )));
+                }
+                (PatchType::Json, p) if !p.is_array() => {
+                    return Err(ApiError::bad_request(format!(
+                        "error decoding patch: json: cannot unmarshal {} into Go value of type jsonpatch.Patch",
+                        go_json_type(p)
+                    )));
+                }
+                _ => {}
+            }
             let manager = params.get("fieldManager");
-            let (v, created) = store
-                .write(|st| ops::patch(st, kidx, ns, name, sub, ptype, &patch, manager, dry_run))?;
-            Ok(json_response(if created { 201 } else { 200 }, &v))
+            let (r, warnings) = store.write(|st| {
+                let r = ops::patch(st, kidx, ns, name, sub, ptype, &patch, manager, dry_run);
+                (r, std::mem::take(&mut st.warnings))
+            });
+            let (v, created) = r?;
+            Ok(warned(if created { 201 } else { 200 }, &v, &warnings))
         }
         ("DELETE", Some(name)) if sub == Sub::Main => {
             let opts = if body.is_empty() {
@@ -440,7 +523,21 @@ async fn resource(
                     .and_then(Value::as_array)
                     .is_some_and(|a| a.iter().any(|x| x == "All"));
             let (v, gone) = store.write(|st| ops::delete(st, kidx, ns, name, &pre, dry))?;
-            Ok(json_response(if gone { 200 } else { 202 }, &v))
+            if gone && !kind.delete_returns_object {
+                // the real server answers a Status for kinds that do not return the object
+                let mut details = json!({
+                    "name": name,
+                    "kind": kind.plural,
+                    "uid": v.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                });
+                if !kind.group.is_empty() {
+                    details["group"] = json!(kind.group);
+                }
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Success", "details": details});
+                return Ok(json_response(200, &status));
+            }
+            Ok(json_response(200, &v))
         }
         ("DELETE", None) => {
             let sel = Selectors::parse(
@@ -472,15 +569,30 @@ async fn start_watch(
     let send_initial = params
         .get("sendInitialEvents")
         .map(|v| v == "true" || v == "1");
-    if send_initial == Some(true)
-        && (params.get("resourceVersionMatch") != Some("NotOlderThan") || !bookmarks)
-    {
-        let lo = KindInfo::core("meta.k8s.io", "v1", "listoptions", "ListOptions", false);
-        return Err(ApiError::invalid(&lo, "", &[(
-            "sendInitialEvents",
+    let rv_match = params.get("resourceVersionMatch").filter(|m| !m.is_empty());
+    let mut causes = Vec::new();
+    match (send_initial, rv_match) {
+        (None, Some(_)) => causes.push((
+            "resourceVersionMatch",
             "FieldValueForbidden",
-            "Forbidden: sendInitialEvents requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true".into(),
-        )]));
+            "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_string(),
+        )),
+        (Some(_), None) => causes.push((
+            "resourceVersionMatch",
+            "FieldValueForbidden",
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".to_string(),
+        )),
+        _ => {}
+    }
+    if let Some(m) = rv_match.filter(|m| *m != "NotOlderThan") {
+        causes.push((
+            "resourceVersionMatch",
+            "FieldValueNotSupported",
+            format!("Unsupported value: \"{m}\": supported values: \"NotOlderThan\""),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(list_options_invalid(&causes));
     }
     let timeout = params
         .get("timeoutSeconds")
@@ -488,9 +600,8 @@ async fn start_watch(
         .filter(|s| *s > 0)
         .map(Duration::from_secs)
         .unwrap_or(DEFAULT_WATCH_TIMEOUT);
-    if let Some(r) = rv {
-        wait_for_rv(shared, r).await?;
-    }
+    // A resourceVersion ahead of the store is not an error for a watch: the
+    // real watch cache answers 200 and sends what comes after it.
     let current = shared.store.read(|st| st.rv);
     let start = match (send_initial, rv) {
         (Some(true), _) | (None, None) => Start::Initial,
@@ -504,7 +615,6 @@ async fn start_watch(
         selectors,
         start,
         bookmarks,
-        initial_events_end: send_initial == Some(true),
         timeout,
     };
     let (tx, rx) = mpsc::channel::<watch::Chunk>(64);

@@ -5,7 +5,11 @@
 //! resourceVersion required on update, strategic merge refused), [`KindInfo::core`]
 //! gives built-in semantics that can be adjusted with the builder methods.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
+
+use crate::schema::{Schema, kruise_schema};
 
 /// What happens to `.status` when an object is created over HTTP.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +28,13 @@ pub enum Conversion {
     /// `events.k8s.io/v1` `Event`, stored as core `v1` `Event` (shared storage,
     /// converted field by field like the real server does).
     EventsV1,
+    /// Another served version of a custom resource whose CRD has `conversion:
+    /// {strategy: None}`: stored in the entry with the same group and plural
+    /// and no conversion (the storage version). Only `apiVersion` changes;
+    /// everything read or written through this version is pruned to its
+    /// [`KindInfo::schema`], so a write through it drops the fields only the
+    /// storage version has, from storage too.
+    CrdVersion,
 }
 
 /// A field selector key a kind supports beyond `metadata.name`/`metadata.namespace`.
@@ -69,6 +80,12 @@ pub struct KindInfo {
     pub conversion: Option<Conversion>,
     /// Short names for discovery.
     pub short_names: Vec<String>,
+    /// Structural schema (custom resources): objects are pruned and defaulted
+    /// with it on every read and write, and HTTP writes validated against it.
+    pub schema: Option<Arc<Schema>>,
+    /// Whether DELETE answers with the deleted object (pods, namespaces) rather
+    /// than a `Status` of `Success` (everything else, custom resources included).
+    pub delete_returns_object: bool,
 }
 
 impl KindInfo {
@@ -89,6 +106,8 @@ impl KindInfo {
             status_on_create: StatusOnCreate::Keep,
             conversion: None,
             short_names: Vec::new(),
+            schema: None,
+            delete_returns_object: false,
         }
     }
 
@@ -132,6 +151,25 @@ impl KindInfo {
         self
     }
 
+    /// Prune, default and validate objects with `schema`.
+    pub fn with_schema(mut self, schema: Arc<Schema>) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// Serve this entry as a non-storage version of the custom resource with
+    /// the same group and plural ([`Conversion::CrdVersion`]).
+    pub fn as_other_version(mut self) -> Self {
+        self.conversion = Some(Conversion::CrdVersion);
+        self
+    }
+
+    /// Make DELETE answer with the deleted object instead of a `Status`.
+    pub fn with_delete_returning_object(mut self) -> Self {
+        self.delete_returns_object = true;
+        self
+    }
+
     /// Add discovery short names.
     pub fn with_short_names(mut self, names: &[&str]) -> Self {
         self.short_names = names.iter().map(|s| s.to_string()).collect();
@@ -168,27 +206,46 @@ impl KindInfo {
     /// Whether `key` is a supported field selector key.
     pub fn supports_field(&self, key: &str) -> bool {
         key == "metadata.name"
-            || key == "metadata.namespace"
+            || (key == "metadata.namespace" && self.namespaced)
             || self.fields.iter().any(|f| f.key == key)
     }
 }
 
 /// The kinds served by default: core pods, events, secrets, namespaces, nodes,
-/// `events.k8s.io/v1` events and the three `apps.kruise.io/v1alpha1` kinds.
+/// `events.k8s.io/v1` events and OpenKruise's custom resources as the real
+/// cluster serves them with kruise's CRDs installed ([`kruise_kinds`]).
 pub fn default_kinds() -> Vec<KindInfo> {
+    let mut kinds = core_kinds();
+    kinds.extend(kruise_kinds());
+    kinds
+}
+
+/// [`default_kinds`] with the kruise resources served at `v1alpha1` only (a
+/// kruise before 1.9 or a CRD without `v1beta1`), each stored as `v1alpha1`.
+pub fn default_kinds_v1alpha1_only() -> Vec<KindInfo> {
+    let mut kinds = core_kinds();
+    kinds.extend(kruise_kinds_v1alpha1_only());
+    kinds
+}
+
+fn core_kinds() -> Vec<KindInfo> {
     vec![
-        KindInfo::core("", "v1", "pods", "Pod", true)
-            .with_status_subresource(true)
-            .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Pending"})))
-            .with_field("spec.nodeName", "spec.nodeName", "")
-            .with_field("spec.restartPolicy", "spec.restartPolicy", "")
-            .with_field("spec.schedulerName", "spec.schedulerName", "")
-            .with_field("spec.serviceAccountName", "spec.serviceAccountName", "")
-            .with_field("spec.hostNetwork", "spec.hostNetwork", "false")
-            .with_field("status.phase", "status.phase", "")
-            .with_field("status.podIP", "status.podIP", "")
-            .with_field("status.nominatedNodeName", "status.nominatedNodeName", "")
-            .with_short_names(&["po"]),
+        KindInfo {
+            tracks_generation: true,
+            ..KindInfo::core("", "v1", "pods", "Pod", true)
+        }
+        .with_status_subresource(true)
+        .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Pending"})))
+        .with_delete_returning_object()
+        .with_field("spec.nodeName", "spec.nodeName", "")
+        .with_field("spec.restartPolicy", "spec.restartPolicy", "")
+        .with_field("spec.schedulerName", "spec.schedulerName", "")
+        .with_field("spec.serviceAccountName", "spec.serviceAccountName", "")
+        .with_field("spec.hostNetwork", "spec.hostNetwork", "false")
+        .with_field("status.phase", "status.phase", "")
+        .with_field("status.podIP", "status.podIP", "")
+        .with_field("status.nominatedNodeName", "status.nominatedNodeName", "")
+        .with_short_names(&["po"]),
         KindInfo::core("", "v1", "events", "Event", true)
             .with_create_on_update()
             .with_field("involvedObject.kind", "involvedObject.kind", "")
@@ -211,6 +268,7 @@ pub fn default_kinds() -> Vec<KindInfo> {
         KindInfo::core("", "v1", "namespaces", "Namespace", false)
             .with_status_subresource(true)
             .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Active"})))
+            .with_delete_returning_object()
             .with_field("status.phase", "status.phase", "")
             .with_short_names(&["ns"]),
         KindInfo::core("", "v1", "nodes", "Node", false)
@@ -230,29 +288,91 @@ pub fn default_kinds() -> Vec<KindInfo> {
                 .with_field("type", "type", "")
                 .with_short_names(&["ev"])
         },
-        KindInfo::custom(
-            "apps.kruise.io",
-            "v1alpha1",
-            "nodeimages",
-            "NodeImage",
-            false,
-        ),
-        KindInfo::custom(
-            "apps.kruise.io",
-            "v1alpha1",
-            "containerrecreaterequests",
-            "ContainerRecreateRequest",
-            true,
-        )
-        .with_short_names(&["crr"]),
-        KindInfo::custom(
-            "apps.kruise.io",
-            "v1alpha1",
-            "nodepodprobes",
-            "NodePodProbe",
-            false,
-        ),
     ]
+}
+
+/// One of kruise's CRDs (openkruise/kruise `config/crd/bases`, as in the real test cluster).
+struct KruiseCrd {
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    /// Served versions; the first is the storage version.
+    versions: &'static [&'static str],
+}
+
+const KRUISE: &[KruiseCrd] = &[
+    KruiseCrd {
+        plural: "nodeimages",
+        kind: "NodeImage",
+        namespaced: false,
+        short_names: &[],
+        versions: &["v1beta1", "v1alpha1"],
+    },
+    KruiseCrd {
+        plural: "containerrecreaterequests",
+        kind: "ContainerRecreateRequest",
+        namespaced: true,
+        short_names: &["crr"],
+        versions: &["v1beta1", "v1alpha1"],
+    },
+    KruiseCrd {
+        plural: "imagepulljobs",
+        kind: "ImagePullJob",
+        namespaced: true,
+        short_names: &[],
+        versions: &["v1beta1", "v1alpha1"],
+    },
+    KruiseCrd {
+        plural: "nodepodprobes",
+        kind: "NodePodProbe",
+        namespaced: false,
+        short_names: &[],
+        versions: &["v1alpha1"],
+    },
+    KruiseCrd {
+        plural: "podprobemarkers",
+        kind: "PodProbeMarker",
+        namespaced: true,
+        short_names: &[],
+        versions: &["v1alpha1"],
+    },
+];
+
+fn kruise_kind(crd: &KruiseCrd, version: &str) -> KindInfo {
+    let mut k = KindInfo::custom(
+        "apps.kruise.io",
+        version,
+        crd.plural,
+        crd.kind,
+        crd.namespaced,
+    )
+    .with_short_names(crd.short_names);
+    k.schema = kruise_schema(crd.plural, version);
+    k
+}
+
+/// OpenKruise's custom resources as kruise's CRDs serve them: NodeImage,
+/// ContainerRecreateRequest and ImagePullJob at `v1beta1` (storage) and
+/// `v1alpha1` (conversion `None`: pruned to its own schema), NodePodProbe and
+/// PodProbeMarker at `v1alpha1`; every version with its CRD schema.
+pub fn kruise_kinds() -> Vec<KindInfo> {
+    let mut out = Vec::new();
+    for crd in KRUISE {
+        for (i, v) in crd.versions.iter().enumerate() {
+            let k = kruise_kind(crd, v);
+            out.push(if i == 0 { k } else { k.as_other_version() });
+        }
+    }
+    out
+}
+
+/// OpenKruise's custom resources at `v1alpha1` only, stored as `v1alpha1`.
+pub fn kruise_kinds_v1alpha1_only() -> Vec<KindInfo> {
+    KRUISE
+        .iter()
+        .map(|crd| kruise_kind(crd, "v1alpha1"))
+        .collect()
 }
 
 /// The registered kinds, with lookups by path and by name.
@@ -272,6 +392,12 @@ impl Kinds {
                 Some(Conversion::EventsV1) => list
                     .iter()
                     .position(|s| s.group.is_empty() && s.plural == "events")
+                    .unwrap_or(i),
+                Some(Conversion::CrdVersion) => list
+                    .iter()
+                    .position(|s| {
+                        s.conversion.is_none() && s.group == k.group && s.plural == k.plural
+                    })
                     .unwrap_or(i),
                 None => i,
             })
@@ -304,7 +430,9 @@ impl Kinds {
     }
 
     /// Resolve a kubectl-style name: `pods`, `Pod`, `nodeimages.apps.kruise.io`,
-    /// `events.events.k8s.io`, or `group/version/plural`. Core wins on ties.
+    /// `events.events.k8s.io`, `nodeimages.v1alpha1.apps.kruise.io` or
+    /// `group/version/plural`. Core wins on ties; without a version, the
+    /// storage version of a custom resource.
     pub(crate) fn resolve(&self, name: &str) -> Option<usize> {
         let parts: Vec<&str> = name.split('/').collect();
         if parts.len() == 3 {
@@ -313,7 +441,12 @@ impl Kinds {
         if parts.len() == 2 {
             return self.find("", parts[0], parts[1]);
         }
-        let by = |f: &dyn Fn(&KindInfo) -> bool| self.list.iter().position(f);
+        let by = |f: &dyn Fn(&KindInfo) -> bool| {
+            self.list
+                .iter()
+                .position(|k| k.conversion != Some(Conversion::CrdVersion) && f(k))
+                .or_else(|| self.list.iter().position(f))
+        };
         by(&|k| k.group.is_empty() && (k.plural == name || k.kind == name))
             .or_else(|| by(&|k| k.plural == name || k.kind == name || k.singular == name))
             .or_else(|| by(&|k| !k.group.is_empty() && format!("{}.{}", k.plural, k.group) == name))
@@ -321,21 +454,48 @@ impl Kinds {
     }
 }
 
-/// Convert an object from `kind`'s representation to its storage representation.
+/// Convert an object from `kind`'s representation to its storage representation
+/// (the caller sets the storage `kind`/`apiVersion`).
 pub(crate) fn to_storage(kind: &KindInfo, obj: Value) -> Value {
     match kind.conversion {
-        None => obj,
+        None | Some(Conversion::CrdVersion) => obj,
         Some(Conversion::EventsV1) => rename_fields(obj, EVENT_FIELDS, true, "v1"),
     }
 }
 
-/// Convert a stored object to `kind`'s representation (sets kind/apiVersion).
+/// Convert a stored object to `kind`'s representation: like the real server's
+/// decoding, pruned and defaulted with the version's schema, `apiVersion` set.
 pub(crate) fn from_storage(kind: &KindInfo, obj: &Value) -> Value {
     match kind.conversion {
-        None => obj.clone(),
         Some(Conversion::EventsV1) => {
             rename_fields(obj.clone(), EVENT_FIELDS, false, &kind.api_version())
         }
+        None | Some(Conversion::CrdVersion) => {
+            let mut out = obj.clone();
+            if let Some(schema) = &kind.schema {
+                schema.normalize(&mut out, None);
+            }
+            if kind.conversion.is_some() && out.is_object() {
+                out["apiVersion"] = json!(kind.api_version());
+            }
+            out
+        }
+    }
+}
+
+/// A stored object as a write through `kind` sees it: read through `kind`'s
+/// version and back in storage representation (same JSON but the fields the
+/// version does not have). Writes start from this, so they drop those fields.
+pub(crate) fn through_version(kind: &KindInfo, storage_kind: &KindInfo, obj: &Value) -> Value {
+    match (&kind.conversion, &kind.schema) {
+        (Some(Conversion::CrdVersion), _) | (None, Some(_)) => {
+            let mut v = from_storage(kind, obj);
+            if v.is_object() {
+                v["apiVersion"] = json!(storage_kind.api_version());
+            }
+            v
+        }
+        _ => obj.clone(),
     }
 }
 

@@ -2,36 +2,60 @@
 //!
 //! It speaks the subset of the kube-apiserver HTTP API a node daemon relies on,
 //! over plain HTTP on loopback, so the real `kube` client (`Client`, `Api<K>`,
-//! `kube::runtime::watcher`) can talk to it unchanged:
+//! `kube::runtime::watcher`) can talk to it unchanged. Its answers were checked
+//! against a real kube-apiserver v1.36 with OpenKruise's CRDs: `CONFORMANCE.md`
+//! lists every behaviour compared, and the tests in `tests/api` name them.
 //!
 //! * core `v1` pods, events, secrets, namespaces, nodes; `events.k8s.io/v1`
 //!   events (shared storage with core events, converted like the real server);
-//!   `apps.kruise.io/v1alpha1` NodeImage, ContainerRecreateRequest and
-//!   NodePodProbe as custom resources with a status subresource
-//!   ([`default_kinds`]; extend through [`Config::kinds`]);
+//!   OpenKruise's custom resources as its CRDs serve them ([`kruise_kinds`]):
+//!   NodeImage, ContainerRecreateRequest and ImagePullJob at `v1beta1`
+//!   (storage) and `v1alpha1`, NodePodProbe and PodProbeMarker at `v1alpha1`,
+//!   with a status subresource and each version's structural schema: unknown
+//!   fields pruned (with `Warning` headers), defaults applied, types, formats,
+//!   `required`, `enum`, bounds and patterns validated with ratcheting, and a
+//!   read or write through `v1alpha1` dropping what only `v1beta1` has
+//!   ([`default_kinds_v1alpha1_only`] serves `v1alpha1` alone; extend through
+//!   [`Config::kinds`]);
 //! * GET/LIST (selectors, `limit`/`continue`), WATCH (replay from a
-//!   resourceVersion, bookmarks, `timeoutSeconds`, 410 after compaction),
-//!   POST, PUT, PATCH (merge, JSON, strategic, apply), DELETE with
+//!   resourceVersion, `sendInitialEvents`, bookmarks as the watch cache sends
+//!   them, `timeoutSeconds`, 410 after compaction), POST, PUT, PATCH (merge,
+//!   JSON, strategic with the real list ordering, apply), DELETE with
 //!   finalizers, `/status` subresources and discovery;
 //! * a test control API ([`Control`], also under `/_double/` over HTTP) to
 //!   seed objects, compact, drop watches, inject faults and delays, count and
-//!   log requests, and wait for conditions without sleeping.
+//!   log requests, and wait for conditions without sleeping: what a real
+//!   server cannot do on demand.
 //!
 //! Where it knowingly differs from kube-apiserver:
 //!
 //! * server-side apply is "create if absent, else strategic merge (core kinds)
 //!   or merge patch (custom kinds)": no managedFields, no field ownership, no
 //!   apply conflicts, no removal of fields dropped from the applied config;
-//! * no defaulting of pod specs (only `status: {phase: Pending, qosClass}` on
-//!   create, `type: Opaque` for secrets, namespace finalizers/phase), and
-//!   validation only covers names, labels, annotations, finalizers during
-//!   deletion and the pod-spec update rule (images, activeDeadlineSeconds,
-//!   tolerations, terminationGracePeriodSeconds and schedulingGates may change);
-//! * pods are deleted at once (no kubelet, so no graceful deletion); deleting a
-//!   namespace removes it and its contents at once; no garbage collection by
-//!   ownerReferences; no admission, authentication or RBAC (any token works);
-//! * LIST with an old `resourceVersion` (any match) returns the current state;
-//!   GET ignores `resourceVersion`; JSON only, never protobuf or CBOR.
+//! * built-in kinds have no schema: no defaulting of pod specs (only `status:
+//!   {phase: Pending, qosClass}` on create, `type: Opaque` for secrets,
+//!   namespace finalizers/phase), unknown fields kept (only unknown `metadata`
+//!   fields are dropped), and validation only covers names, labels,
+//!   annotations, finalizers during deletion, events' namespaces and the
+//!   pod-spec update rule (its message lacks the real server's diff); typed
+//!   zero values the real server prints (`lastProbeTime: null`,
+//!   `eventTime: null`) are absent;
+//! * custom resources: CEL rules (`x-kubernetes-validations`) and `int64`
+//!   ranges are not checked (kruise's CRDs have none of the former); only
+//!   conversion strategy `None` exists (no webhooks), like kruise's CRDs
+//!   without kruise-manager;
+//! * pods are deleted at once (no kubelet, so no graceful deletion: the real
+//!   server keeps them with a `deletionTimestamp`); deleting a namespace
+//!   removes it and its contents at once; no garbage collection by
+//!   ownerReferences (the real pod GC also deletes pods bound to missing
+//!   nodes); no admission, authentication or RBAC (any token works);
+//! * LIST with an old `resourceVersion` (any match, `Exact` included) returns
+//!   the current state; GET ignores `resourceVersion`; continue tokens are
+//!   opaque `{snapshot}-{rv}-{position}` strings that stay valid until
+//!   [`Control::compact`] (the real server keeps serving them from its watch
+//!   cache even after etcd compaction); watches older than the last
+//!   compaction get the real `410 Expired` ERROR event, but only when the test
+//!   compacts (or `history_limit` overflows); JSON only, never protobuf or CBOR.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -48,6 +72,7 @@ mod kinds;
 mod list;
 mod ops;
 mod patch;
+mod schema;
 mod selectors;
 mod server;
 mod status;
@@ -56,8 +81,12 @@ mod util;
 mod watch;
 
 pub use control::{Control, Fault, RequestLog, RequestRecord, WaitTimeout};
-pub use kinds::{Conversion, FieldKey, KindInfo, StatusOnCreate, default_kinds};
+pub use kinds::{
+    Conversion, FieldKey, KindInfo, StatusOnCreate, default_kinds, default_kinds_v1alpha1_only,
+    kruise_kinds, kruise_kinds_v1alpha1_only,
+};
 pub use patch::{ListStrategy, PatchType, merge_key};
+pub use schema::{Cause, Schema, kruise_schema};
 pub use selectors::{FieldSelector, LabelSelector, Selectors};
 pub use server::{ApiServer, Config, Handle, kubeconfig_for};
 pub use status::{ApiError, reason_for_code};

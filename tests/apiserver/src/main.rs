@@ -27,7 +27,7 @@ struct Args {
     #[arg(long)]
     ready_file: Option<PathBuf>,
     /// Interval between watch BOOKMARK events, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 60_000)]
     bookmark_interval_ms: u64,
 }
 

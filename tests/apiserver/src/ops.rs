@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::kinds::{KindInfo, StatusOnCreate, from_storage, to_storage};
+use crate::kinds::{KindInfo, StatusOnCreate, from_storage, through_version, to_storage};
 use crate::patch::{self, PatchType};
 use crate::status::ApiError;
 use crate::store::{State, rv_of};
@@ -51,35 +51,139 @@ fn non_empty(s: Option<&str>) -> Option<&str> {
     s.filter(|s| !s.is_empty())
 }
 
-/// 400 unless `body` carries this kind's `kind`/`apiVersion`; the control API fills them in.
+/// Check `kind`/`apiVersion` of a request body like the real decoders: built-in
+/// kinds default missing ones from the URL, custom resources require both;
+/// the control API fills them in.
 fn check_type(kind: &KindInfo, body: &mut Value, origin: Origin) -> Result<(), ApiError> {
     if !body.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request must be a JSON object",
         ));
     }
-    if origin == Origin::Control {
+    let k = non_empty(body.get("kind").and_then(Value::as_str)).map(str::to_string);
+    let av = non_empty(body.get("apiVersion").and_then(Value::as_str)).map(str::to_string);
+    if origin == Origin::Control || (!kind.custom && k.is_none() && av.is_none()) {
         body["kind"] = json!(kind.kind);
         body["apiVersion"] = json!(kind.api_version());
         return Ok(());
     }
-    let k = non_empty(body.get("kind").and_then(Value::as_str));
-    let av = non_empty(body.get("apiVersion").and_then(Value::as_str));
-    match (k, av) {
-        (None, _) => Err(ApiError::bad_request(format!(
-            "Object 'Kind' is missing in '{body}'"
-        ))),
-        (_, None) => Err(ApiError::bad_request(format!(
-            "Object 'apiVersion' is missing in '{body}'"
-        ))),
-        (Some(k), Some(av)) if k != kind.kind || av != kind.api_version() => {
-            Err(ApiError::bad_request(format!(
-                "{k} in version \"{av}\" cannot be handled as a {}: no kind \"{k}\" is registered for version \"{av}\"",
+    let expected = kind.api_version();
+    if kind.custom {
+        let Some(k) = k else {
+            return Err(ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {}): Object 'Kind' is missing in '{body}'",
                 kind.kind
-            )))
+            )));
+        };
+        let av = av.unwrap_or_default();
+        if av != expected {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({expected})"
+            )));
         }
-        _ => Ok(()),
+        if k != kind.kind {
+            let other = KindInfo {
+                kind: k.clone(),
+                ..kind.clone()
+            };
+            let name = meta_str(body, "name").unwrap_or("").to_string();
+            return Err(ApiError::invalid(
+                &other,
+                &name,
+                &[(
+                    "kind",
+                    "FieldValueInvalid",
+                    format!("Invalid value: \"{k}\": must be {}", kind.kind),
+                )],
+            ));
+        }
+        return Ok(());
     }
+    let k = k.unwrap_or_else(|| kind.kind.clone());
+    let av = av.unwrap_or_else(|| expected.clone());
+    let version = av.rsplit('/').next().unwrap_or(&av).to_string();
+    // (a GA version is taken to be registered, so the kind is the problem)
+    if av != expected && version != "v1" {
+        return Err(ApiError::bad_request(format!(
+            "{k} in version \"{version}\" cannot be handled as a {}: no kind \"{k}\" is registered for version \"{av}\" in scheme \"kubernetes/pkg/api/legacyscheme/scheme.go:30\"",
+            kind.kind
+        )));
+    }
+    if k != kind.kind || av != expected {
+        return Err(ApiError::bad_request(format!(
+            "{k} in version \"{version}\" cannot be handled as a {}: converting ({version}.{k}) to (core.{}): unknown conversion",
+            kind.kind, kind.kind
+        )));
+    }
+    body["kind"] = json!(k);
+    body["apiVersion"] = json!(av);
+    Ok(())
+}
+
+/// Prune an HTTP request body like the real server's decoding: with the
+/// kind's schema (custom resources), else only unknown `metadata` fields.
+/// Dropped fields become `Warning` headers.
+fn prune_request(st: &mut State, kind: &KindInfo, obj: &mut Value, origin: Origin) {
+    if origin != Origin::Http {
+        return;
+    }
+    match &kind.schema {
+        Some(schema) => schema.normalize(obj, Some(&mut st.warnings)),
+        None => crate::schema::prune_object_meta(obj, &mut st.warnings),
+    }
+}
+
+/// 422 for an HTTP write whose result does not satisfy the kind's schema
+/// (values unchanged from `old` are not checked, like the real server's ratcheting).
+fn check_schema(
+    kind: &KindInfo,
+    name: &str,
+    obj: &Value,
+    old: Option<&Value>,
+    origin: Origin,
+) -> Result<(), ApiError> {
+    let (Some(schema), Origin::Http) = (&kind.schema, origin) else {
+        return Ok(());
+    };
+    let causes = schema.validate(obj, old);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, &str, String)> = causes
+        .iter()
+        .map(|(f, r, m)| (f.as_str(), *r, m.clone()))
+        .collect();
+    Err(ApiError::invalid(kind, name, &causes))
+}
+
+/// Core `v1` events must be in their object's namespace (or `default` for
+/// cluster-scoped objects), like the real server's event validation.
+fn check_event(kind: &KindInfo, name: &str, ns: &str, obj: &Value) -> Result<(), ApiError> {
+    if !is_core(kind, "events") {
+        return Ok(());
+    }
+    let involved = obj
+        .pointer("/involvedObject/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let legacy = obj.get("eventTime").is_none_or(Value::is_null);
+    let ok = match (involved.is_empty(), legacy) {
+        (true, true) => ns.is_empty() || ns == "default",
+        (true, false) => ns == "default" || ns == "kube-system",
+        (false, _) => ns == involved,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        kind,
+        name,
+        &[(
+            "involvedObject.namespace",
+            "FieldValueInvalid",
+            format!("Invalid value: \"{involved}\": does not match event.namespace"),
+        )],
+    ))
 }
 
 fn is_core(kind: &KindInfo, plural: &str) -> bool {
@@ -153,6 +257,7 @@ pub(crate) fn create(
     let kind = kinds.get(kidx);
     let sidx = kinds.storage_of(kidx);
     check_type(kind, &mut body, origin)?;
+    prune_request(st, kind, &mut body, origin);
     let mut obj = to_storage(kind, body);
     let storage_kind = kinds.get(sidx);
     obj["kind"] = json!(storage_kind.kind);
@@ -208,11 +313,17 @@ pub(crate) fn create(
         return Err(ApiError::invalid(kind, &name, &[cause]));
     }
     if origin == Origin::Http && non_empty(meta_str(&obj, "resourceVersion")).is_some() {
-        return Err(ApiError::internal(
+        // the real server answers a bare 500: no reason, no details
+        return Err(ApiError::new(
+            500,
+            "",
             "resourceVersion should not be set on objects to be created",
         ));
     }
     check_meta(kind, &name, &obj)?;
+    if origin == Origin::Http && kind.conversion.is_none() {
+        check_event(storage_kind, &name, &ns, &obj)?;
+    }
 
     if kind.namespaced && st.require_namespaces && !st.namespace_exists(&ns) {
         match origin {
@@ -279,11 +390,18 @@ pub(crate) fn create(
             obj["status"] = json!({"phase": "Active"});
         }
     }
+    check_schema(kind, &name, &obj, None, origin)?;
     if dry_run {
         return Ok(from_storage(kind, &obj));
     }
     let stored = st.put(sidx, obj);
     Ok(from_storage(kind, &stored))
+}
+
+fn container_count(pod: &Value) -> usize {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 const POD_UPDATE_FORBIDDEN: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
@@ -374,6 +492,7 @@ pub(crate) fn update(
     let sidx = kinds.storage_of(kidx);
     let storage_kind = kinds.get(sidx);
     check_type(kind, &mut body, origin)?;
+    prune_request(st, kind, &mut body, origin);
     let mut new = to_storage(kind, body);
     new["kind"] = json!(storage_kind.kind);
     new["apiVersion"] = json!(storage_kind.api_version());
@@ -405,7 +524,7 @@ pub(crate) fn update(
         String::new()
     };
 
-    let Some(old) = st.get(sidx, &ns, &name).cloned() else {
+    let Some(stored) = st.get(sidx, &ns, &name).cloned() else {
         if kind.allow_create_on_update && sub == Sub::Main {
             meta_mut(&mut new).remove("resourceVersion");
             let served = from_storage(kind, &new);
@@ -414,21 +533,24 @@ pub(crate) fn update(
         }
         return Err(ApiError::not_found(kind, &name));
     };
+    // The old object as this version sees it: a write through a version drops
+    // from storage what only the other version has, as on the real server.
+    let old = through_version(kind, storage_kind, &stored);
 
     if origin == Origin::Http {
         match non_empty(meta_str(&new, "resourceVersion")) {
-            Some(rv) if rv != rv_of(&old).to_string() => {
+            Some(rv) if rv != rv_of(&stored).to_string() => {
                 return Err(ApiError::conflict(kind, &name));
             }
             Some(_) => {}
             None if require_rv && kind.custom => {
-                return Err(ApiError::invalid(
+                return Err(ApiError::invalid_resource(
                     kind,
                     &name,
                     &[(
                         "metadata.resourceVersion",
                         "FieldValueInvalid",
-                        "Invalid value: 0x0: must be specified for an update".into(),
+                        "Invalid value: 0: must be specified for an update".into(),
                     )],
                 ));
             }
@@ -442,6 +564,17 @@ pub(crate) fn update(
             if storage_kind.status_subresource {
                 copy_field(&mut new, &old, "status");
             }
+            if is_core(storage_kind, "pods") && container_count(&new) != container_count(&old) {
+                return Err(ApiError::invalid(
+                    kind,
+                    &name,
+                    &[(
+                        "spec.containers",
+                        "FieldValueForbidden",
+                        "Forbidden: pod updates may not add or remove containers".into(),
+                    )],
+                ));
+            }
             if is_core(storage_kind, "pods")
                 && immutable_pod_spec(new.get("spec")) != immutable_pod_spec(old.get("spec"))
             {
@@ -454,7 +587,7 @@ pub(crate) fn update(
             new
         }
         (Origin::Http, Sub::Status) if storage_kind.custom => {
-            let mut n = (*old).clone();
+            let mut n = old.clone();
             copy_field(&mut n, &new, "status");
             n
         }
@@ -506,6 +639,10 @@ pub(crate) fn update(
         }
     }
     check_meta(kind, &name, &next)?;
+    if origin == Origin::Http && kind.conversion.is_none() {
+        check_event(storage_kind, &name, &ns, &next)?;
+    }
+    check_schema(kind, &name, &next, Some(&old), origin)?;
     if storage_kind.tracks_generation {
         let gen_old = old
             .pointer("/metadata/generation")
@@ -516,9 +653,9 @@ pub(crate) fn update(
     }
 
     let mut same = next.clone();
-    crate::store::set_rv(&mut same, rv_of(&old));
-    if same == *old {
-        return Ok((from_storage(kind, &old), false));
+    crate::store::set_rv(&mut same, rv_of(&stored));
+    if same == *stored {
+        return Ok((from_storage(kind, &stored), false));
     }
     if dry_run {
         return Ok((from_storage(kind, &next), false));

@@ -4,10 +4,13 @@
 //! Strategic merge follows the real server for the built-in kinds the double
 //! serves: maps merge recursively, `null` deletes a key, `$patch: replace` and
 //! `$patch: delete` work at map and list-element level, `$deleteFromPrimitiveList/<f>`
-//! removes values, `$setElementOrder/<f>` and `$retainKeys` are accepted and
-//! ignored, and lists merge by the patch merge key Kubernetes declares for that
+//! removes values, `$setElementOrder/<f>` orders the merged list, `$retainKeys`
+//! is accepted and ignored, and lists merge by the patch merge key Kubernetes declares for that
 //! field name (see [`merge_key`]); every other list is replaced. The merge keys
 //! are looked up by field name only, which is exact for the kinds served here.
+//! Merged lists are ordered like apimachinery's `normalizeElementOrder`: the
+//! patch's elements in patch order, interleaved with the elements only the
+//! server has in their old order, a new element going before any server-only one.
 
 use serde_json::{Map, Value};
 
@@ -82,7 +85,16 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-    json_patch::patch(target, &ops).map_err(|e| ApiError::from_code(422, e.to_string()))
+    json_patch::patch(target, &ops).map_err(|e| {
+        tracing::debug!(error = %e, "JSON patch failed");
+        // the real server does not say which operation failed
+        ApiError::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        )
+        .with_details(serde_json::json!({}))
+    })
 }
 
 /// Apply a strategic merge patch in place.
@@ -146,6 +158,11 @@ fn smp_map(
         Some("delete") => return Ok(MapOutcome::Deleted),
         Some(other) => return Err(format!("unknown patch type: {other} in map: {patch:?}")),
     }
+    let orders: Vec<(&str, &Vec<Value>)> = patch
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("$setElementOrder/")?, v.as_array()?)))
+        .collect();
+    let before: Vec<Option<Value>> = orders.iter().map(|(f, _)| orig.get(*f).cloned()).collect();
     for (k, v) in patch {
         if k == "$patch" || k == "$retainKeys" || k.starts_with("$setElementOrder/") {
             continue;
@@ -182,11 +199,14 @@ fn smp_map(
                         merge_keyed(oa, pa, key)?
                     }
                     (Some(ListStrategy::Primitives), Some(Value::Array(oa))) => {
+                        let original = oa.clone();
+                        let mut merged = original.clone();
                         for e in pa {
-                            if !oa.contains(e) {
-                                oa.push(e.clone());
+                            if !merged.contains(e) {
+                                merged.push(e.clone());
                             }
                         }
+                        *oa = normalize_order(merged, pa, &original, |v| v.clone());
                     }
                     _ => {
                         orig.insert(k.clone(), strip(v));
@@ -196,6 +216,23 @@ fn smp_map(
             other => {
                 orig.insert(k.clone(), other.clone());
             }
+        }
+    }
+    for ((field, order), before) in orders.into_iter().zip(before) {
+        let key = match merge_key(field) {
+            Some(ListStrategy::Key(key)) => Some(key),
+            _ => None,
+        };
+        if let Some(Value::Array(list)) = orig.get_mut(field) {
+            let server = match before {
+                Some(Value::Array(b)) => b,
+                _ => Vec::new(),
+            };
+            let id = |v: &Value| match key {
+                Some(key) => v.get(key).cloned().unwrap_or(Value::Null),
+                None => v.clone(),
+            };
+            *list = normalize_order(std::mem::take(list), order, &server, id);
         }
     }
     Ok(MapOutcome::Kept)
@@ -213,6 +250,8 @@ fn merge_keyed(orig: &mut Vec<Value>, patch: &[Value], key: &str) -> Result<(), 
             .collect();
         return Ok(());
     }
+    let mut merged = orig.clone();
+    let mut kept: Vec<Value> = Vec::new();
     for pe in patch {
         let Some(pm) = pe.as_object() else {
             return Err(format!("patch list element is not an object: {pe}"));
@@ -222,23 +261,65 @@ fn merge_keyed(orig: &mut Vec<Value>, patch: &[Value], key: &str) -> Result<(), 
                 "map: {pe} does not contain declared merge key: {key}"
             ));
         };
-        let pos = orig.iter().position(|o| o.get(key) == Some(kv));
         if directive(pm) == Some("delete") {
-            orig.retain(|o| o.get(key) != Some(kv));
+            merged.retain(|o| o.get(key) != Some(kv));
             continue;
         }
-        match pos.and_then(|p| orig.get_mut(p)) {
+        kept.push(pe.clone());
+        let pos = merged.iter().position(|o| o.get(key) == Some(kv));
+        match pos.and_then(|p| merged.get_mut(p)) {
             Some(Value::Object(om)) => {
                 if smp_map(om, pm)? == MapOutcome::Deleted
                     && let Some(p) = pos
                 {
-                    orig.remove(p);
+                    merged.remove(p);
                 }
             }
-            _ => orig.push(strip(pe)),
+            _ => merged.push(strip(pe)),
         }
     }
+    let id = |v: &Value| v.get(key).cloned().unwrap_or(Value::Null);
+    *orig = normalize_order(merged, &kept, orig, id);
     Ok(())
+}
+
+/// apimachinery's `normalizeElementOrder`: the merged elements that are in the
+/// patch, in patch order, merged with those only the server has, in server
+/// order; of two elements both in the server list the earlier goes first,
+/// otherwise the patch's element does.
+fn normalize_order(
+    merged: Vec<Value>,
+    patch: &[Value],
+    server: &[Value],
+    id: impl Fn(&Value) -> Value,
+) -> Vec<Value> {
+    let patch_ids: Vec<Value> = patch.iter().map(&id).collect();
+    let server_ids: Vec<Value> = server.iter().map(&id).collect();
+    let index = |ids: &[Value], v: &Value| ids.iter().position(|x| *x == id(v));
+    let (mut from_patch, mut server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|v| index(&patch_ids, v).is_some());
+    from_patch.sort_by_key(|v| index(&patch_ids, v));
+    server_only.sort_by_key(|v| index(&server_ids, v));
+    let mut out = Vec::with_capacity(from_patch.len() + server_only.len());
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        from_patch.into_iter().peekable(),
+    );
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (index(&server_ids, l), index(&server_ids, r)),
+                (Some(li), Some(ri)) if li < ri
+            ),
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        out.extend(next);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -267,9 +348,10 @@ mod tests {
         assert_eq!(
             out,
             json!({"spec": {"containers": [
-            {"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]},
             {"name": "b", "image": "b:2"},
-            {"name": "c", "image": "c:1"}]}})
+            {"name": "a", "image": "a:1", "env": [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}]},
+            {"name": "c", "image": "c:1"}]}}),
+            "patch order first, like the real server"
         );
     }
 
@@ -292,7 +374,20 @@ mod tests {
             json!({"metadata": {"finalizers": ["x"]}}),
             json!({"metadata": {"finalizers": ["y", "x"]}}),
         );
-        assert_eq!(out, json!({"metadata": {"finalizers": ["x", "y"]}}));
+        assert_eq!(
+            out,
+            json!({"metadata": {"finalizers": ["y", "x"]}}),
+            "patch order, like the real server"
+        );
+        let out = smp(
+            json!({"metadata": {"finalizers": ["a", "x"]}}),
+            json!({"metadata": {"finalizers": ["z"]}}),
+        );
+        assert_eq!(
+            out,
+            json!({"metadata": {"finalizers": ["z", "a", "x"]}}),
+            "a new value goes first"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! objects without the label, like the real server.
 //!
 //! Field selectors: `key=v`, `key==v`, `key!=v`, comma means AND, with `\`
-//! escaping. Keys a kind does not support answer `400 BadRequest`.
+//! escaping. Keys a kind does not support answer `400 BadRequest` with
+//! `field label not supported: <key>`, custom resources included.
 
 use serde_json::Value;
 
@@ -172,7 +173,11 @@ impl LabelSelector {
                                     values.push(v.clone());
                                     i += 1;
                                 }
-                                _ => return Err("unable to parse requirement: expected ')'".into()),
+                                _ => {
+                                    return Err(
+                                        "unable to parse requirement: found '', expected: ',' or ')'".into(),
+                                    );
+                                }
                             }
                         }
                         reqs.push((
@@ -318,18 +323,14 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
-    /// 400 for keys `kind` does not support, worded like the real server.
+    /// 400 for keys `kind` does not support, worded like the real server (the
+    /// same for custom resources; cluster-scoped kinds have no `metadata.namespace`).
     pub fn check(&self, kind: &KindInfo) -> Result<(), ApiError> {
         for (key, _, _) in &self.reqs {
             if !kind.supports_field(key) {
-                let msg = if kind.custom {
-                    format!(
-                        "\"{key}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
-                    )
-                } else {
-                    format!("field label not supported: {key}")
-                };
-                return Err(ApiError::bad_request(msg));
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {key}"
+                )));
             }
         }
         Ok(())

@@ -30,7 +30,8 @@ pub struct Config {
     pub addr: SocketAddr,
     /// Served kinds; push more to extend.
     pub kinds: Vec<KindInfo>,
-    /// Period of BOOKMARK events on watches that allow them.
+    /// Period of BOOKMARK events on watches that allow them (a minute, like
+    /// the real watch cache; each is sent only if the RV moved).
     pub bookmark_interval: Duration,
     /// HTTP creates in a missing namespace answer 404 (real behaviour); the
     /// control API creates the namespace instead.
@@ -51,7 +52,7 @@ impl Default for Config {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             kinds: default_kinds(),
-            bookmark_interval: Duration::from_secs(1),
+            bookmark_interval: Duration::from_secs(60),
             require_namespaces: true,
             initial_namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
                 .iter()
@@ -59,7 +60,7 @@ impl Default for Config {
                 .collect(),
             history_limit: 100_000,
             too_large_rv_wait: Duration::from_secs(3),
-            git_version: "v1.33.0".to_string(),
+            git_version: "v1.36.2".to_string(),
         }
     }
 }

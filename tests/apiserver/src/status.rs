@@ -129,12 +129,14 @@ impl ApiError {
             format!("[{}]", joined.join(", "))
         };
         let mut details = json!({
-            "name": name,
             "kind": kind.kind,
             "causes": causes.iter().map(|(field, reason, msg)| json!({
                 "reason": reason, "message": msg, "field": field,
             })).collect::<Vec<_>>(),
         });
+        if !name.is_empty() {
+            details["name"] = json!(name);
+        }
         if !kind.group.is_empty() {
             details["group"] = json!(kind.group);
         }
@@ -149,6 +151,16 @@ impl ApiError {
             ),
         )
         .with_details(details)
+    }
+
+    /// `422 Invalid` named after the resource rather than the kind, as the
+    /// generic registry words it (`nodeimages.apps.kruise.io "x" is invalid: ...`).
+    pub fn invalid_resource(kind: &KindInfo, name: &str, causes: &[(&str, &str, String)]) -> Self {
+        let plural = KindInfo {
+            kind: kind.plural.clone(),
+            ..kind.clone()
+        };
+        ApiError::invalid(&plural, name, causes)
     }
 
     /// `400 BadRequest`.
@@ -191,9 +203,11 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         let mut details = self.details.clone();
         if let Some(secs) = self.retry_after {
             let d = details.get_or_insert_with(|| json!({}));

@@ -72,6 +72,8 @@ pub(crate) struct State {
     snapshots: VecDeque<Snapshot>,
     next_snapshot: u64,
     pub require_namespaces: bool,
+    /// `Warning` header texts produced by the write in progress (taken by the HTTP layer).
+    pub warnings: Vec<String>,
 }
 
 fn key_of(obj: &Value) -> ObjKey {
@@ -114,6 +116,7 @@ impl State {
             snapshots: VecDeque::new(),
             next_snapshot: 1,
             require_namespaces,
+            warnings: Vec::new(),
         }
     }
 

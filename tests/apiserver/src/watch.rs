@@ -7,6 +7,16 @@
 //! DELETED (its previous state, stamped with the new RV), one that starts
 //! matching as ADDED. BOOKMARKs carry the RV up to which every event has been
 //! considered, so resuming from a bookmark never skips an event.
+//!
+//! Bookmarks follow the real watch cache too (measured on v1.36): when a watch
+//! that allows them starts with the current state (no resourceVersion, `0`, or
+//! `sendInitialEvents=true`), the initial ADDED events end with a bookmark
+//! annotated `k8s.io/initial-events-end: "true"`; after that a bookmark comes
+//! every `bookmark_interval` (a minute on the real server) and once two
+//! seconds before `timeoutSeconds` ends the watch, each only if the RV moved
+//! since the last event or bookmark sent. The stream then ends without one.
+//! A bookmark is the kind's empty object as the real server serializes it
+//! (a pod's has `spec: {containers: null}, status: {}`).
 
 use std::io;
 use std::sync::Arc;
@@ -41,8 +51,6 @@ pub(crate) struct WatchRequest {
     pub selectors: Selectors,
     pub start: Start,
     pub bookmarks: bool,
-    /// `sendInitialEvents=true`: end the initial events with a marked BOOKMARK.
-    pub initial_events_end: bool,
     pub timeout: Duration,
 }
 
@@ -54,6 +62,9 @@ pub(crate) struct WatchCtx {
     pub shutdown_rx: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
 }
+
+/// How long before the end of a watch the real server sends its last bookmark.
+const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
 /// One chunk of a watch body; an `Err` aborts the connection.
 pub(crate) type Chunk = Result<Bytes, io::Error>;
@@ -80,12 +91,36 @@ fn line(etype: &str, object: &Value) -> Bytes {
     Bytes::from(s)
 }
 
+/// The fields of a built-in kind's zero value as the real server serializes
+/// it in a bookmark (custom resources have none).
+fn empty_object_fields(kind: &KindInfo) -> Value {
+    match (kind.group.as_str(), kind.plural.as_str()) {
+        ("", "pods") => json!({"spec": {"containers": null}, "status": {}}),
+        ("", "namespaces") => json!({"spec": {}, "status": {}}),
+        ("", "nodes") => json!({"spec": {}, "status": {
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""}}}),
+        ("", "events") => json!({"involvedObject": {}, "source": {}, "firstTimestamp": null,
+            "lastTimestamp": null, "eventTime": null, "reportingComponent": "",
+            "reportingInstance": ""}),
+        ("events.k8s.io", "events") => json!({"eventTime": null, "regarding": {},
+            "deprecatedSource": {}, "deprecatedFirstTimestamp": null,
+            "deprecatedLastTimestamp": null}),
+        _ => json!({}),
+    }
+}
+
 fn bookmark(kind: &KindInfo, rv: u64, initial_end: bool) -> Bytes {
     let mut obj = json!({
         "kind": kind.kind,
         "apiVersion": kind.api_version(),
         "metadata": {"resourceVersion": rv.to_string()},
     });
+    if let (Value::Object(o), Value::Object(extra)) = (&mut obj, empty_object_fields(kind)) {
+        o.extend(extra);
+    }
     if initial_end {
         obj["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
@@ -183,18 +218,22 @@ pub(crate) async fn run(
                     return;
                 }
             }
-            if req.initial_events_end && !send(bookmark(&kind, rv, true)).await {
+            if req.bookmarks && !send(bookmark(&kind, rv, true)).await {
                 return;
             }
             rv
         }
     };
+    // RV of the last event or bookmark sent (or of the start): bookmarks only
+    // report progress past it.
+    let mut reported = last;
 
     let period = ctx.bookmark_interval.max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let pre_deadline = deadline.checked_sub(PRE_TIMEOUT_BOOKMARK);
+    let mut pre_deadline_due = pre_deadline.is_some_and(|t| t > Instant::now());
     let mut bookmark_due = false;
-    let mut closing = false;
     loop {
         let (events, now_rv, compacted) = ctx
             .store
@@ -204,20 +243,22 @@ pub(crate) async fn run(
             return;
         };
         for ev in events.iter().filter(|e| e.sidx == sidx) {
-            if let Some((etype, obj)) = req.transform(&kind, ev)
-                && !send(line(etype.as_str(), &obj)).await
-            {
-                return;
+            if let Some((etype, obj)) = req.transform(&kind, ev) {
+                if !send(line(etype.as_str(), &obj)).await {
+                    return;
+                }
+                reported = reported.max(ev.rv);
             }
         }
-        last = now_rv;
-        if bookmark_due && req.bookmarks && !send(bookmark(&kind, last, false)).await {
-            return;
+        // a watch from an RV ahead of the store waits for it
+        last = last.max(now_rv);
+        if bookmark_due && req.bookmarks && last > reported {
+            if !send(bookmark(&kind, last, false)).await {
+                return;
+            }
+            reported = last;
         }
         bookmark_due = false;
-        if closing {
-            return;
-        }
         tokio::select! {
             biased;
             _ = shutdown_rx.changed() => return,
@@ -226,8 +267,9 @@ pub(crate) async fn run(
                 return;
             }
             _ = tx.closed() => return,
-            _ = tokio::time::sleep_until(deadline) => {
-                closing = true;
+            _ = tokio::time::sleep_until(deadline) => return,
+            _ = tokio::time::sleep_until(pre_deadline.unwrap_or(deadline)), if pre_deadline_due => {
+                pre_deadline_due = false;
                 bookmark_due = true;
             }
             _ = ticker.tick(), if req.bookmarks => bookmark_due = true,

@@ -144,8 +144,9 @@ async fn put_without_resource_version_on_custom_resource_answers_422() {
     assert_eq!(r.body["reason"], "Invalid");
     assert_eq!(
         r.body["message"],
-        "NodeImage.apps.kruise.io \"n1\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+        "nodeimages.apps.kruise.io \"n1\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"
     );
+    assert_eq!(r.body["details"]["kind"], "nodeimages", "named by resource");
 }
 
 #[tokio::test]
@@ -206,11 +207,15 @@ async fn delete_without_finalizers_removes_the_object() {
 async fn delete_with_finalizers_sets_deletion_timestamp_until_the_last_finalizer_goes() {
     let (_s, c) = start().await;
     let mut crr = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": "r", "finalizers": ["a/x", "a/y"]}, "spec": {"podName": "p"}});
+        "metadata": {"name": "r", "finalizers": ["a/x", "a/y"]},
+        "spec": {"podName": "p", "containers": [{"name": "main"}]}});
     let path = "/apis/apps.kruise.io/v1alpha1/namespaces/default/containerrecreaterequests";
     assert_eq!(c.post(path, &crr).await.status, 201);
     let r = c.delete(&format!("{path}/r")).await;
-    assert_eq!(r.status, 202, "deletion pending finalizers is 202 Accepted");
+    assert_eq!(
+        r.status, 200,
+        "deletion pending finalizers answers 200 with the object, like the real server"
+    );
     assert!(r.body["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(
         r.body["metadata"]["generation"], 2,
@@ -357,6 +362,165 @@ async fn errors_are_metav1_status_objects_for_unknown_paths_and_methods() {
     assert_eq!(r.status, 400);
     assert_eq!(r.body["reason"], "BadRequest");
     let body: Value = json!({"metadata": {"name": "x"}});
-    let r = c.post(PODS, &body).await;
-    assert_eq!(r.status, 400, "kind is required");
+    let r = c.post(NODEIMAGES, &body).await;
+    assert_eq!(r.status, 400, "kind is required for custom resources");
+    assert_eq!(
+        r.body["message"],
+        "the object provided is unrecognized (must be of type NodeImage): Object 'Kind' is missing in '{\"metadata\":{\"name\":\"x\"}}'"
+    );
+}
+
+#[tokio::test]
+async fn delete_answers_a_success_status_except_for_pods_and_namespaces() {
+    let (_s, c) = start().await;
+    let created = c.post(NODEIMAGES, &node_image("n1")).await.body;
+    let r = c.delete(&format!("{NODEIMAGES}/n1")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": "n1", "group": "apps.kruise.io", "kind": "nodeimages",
+                "uid": created["metadata"]["uid"]}})
+    );
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+    c.post("/api/v1/namespaces/default/secrets", &secret).await;
+    let r = c.delete("/api/v1/namespaces/default/secrets/s").await;
+    assert_eq!(r.body["kind"], "Status");
+    c.post(PODS, &pod("a", "n1", json!({}))).await;
+    let r = c.delete(&format!("{PODS}/a")).await;
+    assert_eq!(r.body["kind"], "Pod", "pods answer with the object");
+}
+
+#[tokio::test]
+async fn create_with_a_resource_version_answers_a_bare_500() {
+    let (_s, c) = start().await;
+    let mut p = pod("a", "n1", json!({}));
+    p["metadata"]["resourceVersion"] = json!("5");
+    let r = c.post(PODS, &p).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.body,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "resourceVersion should not be set on objects to be created", "code": 500}),
+        "no reason, no details"
+    );
+}
+
+#[tokio::test]
+async fn core_kinds_default_a_missing_kind_and_api_version() {
+    let (_s, c) = start().await;
+    let mut p = pod("a", "n1", json!({}));
+    let m = p.as_object_mut().unwrap();
+    m.remove("kind");
+    m.remove("apiVersion");
+    let r = c.post(PODS, &p).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        (r.body["kind"].as_str(), r.body["apiVersion"].as_str()),
+        (Some("Pod"), Some("v1"))
+    );
+    let mut v2 = pod("b", "n1", json!({}));
+    v2["apiVersion"] = json!("v2");
+    let r = c.post(PODS, &v2).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["message"],
+        "Pod in version \"v2\" cannot be handled as a Pod: no kind \"Pod\" is registered for version \"v2\" in scheme \"kubernetes/pkg/api/legacyscheme/scheme.go:30\""
+    );
+}
+
+#[tokio::test]
+async fn pods_track_generation_and_forbid_adding_containers() {
+    let (_s, c) = start().await;
+    let created = c.post(PODS, &pod("a", "n1", json!({}))).await.body;
+    assert_eq!(created["metadata"]["generation"], 1);
+    let r = c
+        .patch(
+            &format!("{PODS}/a"),
+            "application/strategic-merge-patch+json",
+            &json!({"metadata": {"labels": {"x": "1"}}, "spec": {"containers": [{"name": "main", "image": "busybox:2"}]}}),
+        )
+        .await;
+    assert_eq!(r.body["metadata"]["generation"], 2, "spec changes bump it");
+    let r = c
+        .patch(
+            &format!("{PODS}/a/status"),
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "Running"}}),
+        )
+        .await;
+    assert_eq!(r.body["metadata"]["generation"], 2, "status writes do not");
+    let r = c
+        .patch(
+            &format!("{PODS}/a"),
+            "application/merge-patch+json",
+            &json!({"spec": {"containers": [{"name": "main", "image": "busybox:2"}, {"name": "side", "image": "x"}]}}),
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "Pod \"a\" is invalid: spec.containers: Forbidden: pod updates may not add or remove containers"
+    );
+}
+
+#[tokio::test]
+async fn core_events_must_be_in_the_namespace_of_their_object() {
+    let (_s, c) = start().await;
+    let events = "/api/v1/namespaces/default/events";
+    let ev = |name: &str, involved: Value| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": involved, "reason": "R", "message": "m", "type": "Normal",
+            "source": {"component": "kruise-daemon"}, "count": 1})
+    };
+    let r = c
+        .post(
+            events,
+            &ev(
+                "e1",
+                json!({"kind": "Pod", "namespace": "other", "name": "p"}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "Event \"e1\" is invalid: involvedObject.namespace: Invalid value: \"other\": does not match event.namespace"
+    );
+    let r = c
+        .post(
+            events,
+            &ev(
+                "e2",
+                json!({"kind": "Pod", "namespace": "default", "name": "p"}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = c
+        .post(
+            events,
+            &ev("e3", json!({"kind": "NodeImage", "name": "n1"})),
+        )
+        .await;
+    assert_eq!(
+        r.status, 201,
+        "cluster-scoped objects' events go to default: {}",
+        r.text
+    );
+    let r = c
+        .post(
+            "/api/v1/namespaces/kube-system/events",
+            &ev("e4", json!({"kind": "NodeImage", "name": "n1"})),
+        )
+        .await;
+    assert_eq!(r.status, 422, "but nowhere else");
+    let r = c
+        .patch(
+            &format!("{events}/e2"),
+            "application/strategic-merge-patch+json",
+            &json!({"count": 2, "message": "m2"}),
+        )
+        .await;
+    assert_eq!((r.status, r.body["count"].as_u64()), (200, Some(2)));
 }

@@ -7,4 +7,5 @@ mod crud;
 mod patch;
 mod selectors;
 mod status;
+mod versions;
 mod watch;

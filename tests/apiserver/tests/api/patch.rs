@@ -54,6 +54,10 @@ async fn json_patch_applies_operations_and_a_failed_test_answers_422() {
     assert_eq!(failed.status, 422);
     assert_eq!(failed.body["reason"], "Invalid");
     assert_eq!(
+        failed.body["message"], "the server rejected our request due to an error in our request",
+        "the real server does not say which operation failed"
+    );
+    assert_eq!(
         c.get(&format!("{PODS}/a")).await.body["metadata"]["labels"]["x"],
         "1",
         "nothing applied"
@@ -124,6 +128,139 @@ async fn unknown_patch_content_type_answers_415() {
         .patch(&format!("{PODS}/a"), "application/json", &json!({}))
         .await;
     assert_eq!(r.status, 415);
+    assert_eq!(r.body["message"], "415: Unsupported Media Type");
+    c.post(NODEIMAGES, &node_image("n1")).await;
+    let r = c
+        .patch(&format!("{NODEIMAGES}/n1"), "application/json", &json!({}))
+        .await;
+    assert_eq!(r.status, 415);
+    assert_eq!(
+        r.body["message"],
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    );
+}
+
+#[tokio::test]
+async fn undecodable_patches_answer_400_error_decoding_patch() {
+    let (_s, c) = start().await;
+    c.post(PODS, &pod("a", "n1", json!({}))).await;
+    let r = c.patch(&format!("{PODS}/a"), MERGE, &json!([1])).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["message"],
+        "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}"
+    );
+    let r = c
+        .request(
+            hyper::Method::PATCH,
+            &format!("{PODS}/a"),
+            Some(MERGE),
+            Some("{not json".into()),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("error decoding patch: ")),
+        "{}",
+        r.text
+    );
+}
+
+fn conditions(pod: &serde_json::Value) -> Vec<(String, String)> {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or_default().to_string(),
+                c["status"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn strategic_merge_orders_merged_lists_like_the_real_server_new_elements_first() {
+    let (_s, c) = start().await;
+    c.post(PODS, &pod("a", "n1", json!({}))).await;
+    let path = format!("{PODS}/a/status");
+    let smp = |conds: serde_json::Value| json!({"status": {"conditions": conds}});
+    let step = |r: &Resp| {
+        assert_eq!(r.status, 200, "{}", r.text);
+        conditions(&r.body)
+            .into_iter()
+            .map(|(t, s)| format!("{t}={s}"))
+            .collect::<Vec<_>>()
+    };
+    let r = c
+        .patch(
+            &path,
+            SMP,
+            &smp(json!([{"type": "A", "status": "True"}, {"type": "B", "status": "True"}])),
+        )
+        .await;
+    assert_eq!(step(&r), ["A=True", "B=True"]);
+    let r = c
+        .patch(&path, SMP, &smp(json!([{"type": "B", "status": "False"}, {"type": "A", "status": "False"}, {"type": "C", "status": "True"}])))
+        .await;
+    assert_eq!(step(&r), ["B=False", "A=False", "C=True"], "patch order");
+    let r = c
+        .patch(
+            &path,
+            SMP,
+            &smp(json!([{"type": "D", "status": "True"}, {"type": "A", "status": "True"}])),
+        )
+        .await;
+    assert_eq!(
+        step(&r),
+        ["D=True", "B=False", "A=True", "C=True"],
+        "a new element goes before the server's"
+    );
+    let r = c
+        .patch(
+            &path,
+            SMP,
+            &smp(json!([{"type": "C", "$patch": "delete"}, {"type": "E", "status": "True"}])),
+        )
+        .await;
+    assert_eq!(step(&r), ["E=True", "D=True", "B=False", "A=True"]);
+    let r = c
+        .patch(
+            &path,
+            SMP,
+            &json!({"status": {
+                "$setElementOrder/conditions": [{"type": "A"}, {"type": "B"}, {"type": "D"}, {"type": "E"}],
+                "conditions": [{"type": "B", "status": "True"}]}}),
+        )
+        .await;
+    assert_eq!(
+        step(&r),
+        ["A=True", "B=True", "D=True", "E=True"],
+        "$setElementOrder orders the result"
+    );
+    let r = c
+        .patch(
+            &format!("{PODS}/a"),
+            SMP,
+            &json!({"metadata": {"finalizers": ["x/y"]}}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = c
+        .patch(
+            &format!("{PODS}/a"),
+            SMP,
+            &json!({"metadata": {"finalizers": ["z/z"]}}),
+        )
+        .await;
+    assert_eq!(
+        r.body["metadata"]["finalizers"],
+        json!(["z/z", "x/y"]),
+        "primitive lists too"
+    );
 }
 
 #[tokio::test]

@@ -114,8 +114,8 @@ async fn unsupported_field_selector_answers_400_like_the_real_server() {
         .await;
     assert_eq!(r.status, 400);
     assert_eq!(
-        r.body["message"],
-        "\"spec.nodeName\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        r.body["message"], "field label not supported: spec.nodeName",
+        "custom resources word it like built-in kinds"
     );
     let w = c
         .watch(&format!("{PODS}?watch=true&fieldSelector=spec.foo%3Dbar"))
@@ -169,4 +169,35 @@ async fn watch_applies_label_and_field_selectors() {
         ("ADDED".into(), "d".into()),
         "b (n2) and c (no label) are filtered out"
     );
+}
+
+#[tokio::test]
+async fn cluster_scoped_kinds_do_not_support_a_metadata_namespace_field_selector() {
+    let (_s, c) = start().await;
+    for path in [NODEIMAGES, "/api/v1/nodes"] {
+        let r = c
+            .get(&format!("{path}?fieldSelector=metadata.namespace%3D"))
+            .await;
+        assert_eq!(r.status, 400, "{path}");
+        assert_eq!(
+            r.body["message"],
+            "field label not supported: metadata.namespace"
+        );
+    }
+    c.post(NODEIMAGES, &node_image("n1")).await;
+    c.post(NODEIMAGES, &node_image("n2")).await;
+    assert_eq!(
+        names(
+            &c.get(&format!("{NODEIMAGES}?fieldSelector=metadata.name%3Dn2"))
+                .await
+                .body
+        ),
+        ["n2"]
+    );
+    let r = c
+        .get(
+            "/apis/apps.kruise.io/v1alpha1/namespaces/default/containerrecreaterequests?fieldSelector=metadata.namespace%3Ddefault",
+        )
+        .await;
+    assert_eq!(r.status, 200, "namespaced custom resources support it");
 }

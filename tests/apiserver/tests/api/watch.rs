@@ -95,39 +95,109 @@ async fn watch_sends_deleted_when_object_stops_matching_selector() {
     );
 }
 
+/// A write to another kind: moves the global resourceVersion without a pod event.
+async fn bump(c: &Client, name: &str) {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/secrets", &secret)
+            .await
+            .status,
+        201
+    );
+}
+
 #[tokio::test]
-async fn watch_sends_periodic_bookmarks_and_one_before_a_clean_timeout() {
+async fn periodic_bookmarks_are_sent_only_when_the_resource_version_moved() {
     let (s, c) = start().await;
+    let from = s.resource_version();
     let mut w = c
         .watch(&format!(
-            "{PODS}?watch=true&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds=1",
-            s.resource_version()
+            "{PODS}?watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=2"
         ))
         .await;
-    let b = w.next("periodic bookmark").await;
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(700), w.next_raw()).await;
+    assert!(
+        quiet.is_err(),
+        "no bookmark while nothing changed (the real server repeats none): {quiet:?}"
+    );
+    bump(&c, "s1").await;
+    let b = w.next("bookmark after a write elsewhere").await;
     assert_eq!(b["type"], "BOOKMARK");
-    assert_eq!(b["object"]["kind"], "Pod");
-    assert_eq!(b["object"]["apiVersion"], "v1");
     assert_eq!(
         b["object"]["metadata"]["resourceVersion"],
         s.resource_version().to_string()
     );
-    let (rest, end) = w.until_end("timeout").await;
-    assert_eq!(end, End::Clean, "timeoutSeconds closes the stream cleanly");
     assert_eq!(
-        rest.last().map(|e| e["type"].clone()),
-        Some(json!("BOOKMARK")),
-        "a bookmark right before closing"
+        b["object"],
+        json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"resourceVersion": s.resource_version().to_string()},
+            "spec": {"containers": null}, "status": {}}),
+        "a pod bookmark is an empty Pod as the real server serializes it"
     );
     let mut quiet = c
         .watch(&format!(
-            "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=1",
-            s.resource_version()
+            "{PODS}?watch=true&resourceVersion={from}&timeoutSeconds=1"
         ))
         .await;
+    bump(&c, "s2").await;
     let (events, end) = quiet.until_end("timeout without bookmarks").await;
     assert!(events.is_empty(), "no bookmarks unless allowed: {events:?}");
     assert_eq!(end, End::Clean);
+}
+
+#[tokio::test]
+async fn the_last_bookmark_comes_two_seconds_before_the_timeout_and_the_stream_ends_without_one() {
+    let (s, c) = start_with(Config {
+        bookmark_interval: std::time::Duration::from_secs(60),
+        ..Config::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let mut w = c
+        .watch(&format!(
+            "{PODS}?watch=true&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds=3",
+            s.resource_version()
+        ))
+        .await;
+    bump(&c, "s1").await;
+    let b = w.next("pre-timeout bookmark").await;
+    assert_eq!(b["type"], "BOOKMARK");
+    let at = started.elapsed();
+    assert!(
+        at >= std::time::Duration::from_millis(900) && at < std::time::Duration::from_millis(2500),
+        "sent about 2 s before the 3 s timeout, at {at:?}"
+    );
+    let (rest, end) = w.until_end("timeout").await;
+    assert_eq!(end, End::Clean, "timeoutSeconds closes the stream cleanly");
+    assert!(rest.is_empty(), "nothing after it: {rest:?}");
+}
+
+#[tokio::test]
+async fn a_watch_from_the_current_state_ends_the_initial_events_with_a_marked_bookmark() {
+    let (_s, c) = start().await;
+    c.post(PODS, &pod("a", "n1", json!({}))).await;
+    for q in [
+        "watch=true&allowWatchBookmarks=true",
+        "watch=true&resourceVersion=0&allowWatchBookmarks=true",
+    ] {
+        let mut w = c.watch(&format!("{PODS}?{q}&timeoutSeconds=1")).await;
+        assert_eq!(ev(&w.next("initial a").await), ("ADDED".into(), "a".into()));
+        let b = w.next("initial-events-end bookmark").await;
+        assert_eq!(b["type"], "BOOKMARK", "{q}");
+        assert_eq!(
+            b["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true",
+            "{q}: the real server marks the end of the initial events without sendInitialEvents too"
+        );
+    }
+    let mut w = c
+        .watch(&format!(
+            "{PODS}?watch=true&resourceVersion=0&timeoutSeconds=1"
+        ))
+        .await;
+    let (events, _) = w
+        .until_end("no bookmarks without allowWatchBookmarks")
+        .await;
+    assert_eq!(events.len(), 1, "{events:?}");
 }
 
 #[tokio::test]
@@ -144,9 +214,10 @@ async fn resuming_from_a_bookmark_misses_no_event() {
         ev(&w.next_non_bookmark("ADDED a").await),
         ("ADDED".into(), "a".into())
     );
+    bump(&c, "s1").await;
     let mut bookmark = None;
     while bookmark.is_none() {
-        let e = w.next("a bookmark after the create").await;
+        let e = w.next("a bookmark after the write elsewhere").await;
         if e["type"] == "BOOKMARK" {
             bookmark = Some(rv(&e["object"]));
         }
@@ -200,15 +271,34 @@ async fn watch_from_compacted_version_gets_410_expired() {
 }
 
 #[tokio::test]
-async fn watch_with_a_resource_version_from_the_future_answers_504() {
+async fn a_watch_from_a_future_resource_version_answers_200_and_sends_what_comes_after_it() {
     let (s, c) = start().await;
-    let w = c
+    let future = s.resource_version() + 2;
+    let mut w = c
         .watch(&format!(
-            "{PODS}?watch=true&resourceVersion={}",
-            s.resource_version() + 100
+            "{PODS}?watch=true&resourceVersion={future}&allowWatchBookmarks=true"
         ))
         .await;
-    assert_eq!(w.status, 504);
+    assert_eq!(w.status, 200, "no 504 for a watch, unlike a list");
+    for n in ["a", "b", "c"] {
+        c.post(PODS, &pod(n, "n1", json!({}))).await;
+    }
+    let e = w.next_non_bookmark("the first event after the RV").await;
+    assert_eq!(ev(&e), ("ADDED".into(), "c".into()));
+    assert!(rv(&e["object"]) > future);
+    let r = c
+        .get(&format!("{PODS}?resourceVersion={}", future + 100))
+        .await;
+    assert_eq!(r.status, 504, "a list waits, then answers 504");
+    assert_eq!(r.body["reason"], "Timeout");
+    assert_eq!(
+        r.body["message"],
+        format!(
+            "Timeout: Too large resource version: {}, current: {}",
+            future + 100,
+            s.resource_version()
+        )
+    );
 }
 
 #[tokio::test]
@@ -232,6 +322,55 @@ async fn watch_with_send_initial_events_ends_initial_state_with_a_marked_bookmar
         .watch(&format!("{PODS}?watch=true&sendInitialEvents=true"))
         .await;
     assert_eq!(bad.status, 422);
+}
+
+#[tokio::test]
+async fn watch_list_options_are_validated_like_the_real_server() {
+    let (_s, c) = start().await;
+    c.post(PODS, &pod("a", "n1", json!({}))).await;
+    let r = c
+        .get(&format!("{PODS}?watch=true&sendInitialEvents=true"))
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+    );
+    assert!(r.body["details"].get("name").is_none(), "no empty name");
+    let r = c
+        .get(&format!(
+            "{PODS}?watch=true&resourceVersion=1&resourceVersionMatch=NotOlderThan"
+        ))
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["details"]["causes"][0]["message"],
+        "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+    );
+    let r = c
+        .get(&format!(
+            "{PODS}?watch=true&resourceVersion=1&resourceVersionMatch=Exact"
+        ))
+        .await;
+    assert_eq!(
+        r.body["details"]["causes"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        r.text
+    );
+    let mut w = c
+        .watch(&format!(
+            "{PODS}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+        ))
+        .await;
+    assert_eq!(w.status, 200, "bookmarks are not required");
+    let (events, end) = w.until_end("initial events only").await;
+    assert_eq!(
+        events.len(),
+        1,
+        "no bookmark without allowWatchBookmarks: {events:?}"
+    );
+    assert_eq!(end, End::Clean);
 }
 
 #[tokio::test]
@@ -321,4 +460,51 @@ async fn history_beyond_the_limit_is_compacted_automatically() {
         .watch(&format!("{PODS}?watch=true&resourceVersion={}", rv(&a)))
         .await;
     assert_eq!(w.next("410 after pruning").await["object"]["code"], 410);
+}
+
+#[tokio::test]
+async fn list_with_resource_version_0_ignores_limit_like_the_watch_cache() {
+    let (_s, c) = start().await;
+    for n in ["a", "b", "c"] {
+        c.post(PODS, &pod(n, "n1", json!({}))).await;
+    }
+    let all = c
+        .get(&format!("{PODS}?limit=1&resourceVersion=0"))
+        .await
+        .body;
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(3));
+    assert!(all["metadata"].get("continue").is_none());
+    let page = c.get(&format!("{PODS}?limit=1")).await.body;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn list_options_are_validated_like_the_real_server() {
+    let (s, c) = start().await;
+    for n in ["a", "b"] {
+        c.post(PODS, &pod(n, "n1", json!({}))).await;
+    }
+    let token = c.get(&format!("{PODS}?limit=1")).await.body["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+    let r = c
+        .get(&format!(
+            "{PODS}?limit=1&continue={token}&resourceVersion={}",
+            s.resource_version()
+        ))
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["message"],
+        "specifying resource version is not allowed when using continue"
+    );
+    let r = c
+        .get(&format!("{PODS}?resourceVersionMatch=NotOlderThan"))
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+    );
 }

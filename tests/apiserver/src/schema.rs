@@ -1,0 +1,721 @@
+//! Structural schemas of custom resources and what kube-apiserver's CRD
+//! handler does with them: pruning of unknown fields (with a warning per
+//! field on writes), removal of `null` values, defaulting, and validation of
+//! types, formats, `required`, `enum`, bounds, patterns and list-map keys,
+//! with ratcheting (a value equal to the old object's is not validated again).
+//!
+//! The messages follow the real server's wording (measured on v1.36, see
+//! `CONFORMANCE.md`). [`kruise_schema`] gives the schemas of OpenKruise's
+//! CRDs, embedded from `src/schemas/kruise.json` (see `src/schemas/README.md`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Map, Value};
+
+/// A validation failure: `(field path, reason, message)`.
+pub type Cause = (String, &'static str, String);
+
+/// A compiled `pattern`, compared by its source text.
+#[derive(Clone, Debug)]
+struct Pattern(String, Option<regex::Regex>);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+/// One node of an OpenAPI v3 structural schema.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schema {
+    ty: Option<String>,
+    format: Option<String>,
+    properties: Option<BTreeMap<String, Schema>>,
+    items: Option<Box<Schema>>,
+    additional: Option<Box<Schema>>,
+    required: Vec<String>,
+    enumeration: Vec<Value>,
+    default: Option<Value>,
+    nullable: bool,
+    minimum: Option<f64>,
+    maximum: Option<f64>,
+    min_length: Option<usize>,
+    max_length: Option<usize>,
+    pattern: Option<Pattern>,
+    int_or_string: bool,
+    preserve_unknown: bool,
+    list_type: Option<String>,
+    list_map_keys: Vec<String>,
+}
+
+/// The fields of `ObjectMeta`; anything else under `metadata` is dropped.
+const OBJECT_META: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Drop unknown `metadata` fields like the real server's `ObjectMeta`
+/// decoding, pushing an `unknown field "metadata.x"` warning for each.
+pub(crate) fn prune_object_meta(obj: &mut Value, warnings: &mut Vec<String>) {
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        let unknown: Vec<String> = meta
+            .keys()
+            .filter(|k| !OBJECT_META.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for k in unknown {
+            meta.remove(&k);
+            warnings.push(format!("unknown field \"metadata.{k}\""));
+        }
+    }
+}
+
+fn path_join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The path as the real server names it inside messages: without the
+/// top-level field (`status.desired` is "desired in body ...").
+fn body_name(path: &str) -> &str {
+    match path.split_once('.') {
+        Some((_, rest)) => rest,
+        None => path,
+    }
+}
+
+fn top_field(path: &str) -> &str {
+    path.split(['.', '[']).next().unwrap_or(path)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "float64",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn is_integral(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        _ => false,
+    }
+}
+
+fn type_matches(ty: &str, v: &Value) -> bool {
+    match ty {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "number" => v.is_number(),
+        "integer" => is_integral(v),
+        _ => true,
+    }
+}
+
+fn number_text(f: f64) -> String {
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        f.to_string()
+    }
+}
+
+/// What `strfmt` accepts as a `date-time`: RFC 3339 and the ISO 8601 variants
+/// (seconds, fraction and zone optional; `T` or a space); `""` is valid.
+fn is_date_time(s: &str) -> bool {
+    if s.is_empty() {
+        return true;
+    }
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| {
+        b.get(r.clone())
+            .is_some_and(|x| x.iter().all(u8::is_ascii_digit))
+    };
+    if b.len() < 16
+        || !digits(0..4)
+        || b[4] != b'-'
+        || !digits(5..7)
+        || b[7] != b'-'
+        || !digits(8..10)
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || !digits(11..13)
+        || b[13] != b':'
+        || !digits(14..16)
+    {
+        return false;
+    }
+    let mut i = 16;
+    if b.get(i) == Some(&b':') {
+        if !digits(i + 1..i + 3) {
+            return false;
+        }
+        i += 3;
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            let start = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == start {
+                return false;
+            }
+        }
+    }
+    match &b[i..] {
+        [] | [b'Z'] | [b'z'] => true,
+        [b'+' | b'-', rest @ ..] => {
+            let rest: Vec<u8> = rest.iter().copied().filter(|c| *c != b':').collect();
+            rest.len() == 4 && rest.iter().all(u8::is_ascii_digit)
+        }
+        _ => false,
+    }
+}
+
+impl Schema {
+    /// Parse an `openAPIV3Schema` (JSON). Unknown keywords are ignored.
+    pub fn from_json(v: &Value) -> Schema {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let strings = |k: &str| -> Vec<String> {
+            v.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let size = |k: &str| v.get(k).and_then(Value::as_u64).map(|n| n as usize);
+        Schema {
+            ty: s("type"),
+            format: s("format"),
+            properties: v.get("properties").and_then(Value::as_object).map(|m| {
+                m.iter()
+                    .map(|(k, p)| (k.clone(), Schema::from_json(p)))
+                    .collect()
+            }),
+            items: v
+                .get("items")
+                .filter(|i| i.is_object())
+                .map(|i| Box::new(Schema::from_json(i))),
+            additional: v
+                .get("additionalProperties")
+                .filter(|i| i.is_object())
+                .map(|i| Box::new(Schema::from_json(i))),
+            required: strings("required"),
+            enumeration: v
+                .get("enum")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            default: v.get("default").cloned(),
+            nullable: flag("nullable"),
+            minimum: v.get("minimum").and_then(Value::as_f64),
+            maximum: v.get("maximum").and_then(Value::as_f64),
+            min_length: size("minLength"),
+            max_length: size("maxLength"),
+            pattern: s("pattern").map(|p| {
+                let re = regex::Regex::new(&p).ok();
+                Pattern(p, re)
+            }),
+            int_or_string: flag("x-kubernetes-int-or-string"),
+            preserve_unknown: flag("x-kubernetes-preserve-unknown-fields"),
+            list_type: s("x-kubernetes-list-type"),
+            list_map_keys: strings("x-kubernetes-list-map-keys"),
+        }
+    }
+
+    /// Prune, drop `null`s and default a whole object (the root: `apiVersion`,
+    /// `kind` and `metadata` are kept, `metadata` coerced to `ObjectMeta`).
+    /// With `warnings`, every dropped unknown field is reported like the real
+    /// server's `Warning: 299 - "unknown field \"spec.x\""` headers.
+    pub fn normalize(&self, obj: &mut Value, warnings: Option<&mut Vec<String>>) {
+        let mut sink = Vec::new();
+        let report = warnings.is_some();
+        let Value::Object(map) = obj else {
+            return;
+        };
+        let mut unknown = Vec::new();
+        if let Some(props) = &self.properties {
+            map.retain(|k, v| {
+                if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    return true;
+                }
+                if v.is_null() && !props.get(k).is_some_and(|p| p.nullable) {
+                    return false;
+                }
+                let known = props.contains_key(k) || self.preserve_unknown;
+                if !known {
+                    unknown.push(k.clone());
+                }
+                known
+            });
+        }
+        sink.extend(unknown.iter().map(|k| format!("unknown field \"{k}\"")));
+        if let Some(props) = &self.properties {
+            for (k, p) in props {
+                if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                if !map.contains_key(k)
+                    && let Some(d) = &p.default
+                {
+                    map.insert(k.clone(), d.clone());
+                }
+                if let Some(v) = map.get_mut(k) {
+                    p.normalize_node(v, k, &mut sink);
+                }
+            }
+        }
+        prune_object_meta(obj, &mut sink);
+        if report && let Some(w) = warnings {
+            sink.sort();
+            w.extend(sink);
+        }
+    }
+
+    fn normalize_node(&self, v: &mut Value, path: &str, warn: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if self.preserve_unknown && self.properties.is_none() && self.additional.is_none() {
+                    return;
+                }
+                if let Some(props) = &self.properties {
+                    let mut unknown = Vec::new();
+                    map.retain(|k, x| {
+                        if x.is_null() && !props.get(k).is_some_and(|p| p.nullable) {
+                            return false;
+                        }
+                        let known = props.contains_key(k) || self.preserve_unknown;
+                        if !known {
+                            unknown.push(k.clone());
+                        }
+                        known
+                    });
+                    for k in unknown {
+                        warn.push(format!("unknown field \"{}\"", path_join(path, &k)));
+                    }
+                    for (k, p) in props {
+                        if !map.contains_key(k)
+                            && let Some(d) = &p.default
+                        {
+                            map.insert(k.clone(), d.clone());
+                        }
+                        if let Some(x) = map.get_mut(k) {
+                            p.normalize_node(x, &path_join(path, k), warn);
+                        }
+                    }
+                } else if let Some(add) = &self.additional {
+                    map.retain(|_, x| !x.is_null() || add.nullable);
+                    for (k, x) in map.iter_mut() {
+                        add.normalize_node(x, &path_join(path, k), warn);
+                    }
+                } else if self.ty.as_deref() == Some("object") && !self.preserve_unknown {
+                    for k in map.keys() {
+                        warn.push(format!("unknown field \"{}\"", path_join(path, k)));
+                    }
+                    map.clear();
+                }
+            }
+            Value::Array(items) => {
+                if let Some(item) = &self.items {
+                    for (i, x) in items.iter_mut().enumerate() {
+                        item.normalize_node(x, &format!("{path}[{i}]"), warn);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Validate a (normalized) object against the schema. Values equal to
+    /// those at the same place in `old` are not checked (ratcheting).
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        let Some(props) = &self.properties else {
+            return causes;
+        };
+        for (k, p) in props {
+            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                continue;
+            }
+            match obj.get(k) {
+                Some(v) => p.validate_node(v, old.and_then(|o| o.get(k)), k, &mut causes),
+                None if self.required.contains(k) => {
+                    causes.push((k.clone(), "FieldValueRequired", "Required value".into()))
+                }
+                None => {}
+            }
+        }
+        causes
+    }
+
+    fn validate_node(&self, v: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+        if old == Some(v) {
+            return;
+        }
+        if self.int_or_string {
+            if !(is_integral(v) || v.is_string()) {
+                out.push((
+                    path.to_string(),
+                    "FieldValueTypeInvalid",
+                    format!(
+                        "Invalid value: \"{got}\": {name} in body must be of type integer,string: \"{got}\"",
+                        got = type_name(v),
+                        name = body_name(path)
+                    ),
+                ));
+            }
+            return;
+        }
+        if let Some(ty) = &self.ty
+            && !type_matches(ty, v)
+        {
+            let got = type_name(v);
+            let want = match (ty.as_str(), &self.format, v) {
+                ("integer", Some(f), Value::Number(_)) => f.as_str(),
+                _ => ty.as_str(),
+            };
+            out.push((
+                path.to_string(),
+                "FieldValueTypeInvalid",
+                format!(
+                    "Invalid value: \"{got}\": {} in body must be of type {want}: \"{got}\"",
+                    body_name(path)
+                ),
+            ));
+            return;
+        }
+        if !self.enumeration.is_empty() && !self.enumeration.contains(v) {
+            let supported: Vec<String> = self.enumeration.iter().map(Value::to_string).collect();
+            out.push((
+                path.to_string(),
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {v}: supported values: {}",
+                    supported.join(", ")
+                ),
+            ));
+        }
+        match v {
+            Value::Number(n) => self.check_number(n, v, path, out),
+            Value::String(s) => self.check_string(s, path, out),
+            Value::Object(map) => self.check_object(map, old, path, out),
+            Value::Array(items) => self.check_array(items, old, path, out),
+            _ => {}
+        }
+    }
+
+    fn check_number(&self, n: &serde_json::Number, v: &Value, path: &str, out: &mut Vec<Cause>) {
+        let f = n.as_f64().unwrap_or(0.0);
+        if self.format.as_deref() == Some("int32")
+            && !(-2_147_483_648.0..=2_147_483_647.0).contains(&f)
+        {
+            out.push((
+                top_field(path).to_string(),
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: \"\": Checked value must be of type integer with format int32 in {}",
+                    body_name(path)
+                ),
+            ));
+        }
+        if let Some(min) = self.minimum
+            && f < min
+        {
+            out.push((
+                path.to_string(),
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {v}: {path} in body should be greater than or equal to {}",
+                    number_text(min)
+                ),
+            ));
+        }
+        if let Some(max) = self.maximum
+            && f > max
+        {
+            out.push((
+                path.to_string(),
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {v}: {path} in body should be less than or equal to {}",
+                    number_text(max)
+                ),
+            ));
+        }
+    }
+
+    fn check_string(&self, s: &str, path: &str, out: &mut Vec<Cause>) {
+        if self.format.as_deref() == Some("date-time") && !is_date_time(s) {
+            out.push((
+                path.to_string(),
+                "FieldValueTypeInvalid",
+                format!(
+                    "Invalid value: \"{s}\": {} in body must be of type date-time: \"{s}\"",
+                    body_name(path)
+                ),
+            ));
+        }
+        if let Some(max) = self.max_length
+            && s.chars().count() > max
+        {
+            out.push((
+                path.to_string(),
+                "FieldValueTooLong",
+                format!("Too long: may not be more than {max} bytes"),
+            ));
+        }
+        if let Some(min) = self.min_length
+            && s.chars().count() < min
+        {
+            out.push((
+                path.to_string(),
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: \"{s}\": {} in body should be at least {min} chars long",
+                    body_name(path)
+                ),
+            ));
+        }
+        if let Some(Pattern(p, Some(re))) = &self.pattern
+            && !re.is_match(s)
+        {
+            out.push((
+                path.to_string(),
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: \"{s}\": {} in body should match '{p}'",
+                    body_name(path)
+                ),
+            ));
+        }
+    }
+
+    fn check_object(
+        &self,
+        map: &Map<String, Value>,
+        old: Option<&Value>,
+        path: &str,
+        out: &mut Vec<Cause>,
+    ) {
+        let old_child = |k: &str| old.and_then(|o| o.get(k));
+        if let Some(props) = &self.properties {
+            let mut keys: Vec<&String> = props.keys().chain(map.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let Some(p) = props.get(k) else { continue };
+                match map.get(k) {
+                    Some(x) => p.validate_node(x, old_child(k), &path_join(path, k), out),
+                    None if self.required.contains(k) => out.push((
+                        path_join(path, k),
+                        "FieldValueRequired",
+                        "Required value".into(),
+                    )),
+                    None => {}
+                }
+            }
+        } else if let Some(add) = &self.additional {
+            for (k, x) in map {
+                add.validate_node(x, old_child(k), &path_join(path, k), out);
+            }
+        }
+    }
+
+    fn check_array(&self, items: &[Value], old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+        let Some(item) = &self.items else { return };
+        let key_of = |x: &Value| -> Value {
+            Value::Object(
+                self.list_map_keys
+                    .iter()
+                    .filter_map(|k| x.get(k).map(|v| (k.clone(), v.clone())))
+                    .collect(),
+            )
+        };
+        let is_map = self.list_type.as_deref() == Some("map") && !self.list_map_keys.is_empty();
+        let old_items = old.and_then(Value::as_array);
+        let mut seen: Vec<Value> = Vec::new();
+        for (i, x) in items.iter().enumerate() {
+            let here = format!("{path}[{i}]");
+            let old_x = match (is_map, old_items) {
+                (true, Some(olds)) => olds.iter().find(|o| key_of(o) == key_of(x)),
+                _ => None,
+            };
+            item.validate_node(x, old_x, &here, out);
+            let identity = match self.list_type.as_deref() {
+                Some("map") if is_map => Some(key_of(x)),
+                Some("set") => Some(x.clone()),
+                _ => None,
+            };
+            if let Some(id) = identity {
+                if seen.contains(&id) {
+                    out.push((
+                        here,
+                        "FieldValueDuplicate",
+                        format!("Duplicate value: {id}"),
+                    ));
+                } else {
+                    seen.push(id);
+                }
+            }
+        }
+    }
+}
+
+/// The schemas of OpenKruise's CRDs, by plural and version (see `src/schemas/README.md`).
+pub fn kruise_schema(plural: &str, version: &str) -> Option<Arc<Schema>> {
+    static ALL: OnceLock<BTreeMap<(String, String), Arc<Schema>>> = OnceLock::new();
+    let all = ALL.get_or_init(|| {
+        let doc: Value =
+            serde_json::from_str(include_str!("schemas/kruise.json")).unwrap_or(Value::Null);
+        let mut out = BTreeMap::new();
+        for (plural, versions) in doc.as_object().into_iter().flatten() {
+            for (version, schema) in versions.as_object().into_iter().flatten() {
+                out.insert(
+                    (plural.clone(), version.clone()),
+                    Arc::new(Schema::from_json(schema)),
+                );
+            }
+        }
+        out
+    });
+    all.get(&(plural.to_string(), version.to_string())).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn date_times_like_strfmt() {
+        for ok in [
+            "",
+            "2025-01-01T00:00:00Z",
+            "2025-01-01T00:00:00.123456789Z",
+            "2025-01-01T00:00:00+02:00",
+            "2025-01-01 00:00:00",
+            "2025-01-01T00:00Z",
+        ] {
+            assert!(is_date_time(ok), "{ok}");
+        }
+        for bad in [
+            "not-a-date",
+            "2025-01-01",
+            "2025-01-01T00:00:00.Z",
+            "2025-1-01T00:00:00Z",
+        ] {
+            assert!(!is_date_time(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_embedded_kruise_schemas_parse() {
+        for (plural, versions) in [
+            ("nodeimages", &["v1alpha1", "v1beta1"][..]),
+            ("containerrecreaterequests", &["v1alpha1", "v1beta1"][..]),
+            ("imagepulljobs", &["v1alpha1", "v1beta1"][..]),
+            ("nodepodprobes", &["v1alpha1"][..]),
+            ("podprobemarkers", &["v1alpha1"][..]),
+        ] {
+            for v in versions {
+                let s = kruise_schema(plural, v).unwrap_or_else(|| panic!("{plural} {v}"));
+                assert!(
+                    s.properties
+                        .as_ref()
+                        .is_some_and(|p| p.contains_key("spec"))
+                );
+            }
+        }
+        let mut obj = json!({"apiVersion": "x", "kind": "NodeImage", "metadata": {"name": "n", "x": 1},
+            "spec": {"images": {"a": {"tags": [{"tag": "1", "version": null}]}}}, "junk": 1});
+        let mut w = Vec::new();
+        kruise_schema("nodeimages", "v1beta1")
+            .unwrap_or_default()
+            .normalize(&mut obj, Some(&mut w));
+        assert_eq!(
+            obj,
+            json!({"apiVersion": "x", "kind": "NodeImage", "metadata": {"name": "n"},
+                "spec": {"images": {"a": {"tags": [{"tag": "1"}]}}}})
+        );
+        assert_eq!(
+            w,
+            ["unknown field \"junk\"", "unknown field \"metadata.x\""]
+        );
+    }
+
+    #[test]
+    fn bounds_patterns_duplicates_and_int32_are_worded_like_the_real_server() {
+        let crr = kruise_schema("containerrecreaterequests", "v1beta1").unwrap_or_default();
+        let cond = |t: &str, reason: &str| {
+            json!({"type": t, "status": "True", "reason": reason, "message": "m",
+                "lastTransitionTime": "2025-01-01T00:00:00Z"})
+        };
+        let obj = json!({"spec": {"podName": "p", "containers": [{"name": "c"}],
+                "activeDeadlineSeconds": -1},
+            "status": {"phase": "Pending", "conditions": [cond("A", "bad reason!"), cond("A", "R")]}});
+        let causes = crr.validate(&obj, None);
+        assert_eq!(
+            causes,
+            vec![
+                (
+                    "spec.activeDeadlineSeconds".to_string(),
+                    "FieldValueInvalid",
+                    "Invalid value: -1: spec.activeDeadlineSeconds in body should be greater than or equal to 0".to_string()
+                ),
+                (
+                    "status.conditions[0].reason".to_string(),
+                    "FieldValueInvalid",
+                    "Invalid value: \"bad reason!\": conditions[0].reason in body should match '^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$'".to_string()
+                ),
+                (
+                    "status.conditions[1]".to_string(),
+                    "FieldValueDuplicate",
+                    "Duplicate value: {\"type\":\"A\"}".to_string()
+                ),
+            ]
+        );
+        assert!(
+            crr.validate(&obj, Some(&obj)).is_empty(),
+            "all unchanged: ratcheted"
+        );
+        let ni = kruise_schema("nodeimages", "v1beta1").unwrap_or_default();
+        assert_eq!(
+            ni.validate(&json!({"status": {"desired": 4_294_967_296_i64}}), None),
+            vec![(
+                "status".to_string(),
+                "FieldValueInvalid",
+                "Invalid value: \"\": Checked value must be of type integer with format int32 in desired".to_string()
+            )]
+        );
+    }
+}
