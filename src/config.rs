@@ -587,6 +587,8 @@ pub struct RuntimeConfig {
     pub image_endpoint: Option<Endpoint>,
     /// Call limits.
     pub timeouts: Timeouts,
+    /// What was ignored on the way (a broken crictl.yaml at the default path), to log.
+    pub warnings: Vec<String>,
 }
 
 /// crictl's configuration file (`crictl.yaml`): crictl's keys, all optional. Any other key is
@@ -696,10 +698,20 @@ impl RuntimeArgs {
             .map(|e| endpoint("--image-endpoint", e))
             .transpose()?;
         let file_path = self.crictl_file_path();
+        let mut warnings = Vec::new();
         let file = if self.runtime_endpoint.is_some() && self.image_endpoint.is_some() {
             CrictlFile::default()
         } else {
-            self.crictl_file()?
+            match self.crictl_file() {
+                Ok(f) => f,
+                // as crictl: only a file named explicitly must be right; a broken default one is
+                // skipped (said in the log), so a typo there never keeps the daemon from starting
+                Err(e) if self.crictl_config.is_none() => {
+                    warnings.push(format!("ignoring {}: {e}", file_path.display()));
+                    CrictlFile::default()
+                }
+                Err(e) => return Err(e),
+            }
         };
         let host_run_dirs = self.host_run_dirs();
         let socket_file = self.socket_file.as_deref().filter(|n| !n.is_empty());
@@ -741,6 +753,7 @@ impl RuntimeArgs {
             source,
             image_endpoint,
             timeouts,
+            warnings,
         })
     }
 }

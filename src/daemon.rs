@@ -43,6 +43,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         version = crate::build_info::VERSION,
         "starting kruised"
     );
+    for w in &config.runtime.warnings {
+        tracing::warn!("{w}");
+    }
     if !config.ignored.is_empty() {
         tracing::info!(
             ignored = ?config.ignored,

@@ -15,6 +15,7 @@ mod support;
 mod containermeta;
 mod dropin;
 mod imagepull;
+mod podprobe;
 mod recreate;
 
 pub use support::cluster::{Scene, meta, runtime_id, status_of};
