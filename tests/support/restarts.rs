@@ -214,6 +214,7 @@ pub async fn change_wave(
     let mut started = Vec::new();
     for (name, _, _) in &before {
         started.push(Instant::now());
+        scene.set_update_ready(name, false).await;
         scene
             .patch_pod(
                 name,
