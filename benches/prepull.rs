@@ -155,21 +155,6 @@ fn mean(v: &[Duration]) -> Duration {
     v.iter().sum::<Duration>() / u32::try_from(v.len()).unwrap()
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
-}
-
 async fn bench(lab: Lab, rounds: usize, count: usize) {
     let repos: Vec<String> = (1..=count)
         .map(|i| format!("{}/bench/img{i}", lab.registry))
@@ -237,7 +222,7 @@ async fn bench(lab: Lab, rounds: usize, count: usize) {
     paired.sort_by(f64::total_cmp);
     let paired = paired[paired.len() / 2];
     println!();
-    println!("machine:  {}", machine());
+    println!("machine:  {}", support::machine());
     println!(
         "runtime:  {} {} ({}), registry on loopback",
         version.runtime_name, version.runtime_version, lab.registry

@@ -171,19 +171,5 @@ async fn main() {
         mib(rss_after)
     );
     println!("  idle {idle:?}: {api_writes} API writes, {cri_calls} runtime calls");
-    println!(
-        "  machine: {} cores, {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(
-                |c| c.lines().find(|l| l.starts_with("model name")).map(|l| l
-                    .split(':')
-                    .nth(1)
-                    .unwrap_or("")
-                    .trim()
-                    .to_string())
-            )
-            .unwrap_or_default()
-    );
+    println!("  machine: {}", support::machine());
 }

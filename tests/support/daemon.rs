@@ -155,6 +155,18 @@ impl Daemon {
         Some(kb * 1024)
     }
 
+    /// CPU time the process has used so far, user plus system (from /proc; the kernel reports
+    /// it in USER_HZ ticks, 100 per second on Linux whatever the kernel's own tick rate).
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        // the command name may hold spaces and parentheses: fields start after the last ')'
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(Duration::from_millis(ticks * 10))
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
