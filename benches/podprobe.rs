@@ -41,7 +41,7 @@ fn containers() -> Value {
 /// Probe `j` of a pod: on `app` or `side` alternately; probe 9 runs `false` (Failed).
 fn probe(j: usize, period: i64, command: &str) -> Value {
     json!({"name": format!("bench#p{j}"),
-           "containerName": if j % 2 == 0 { "app" } else { "side" },
+           "containerName": if j.is_multiple_of(2) { "app" } else { "side" },
            "probe": {"exec": {"command": [command]}, "periodSeconds": period,
                      "timeoutSeconds": 1}})
 }

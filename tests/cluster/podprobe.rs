@@ -15,7 +15,11 @@ use super::{runtime_id, status_of};
 
 const READY: Duration = Duration::from_secs(60);
 
-fn state_is(uid: &str, probe: &'static str, want: ProbeState) -> impl Fn(Option<&NodePodProbe>) -> bool {
+fn state_is(
+    uid: &str,
+    probe: &'static str,
+    want: ProbeState,
+) -> impl Fn(Option<&NodePodProbe>) -> bool {
     let uid = uid.to_string();
     move |n: Option<&NodePodProbe>| {
         n.and_then(|n| n.status.as_ref())
@@ -36,8 +40,13 @@ async fn node_pod_probes_report_the_states_of_a_pod_the_real_kubelet_runs() {
     let port = super::support::daemon::free_addr().port();
     let image = lab.image("busybox:v1");
     let mut pod = scene.kruise_pod("web", &[("main", &image, &[]), ("srv", &image, &[])]);
-    pod["spec"]["containers"][1]["command"] = json!(["sh", "-c",
-        format!("mkdir -p /www && echo up > /www/index.html && exec httpd -f -p 127.0.0.1:{port} -h /www")]);
+    pod["spec"]["containers"][1]["command"] = json!([
+        "sh",
+        "-c",
+        format!(
+            "mkdir -p /www && echo up > /www/index.html && exec httpd -f -p 127.0.0.1:{port} -h /www"
+        )
+    ]);
     let pod = scene.run_pod(pod).await;
     let uid = pod.uid().unwrap();
     let probe = |name: &str, handler: serde_json::Value| {
@@ -60,8 +69,20 @@ async fn node_pod_probes_report_the_states_of_a_pod_the_real_kubelet_runs() {
     )
     .await;
     let npps: Api<NodePodProbe> = Api::all(scene.admin.clone());
-    wait_for(&npps, &lab.node, "the file probe Failed", state_is(&uid, "ppm#ready-file", ProbeState::Failed)).await;
-    wait_for(&npps, &lab.node, "the HTTP probe Succeeded", state_is(&uid, "ppm#http", ProbeState::Succeeded)).await;
+    wait_for(
+        &npps,
+        &lab.node,
+        "the file probe Failed",
+        state_is(&uid, "ppm#ready-file", ProbeState::Failed),
+    )
+    .await;
+    wait_for(
+        &npps,
+        &lab.node,
+        "the HTTP probe Succeeded",
+        state_is(&uid, "ppm#http", ProbeState::Succeeded),
+    )
+    .await;
     lab.runtime()
         .exec_sync(
             runtime_id(status_of(&pod, "main").container_id.as_deref().unwrap()),
@@ -70,7 +91,13 @@ async fn node_pod_probes_report_the_states_of_a_pod_the_real_kubelet_runs() {
         )
         .await
         .unwrap();
-    wait_for(&npps, &lab.node, "the file probe Succeeded", state_is(&uid, "ppm#ready-file", ProbeState::Succeeded)).await;
+    wait_for(
+        &npps,
+        &lab.node,
+        "the file probe Succeeded",
+        state_is(&uid, "ppm#ready-file", ProbeState::Succeeded),
+    )
+    .await;
 
     d.terminate();
     assert!(d.wait_exit(READY).await.success());
