@@ -605,7 +605,11 @@ async fn restarts_due(
                     .or_insert(now);
                 let overdue = at + kill::grace_period(running) + KUBELET_RECREATE_MARGIN;
                 recheck_at = Some(recheck_at.map_or(overdue, |r| r.min(overdue)));
-                tracing::debug!(container = %meta.name, "stale env, not stopping: its spec changed too, the kubelet recreates it with the new env");
+                tracing::debug!(
+                    container = %meta.name,
+                    reason = "its spec changed too: the kubelet recreates it with the new env",
+                    "stale env, not stopping"
+                );
             }
             Verdict::Blocked(reason) => {
                 tracing::debug!(container = %meta.name, %reason, "stale env, not stopping")
