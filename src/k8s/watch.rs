@@ -185,7 +185,8 @@ pub fn named(node: &str) -> watcher::Config {
 }
 
 /// Drops what the daemon never reads from a pod, to keep the cache small on a full node:
-/// managed fields, the last-applied copy, volumes, scheduling constraints.
+/// managed fields, the last-applied copy, volumes, scheduling constraints. The containers stay
+/// whole: kubelet ≤ 1.30 hashes every field of a container, volume mounts included.
 pub fn prune_pod(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     if let Some(a) = pod.metadata.annotations.as_mut() {
@@ -198,14 +199,6 @@ pub fn prune_pod(pod: &mut Pod) {
         spec.topology_spread_constraints = None;
         spec.node_selector = None;
         spec.image_pull_secrets = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.volume_mounts = None;
-            c.volume_devices = None;
-        }
     }
 }
 
@@ -219,7 +212,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pruning_a_pod_keeps_what_the_daemon_reads() {
+    fn pruning_a_pod_keeps_what_the_daemon_reads_and_the_containers_whole() {
         let mut pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": "p", "namespace": "ns", "uid": "u1",
@@ -244,6 +237,7 @@ mod tests {
                 "image": "nginx:1", "imageID": "sha256:1", "ready": true, "restartCount": 0}]}
         }))
         .unwrap();
+        let whole = pod.clone();
         prune_pod(&mut pod);
         assert!(pod.metadata.managed_fields.is_none());
         let annotations = pod.metadata.annotations.as_ref().unwrap();
@@ -252,7 +246,13 @@ mod tests {
         let spec = pod.spec.as_ref().unwrap();
         assert!(spec.volumes.is_none() && spec.tolerations.is_none());
         assert_eq!(spec.containers[0].env.as_ref().unwrap().len(), 1);
-        assert!(spec.containers[0].volume_mounts.is_none());
+        // the legacy kubelet hash covers the whole container
+        let before =
+            crate::hash::kubelet::hash_container_legacy(&whole.spec.unwrap().containers[0]);
+        assert_eq!(
+            crate::hash::kubelet::hash_container_legacy(&spec.containers[0]),
+            before
+        );
         assert_eq!(pod.status.unwrap().container_statuses.unwrap().len(), 1);
     }
 }
