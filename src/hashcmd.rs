@@ -48,18 +48,27 @@ pub enum HashError {
 }
 
 /// Parses a Pod from JSON or YAML text.
+///
+/// Both go through a `serde_json::Value` and then the JSON byte deserializer the API client
+/// already uses for pods: deserializing a `Pod` straight from YAML would compile a second copy
+/// of every Kubernetes type's parser into the binary (about 4 MB of code).
 pub fn parse_pod(text: &str, what: &str) -> Result<Pod, HashError> {
-    match serde_json::from_str::<Pod>(text) {
-        Ok(p) => Ok(p),
-        Err(json_err) => serde_saphyr::from_str::<Pod>(text).map_err(|yaml_err| HashError::Parse {
-            what: what.to_string(),
-            reason: if text.trim_start().starts_with('{') {
+    let parse_error = |reason: String| HashError::Parse {
+        what: what.to_string(),
+        reason,
+    };
+    let value = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => v,
+        Err(json_err) => serde_saphyr::from_str::<serde_json::Value>(text).map_err(|yaml_err| {
+            parse_error(if text.trim_start().starts_with('{') {
                 json_err.to_string()
             } else {
                 yaml_err.to_string()
-            },
-        }),
-    }
+            })
+        })?,
+    };
+    let bytes = serde_json::to_vec(&value).map_err(|e| parse_error(e.to_string()))?;
+    serde_json::from_slice::<Pod>(&bytes).map_err(|e| parse_error(e.to_string()))
 }
 
 /// The hashes of every container of `pod`.
