@@ -6,7 +6,9 @@
 //!
 //! Each mode: 50 pods (two containers each, exec and HTTP preStop hooks), then one in-place
 //! update per pod as kruise-manager makes it (`InPlaceUpdateReady=False`, then the annotation
-//! change), in waves of 10, with two busy processes loading the cores.
+//! change), in waves of 10, with two busy processes loading the cores. Also reported: the
+//! daemon's resident memory on that node (`KRUISED_TEST_BIN=target/dist/kruised` measures the
+//! shipped build).
 //!
 //!     # with the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported)
 //!     cargo bench --bench inplace
@@ -27,7 +29,10 @@ use support::restarts::{self, ChangeResult, CpuLoad, HookServer};
 const PODS: usize = 50;
 const WAVE: usize = 10;
 
-async fn run_mode(lab: &KubeLab, mode: &str) -> Vec<ChangeResult> {
+/// Resident memory (anonymous, file-backed) of the daemon with its pods loaded, and after the changes.
+type Memory = [Option<(u64, u64)>; 2];
+
+async fn run_mode(lab: &KubeLab, mode: &str) -> (Vec<ChangeResult>, Memory) {
     let scene = Scene::new(lab, "bench").await;
     let identity = cluster::identity(lab, &scene.admin, Rbac::Deploy).await;
     let mut d = cluster::start_daemon(lab, &identity, &["--env-restart-delay", mode]);
@@ -35,19 +40,21 @@ async fn run_mode(lab: &KubeLab, mode: &str) -> Vec<ChangeResult> {
         .await;
     let hooks = HookServer::start().await;
     let pods = restarts::create_pods(&scene, &hooks, "b", PODS).await;
+    let loaded = d.rss_split();
     let load = CpuLoad::start(2);
     let mut results = Vec::new();
     for wave in pods.chunks(WAVE) {
         results.extend(restarts::change_wave(&scene, &hooks, wave, "v2").await);
     }
     drop(load);
+    let after = d.rss_split();
     d.terminate();
     d.wait_exit(Duration::from_secs(30)).await;
     scene.cleanup().await;
-    results
+    (results, [loaded, after])
 }
 
-fn report(mode: &str, results: &[ChangeResult]) {
+fn report(mode: &str, results: &[ChangeResult], memory: Memory) {
     let once = results.iter().filter(|r| r.restarts == [1, 1]).count();
     let more = results.len() - once;
     let hooks_once = results.iter().filter(|r| r.hooks == [1, 1]).count();
@@ -60,6 +67,22 @@ fn report(mode: &str, results: &[ChangeResult]) {
         restarts::percentile(&mut took, 0.9).as_secs_f64(),
         restarts::percentile(&mut took, 1.0).as_secs_f64(),
     );
+    let mib = |m: Option<(u64, u64)>| {
+        m.map_or("n/a".into(), |(anon, file)| {
+            let f = |b: u64| b as f64 / 1048576.0;
+            format!(
+                "{:.1} MiB (anon {:.1}, file {:.1})",
+                f(anon + file),
+                f(anon),
+                f(file)
+            )
+        })
+    };
+    println!(
+        "{mode:>5}: daemon resident memory: {} with the pods loaded, {} after the changes",
+        mib(memory[0]),
+        mib(memory[1])
+    );
 }
 
 fn main() {
@@ -69,11 +92,11 @@ fn main() {
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "inplace: {PODS} pods x 2 containers, waves of {WAVE}, 2 busy loops, {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "inplace: {PODS} pods x 2 containers, waves of {WAVE}, 2 busy loops; {}",
+        support::machine()
     );
     for mode in ["auto", "1s", "0s"] {
-        let results = rt.block_on(run_mode(&lab, mode));
-        report(mode, &results);
+        let (results, memory) = rt.block_on(run_mode(&lab, mode));
+        report(mode, &results, memory);
     }
 }

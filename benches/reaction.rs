@@ -6,8 +6,15 @@
 //! the runtime receiving `StopContainer` for the container. The harness then plays the kubelet
 //! (recreates the container, reports it in the pod status) and waits for the new annotation.
 //!
-//! Also reported: the daemon's resident memory on that node, and the API writes and runtime calls
-//! it makes in an idle window (steady state).
+//! The daemon runs with `--env-restart-delay` from `KRUISED_BENCH_RESTART_DELAY`, `0s` unless set:
+//! the daemon's own reaction. With `auto` (the default of `kruised run`), the latency includes the
+//! deliberate settle wait, at least 250 ms, that keeps the kubelet from missing the restart (see
+//! `src/controller/containermeta/settle.rs`).
+//!
+//! Also reported: the daemon's resident memory on that node (anonymous: heap and stacks; file:
+//! the binary's pages in use), the API requests and runtime calls it makes in an idle window
+//! (`KRUISED_BENCH_IDLE_SECS`, 10 s unless set; give 300 or more to see watch renewals and a
+//! relist), and those it makes per change (the node's share of a rollout).
 //!
 //! `cargo bench --bench reaction` runs 200 changes; under `cargo test` (no `--bench` argument)
 //! a 5-change smoke run checks that the harness still works.
@@ -20,6 +27,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -57,7 +65,15 @@ async fn main() {
             false,
         );
     }
-    let args = node.daemon_args();
+    let delay = std::env::var("KRUISED_BENCH_RESTART_DELAY").unwrap_or_else(|_| "0s".into());
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_before = load_before
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut args = node.daemon_args();
+    args.extend(["--env-restart-delay".to_string(), delay.clone()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut d = Daemon::start(NODE, &args);
     let started = Instant::now();
@@ -91,32 +107,28 @@ async fn main() {
             )
         });
     }
-    let rss_loaded = d.rss_bytes();
+    let rss_loaded = d.rss_split();
 
     // steady state: an idle window with nothing changing
     let api_before = node.api.request_counts();
     let cri_before = node.cri.state().calls.clone();
     let idle = if full {
-        Duration::from_secs(10)
+        Duration::from_secs(
+            std::env::var("KRUISED_BENCH_IDLE_SECS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(10),
+        )
     } else {
         Duration::from_millis(500)
     };
     tokio::time::sleep(idle).await;
-    let api_writes: usize = node
-        .api
-        .request_counts()
-        .iter()
-        .filter(|((verb, _), _)| !matches!(verb.as_str(), "get" | "list" | "watch"))
-        .map(|(k, n)| n - api_before.get(k).copied().unwrap_or(0))
-        .sum();
-    let cri_calls: u64 = node
-        .cri
-        .state()
-        .calls
-        .iter()
-        .map(|(k, n)| n - cri_before.get(k).copied().unwrap_or(0))
-        .sum();
+    let (idle_reads, idle_writes) = api_delta(&api_before, &node.api.request_counts());
+    let idle_cri = cri_delta(&cri_before, &node.cri.state().calls);
+    let rss_idle = d.rss_split();
 
+    let api_before = node.api.request_counts();
+    let cri_before = node.cri.state().calls.clone();
     let mut latencies = Vec::with_capacity(changes);
     for i in 0..changes {
         let pod = format!("web-{}", i % PODS);
@@ -141,21 +153,31 @@ async fn main() {
         .await
         .unwrap_or_else(|| panic!("{pod}: annotation never followed the recreate"));
     }
+    let (change_reads, change_writes) = api_delta(&api_before, &node.api.request_counts());
+    let change_cri = cri_delta(&cri_before, &node.cri.state().calls);
     let stops = node.cri.state().stops.len();
     assert_eq!(stops, changes, "exactly one stop per change");
-    let rss_after = d.rss_bytes();
+    let rss_after = d.rss_split();
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 
     latencies.sort();
     let mean = latencies.iter().sum::<Duration>() / u32::try_from(changes).unwrap();
-    let mib = |b: Option<u64>| {
-        b.map_or("n/a".to_string(), |b| {
-            format!("{:.1} MiB", b as f64 / 1048576.0)
+    let mib = |b: Option<(u64, u64)>| {
+        b.map_or("n/a".to_string(), |(anon, file)| {
+            let m = |x: u64| x as f64 / 1048576.0;
+            format!(
+                "{:.1} MiB (anon {:.1}, file {:.1})",
+                m(anon + file),
+                m(anon),
+                m(file)
+            )
         })
     };
+    let per_minute = |n: usize| n as f64 * 60.0 / idle.as_secs_f64();
+    let per_change = |n: usize| n as f64 / changes as f64;
     println!(
-        "reaction benchmark: {PODS} pods, {} containers, {changes} changes",
+        "reaction benchmark: {PODS} pods, {} containers, {changes} changes, --env-restart-delay {delay}",
         PODS * 3
     );
     println!("  ready after start:         {ready_after:?}");
@@ -166,10 +188,50 @@ async fn main() {
         latencies[latencies.len() - 1],
     );
     println!(
-        "  resident memory: {} loaded, {} after the changes",
+        "  resident memory: {} loaded, {} idle, {} after the changes",
         mib(rss_loaded),
+        mib(rss_idle),
         mib(rss_after)
     );
-    println!("  idle {idle:?}: {api_writes} API writes, {cri_calls} runtime calls");
-    println!("  machine: {}", support::machine());
+    println!(
+        "  idle {idle:?}: {idle_writes} API writes, {idle_reads} API reads ({:.2}/min), {idle_cri} runtime calls ({:.2}/min)",
+        per_minute(idle_reads),
+        per_minute(idle_cri)
+    );
+    println!(
+        "  per change: {:.2} API writes, {:.2} API reads, {:.2} runtime calls",
+        per_change(change_writes),
+        per_change(change_reads),
+        per_change(change_cri)
+    );
+    println!(
+        "  machine: {}; load average before: {load_before}",
+        support::machine()
+    );
+}
+
+/// API (reads, writes) between two request counts.
+fn api_delta(
+    before: &BTreeMap<(String, String), usize>,
+    after: &BTreeMap<(String, String), usize>,
+) -> (usize, usize) {
+    let mut reads = 0;
+    let mut writes = 0;
+    for (k @ (verb, _), n) in after {
+        let d = n - before.get(k).copied().unwrap_or(0);
+        if matches!(verb.as_str(), "get" | "list" | "watch") {
+            reads += d;
+        } else {
+            writes += d;
+        }
+    }
+    (reads, writes)
+}
+
+/// Runtime calls between two call counts.
+fn cri_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> usize {
+    after
+        .iter()
+        .map(|(k, n)| n - before.get(k).copied().unwrap_or(0))
+        .sum::<u64>() as usize
 }

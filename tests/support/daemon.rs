@@ -36,10 +36,14 @@ fn message_has(v: &serde_json::Value, needle: &str) -> bool {
 }
 
 impl Daemon {
-    /// Starts `kruised run` for node `node` with extra `args`.
+    /// Starts `kruised run` for node `node` with extra `args`. The binary is the one cargo built
+    /// for this test, or `KRUISED_TEST_BIN` (the benchmarks measure the shipped build with it:
+    /// `KRUISED_TEST_BIN=target/dist/kruised`).
     pub fn start(node: &str, args: &[&str]) -> Daemon {
         let admin = free_addr();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kruised"));
+        let exe = std::env::var_os("KRUISED_TEST_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_kruised").into());
+        let mut cmd = Command::new(exe);
         cmd.args(["--log-format", "json", "run", "--node-name", node, "--addr"])
             .arg(admin.to_string())
             .args(args)
@@ -143,10 +147,24 @@ impl Daemon {
 
     /// Resident memory of the process now, in bytes (from /proc).
     pub fn rss_bytes(&self) -> Option<u64> {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// Resident memory split as (anonymous: heap and stacks, file-backed: the binary's pages
+    /// in use), in bytes.
+    pub fn rss_split(&self) -> Option<(u64, u64)> {
+        Some((
+            self.status_bytes("RssAnon:")?,
+            self.status_bytes("RssFile:")?,
+        ))
+    }
+
+    /// A `kB` figure of /proc/<pid>/status, in bytes.
+    fn status_bytes(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
         let kb: u64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .find_map(|l| l.strip_prefix(field))?
             .trim()
             .trim_end_matches("kB")
             .trim()
