@@ -265,15 +265,25 @@ pub mod parse {
             .collect())
     }
 
-    /// A plugin's answer as the daemon reads it: its cache key type, its cache duration (when
-    /// it gives a valid one) and the registry locations it holds credentials for.
-    pub fn response(
-        stdout: &[u8],
-        api_version: &str,
-    ) -> Result<(String, Option<Result<Duration, String>>, Vec<String>), String> {
+    /// What the daemon reads from a plugin's answer, credentials left out.
+    #[derive(Debug)]
+    pub struct Answer {
+        /// `Image`, `Registry` or `Global` (anything else is refused when the answer is used).
+        pub cache_key_type: String,
+        /// The answer's `cacheDuration`, parsed, when it gives one.
+        pub cache_duration: Option<Result<Duration, String>>,
+        /// The registry locations it holds credentials for.
+        pub locations: Vec<String>,
+    }
+
+    /// A plugin's answer as the daemon reads it.
+    pub fn response(stdout: &[u8], api_version: &str) -> Result<Answer, String> {
         let r = super::parse_response(stdout, api_version)?;
-        let ttl = r.cache_duration.as_deref().map(super::parse_go_duration);
-        Ok((r.cache_key_type, ttl, r.auth.into_keys().collect()))
+        Ok(Answer {
+            cache_duration: r.cache_duration.as_deref().map(super::parse_go_duration),
+            cache_key_type: r.cache_key_type,
+            locations: r.auth.into_keys().collect(),
+        })
     }
 }
 
