@@ -255,7 +255,7 @@ fn is_default_registry_match(image: &str) -> bool {
 /// Matched left to right, going back only to the last `*` on a mismatch: every other token
 /// matches exactly one byte, so that is enough, and it takes at most `len(p) * len(s)` steps. (A
 /// version that tried every split at every `*` took minutes on a host glob of eleven `*`, found
-/// by the `keyring` fuzz target; the globs come from pull secrets and plugin configs.)
+/// while fuzzing the keyring; the globs come from pull secrets and plugin configs.)
 fn glob_match(p: &[u8], s: &[u8]) -> bool {
     let (mut pi, mut si) = (0, 0);
     // after the last `*` seen: where the pattern goes on, and where in `s` that try began
