@@ -29,6 +29,8 @@
 #
 #   cri-lab.sh stop-containerd   stop containerd only (its shims and containers keep running), as
 #                                an upgrade or crash would
+#   cri-lab.sh kill-containerd   SIGKILL containerd (a crash: no shutdown of its own); shims and
+#                                containers keep running
 #   cri-lab.sh start-containerd  start it again; returns once its CRI plugin answers
 #
 # Env: LAB ($TMPDIR/cri-lab)  SNAPSHOTTER (overlayfs|native, default overlayfs)
@@ -373,6 +375,18 @@ kill_pidfile() { # $1 pidfile $2 name
   rm -f "$f"
 }
 
+cmd_kill_containerd() {
+  local f=$LAB/containerd.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if pid_alive "$pid"; then
+    kill -9 "$pid"
+    for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.02; done
+    log "killed containerd (pid $pid) with SIGKILL"
+  fi
+  rm -f "$f"
+}
+
 cmd_stop() {
   kill_pidfile "$LAB/containerd.pid" containerd
   # if containerd died before the CRI cleanup, containers are still running under their shims:
@@ -438,6 +452,7 @@ case "${1:-}" in
   clean) cmd_clean ;;
   status) cmd_status ;;
   stop-containerd) kill_pidfile "$LAB/containerd.pid" containerd ;;
+  kill-containerd) cmd_kill_containerd ;;
   start-containerd) start_containerd ;;
   bench-images) cmd_bench_images ;;
   *) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 2 ;;

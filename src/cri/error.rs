@@ -92,6 +92,14 @@ impl CriError {
                 endpoint: endpoint.to_string(),
                 message: describe_unavailable(&status),
             },
+            // the connection broke during the call (the runtime crashed or restarted): tonic
+            // reports that as Unknown "transport error", with the transport error as source
+            Code::Unknown if broken_transport(&status) || starting(&status) => {
+                CriError::Unreachable {
+                    endpoint: endpoint.to_string(),
+                    message: describe_unavailable(&status),
+                }
+            }
             Code::Unimplemented => CriError::Unsupported {
                 endpoint: endpoint.to_string(),
                 call,
@@ -116,6 +124,25 @@ impl CriError {
     }
 }
 
+/// Whether a status is tonic's report of a connection that failed under the call, rather
+/// than the runtime's own answer.
+fn broken_transport(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.is::<tonic::transport::Error>() || err.is::<hyper::Error>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// containerd accepts connections before its CRI plugin is up and answers Unknown "server is
+/// not initialized yet" meanwhile: a runtime (re)starting, as good as unreachable.
+fn starting(status: &tonic::Status) -> bool {
+    status.message().contains("server is not initialized yet")
+}
+
 /// tonic reports a failed dial as `Unavailable` with the transport error as its source; the
 /// message alone ("tcp connect error") hides whether the socket is missing or refusing.
 fn describe_unavailable(status: &tonic::Status) -> String {
@@ -130,4 +157,29 @@ fn describe_unavailable(status: &tonic::Status) -> String {
     }
     parts.retain(|p| !p.is_empty());
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_status_the_runtime_sent_is_not_taken_for_a_broken_connection() {
+        let e = CriError::from_status("unix:///x", "StopContainer", tonic::Status::unknown("boom"));
+        assert!(matches!(e, CriError::Other { .. }), "{e}");
+        let e = CriError::from_status(
+            "unix:///x",
+            "StopContainer",
+            tonic::Status::unavailable("gone"),
+        );
+        assert!(matches!(e, CriError::Unreachable { .. }), "{e}");
+    }
+
+    #[test]
+    fn containerd_starting_up_is_unreachable_not_a_failure_of_the_call() {
+        let status = tonic::Status::unknown("server is not initialized yet");
+        let e = CriError::from_status("unix:///x", "ListContainers", status);
+        assert!(matches!(e, CriError::Unreachable { .. }), "{e}");
+        assert!(e.is_retryable());
+    }
 }

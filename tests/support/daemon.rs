@@ -140,6 +140,38 @@ impl Daemon {
         }
     }
 
+    /// Waits for a line for which `pred` holds (or returns one already logged), at most
+    /// `limit`. Panics with the log if none comes.
+    pub async fn wait_for_line(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let found = tokio::time::timeout(limit, async {
+            loop {
+                if let Some(v) = self.log().into_iter().find(|v| pred(v)) {
+                    return Some(v);
+                }
+                if self.lines.changed().await.is_err() {
+                    return self.log().into_iter().find(|v| pred(v));
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Some(v)) => v,
+            Ok(None) => panic!(
+                "kruised exited before logging {what}; log: {:#?}",
+                self.log()
+            ),
+            Err(_) => panic!(
+                "kruised did not log {what} within {limit:?}; log: {:#?}",
+                self.log()
+            ),
+        }
+    }
+
     /// The process ID.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

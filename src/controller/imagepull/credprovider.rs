@@ -183,6 +183,110 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
+/// Parses and checks a `CredentialProviderConfig` (YAML or JSON) as the kubelet does, all but
+/// the executables: each provider with its `defaultCacheDuration`, in file order, or what is
+/// wrong.
+fn parse_config(text: &str) -> Result<Vec<(ProviderSpec, Duration)>, String> {
+    let file: ConfigFile = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+    let (group, _) = file.api_version.split_once('/').unwrap_or(("", ""));
+    if file.kind != "CredentialProviderConfig" || group != CONFIG_GROUP {
+        return Err(format!(
+            "want kind CredentialProviderConfig of {CONFIG_GROUP}, got {:?} {:?}",
+            file.kind, file.api_version
+        ));
+    }
+    if file.providers.is_empty() {
+        return Err("at least 1 item in plugins is required".to_string());
+    }
+    let mut providers: Vec<(ProviderSpec, Duration)> = Vec::new();
+    for spec in file.providers {
+        let name = &spec.name;
+        if name.is_empty() || name.contains(['/', ' ']) || name == "." || name == ".." {
+            return Err(format!("invalid provider name {name:?}"));
+        }
+        if providers.iter().any(|(p, _)| &p.name == name) {
+            return Err(format!("duplicate provider name {name:?}"));
+        }
+        let version_ok = spec
+            .api_version
+            .split_once('/')
+            .is_some_and(|(g, v)| g == PROTOCOL_GROUP && PROTOCOL_VERSIONS.contains(&v));
+        if !version_ok {
+            return Err(format!(
+                "provider {name}: apiVersion {:?} is not one of {PROTOCOL_GROUP}/{}",
+                spec.api_version,
+                PROTOCOL_VERSIONS.join(", ")
+            ));
+        }
+        if spec.match_images.is_empty() {
+            return Err(format!("provider {name}: matchImages is required"));
+        }
+        let default_cache = match spec.default_cache_duration.as_deref() {
+            Some(d) => parse_go_duration(d)
+                .map_err(|e| format!("provider {name}: defaultCacheDuration: {e}"))?,
+            None => return Err(format!("provider {name}: defaultCacheDuration is required")),
+        };
+        providers.push((spec, default_cache));
+    }
+    Ok(providers)
+}
+
+/// Decodes a plugin's answer on stdout and checks that it is the `CredentialProviderResponse`
+/// of `api_version`. The error never holds a credential.
+fn parse_response(stdout: &[u8], api_version: &str) -> Result<Response, String> {
+    let response: Response = serde_json::from_slice(stdout)
+        .map_err(|e| format!("cannot decode the plugin's answer on stdout: {e}"))?;
+    if response.api_version != api_version {
+        return Err(format!(
+            "the plugin answered apiVersion {:?}, not the configured {:?}",
+            response.api_version, api_version
+        ));
+    }
+    if response.kind != "CredentialProviderResponse" {
+        return Err(format!(
+            "the plugin answered kind {:?}, not CredentialProviderResponse",
+            response.kind
+        ));
+    }
+    Ok(response)
+}
+
+/// The pure parsers of this module, for the fuzz targets and property tests: the providers'
+/// names and cache durations of a config, and the registry locations (with the cache key type
+/// and duration) of a plugin's answer.
+pub mod parse {
+    use std::time::Duration;
+
+    /// [`super::Plugins::load`]'s checks of a config's text, without the executables.
+    pub fn config(text: &str) -> Result<Vec<(String, Duration)>, String> {
+        Ok(super::parse_config(text)?
+            .into_iter()
+            .map(|(spec, d)| (spec.name, d))
+            .collect())
+    }
+
+    /// What the daemon reads from a plugin's answer, credentials left out.
+    #[derive(Debug)]
+    pub struct Answer {
+        /// `Image`, `Registry` or `Global` (anything else is refused when the answer is used).
+        pub cache_key_type: String,
+        /// The answer's `cacheDuration`, parsed, when it gives one.
+        pub cache_duration: Option<Result<Duration, String>>,
+        /// The registry locations it holds credentials for.
+        pub locations: Vec<String>,
+    }
+
+    /// A plugin's answer as the daemon reads it.
+    pub fn response(stdout: &[u8], api_version: &str) -> Result<Answer, String> {
+        let r = super::parse_response(stdout, api_version)?;
+        Ok(Answer {
+            cache_duration: r.cache_duration.as_deref().map(super::parse_go_duration),
+            cache_key_type: r.cache_key_type,
+            locations: r.auth.into_keys().collect(),
+        })
+    }
+}
+
 fn invalid(path: &Path, reason: impl Into<String>) -> PluginError {
     PluginError::Invalid {
         path: path.to_path_buf(),
@@ -207,64 +311,10 @@ impl Plugins {
         if !bin_dir.is_dir() {
             return Err(PluginError::NoBinDir(bin_dir.to_path_buf()));
         }
-        let file: ConfigFile =
-            serde_saphyr::from_str(&text).map_err(|e| invalid(config, e.to_string()))?;
-        let (group, _) = file.api_version.split_once('/').unwrap_or(("", ""));
-        if file.kind != "CredentialProviderConfig" || group != CONFIG_GROUP {
-            return Err(invalid(
-                config,
-                format!(
-                    "want kind CredentialProviderConfig of {CONFIG_GROUP}, got {:?} {:?}",
-                    file.kind, file.api_version
-                ),
-            ));
-        }
-        if file.providers.is_empty() {
-            return Err(invalid(config, "at least 1 item in plugins is required"));
-        }
+        let specs = parse_config(&text).map_err(|reason| invalid(config, reason))?;
         let mut providers: Vec<Provider> = Vec::new();
-        for spec in file.providers {
+        for (spec, default_cache) in specs {
             let name = &spec.name;
-            if name.is_empty() || name.contains(['/', ' ']) || name == "." || name == ".." {
-                return Err(invalid(config, format!("invalid provider name {name:?}")));
-            }
-            if providers.iter().any(|p| &p.spec.name == name) {
-                return Err(invalid(config, format!("duplicate provider name {name:?}")));
-            }
-            let version_ok = spec
-                .api_version
-                .split_once('/')
-                .is_some_and(|(g, v)| g == PROTOCOL_GROUP && PROTOCOL_VERSIONS.contains(&v));
-            if !version_ok {
-                return Err(invalid(
-                    config,
-                    format!(
-                        "provider {name}: apiVersion {:?} is not one of {PROTOCOL_GROUP}/{}",
-                        spec.api_version,
-                        PROTOCOL_VERSIONS.join(", ")
-                    ),
-                ));
-            }
-            if spec.match_images.is_empty() {
-                return Err(invalid(
-                    config,
-                    format!("provider {name}: matchImages is required"),
-                ));
-            }
-            let default_cache = match spec.default_cache_duration.as_deref() {
-                Some(d) => parse_go_duration(d).map_err(|e| {
-                    invalid(
-                        config,
-                        format!("provider {name}: defaultCacheDuration: {e}"),
-                    )
-                })?,
-                None => {
-                    return Err(invalid(
-                        config,
-                        format!("provider {name}: defaultCacheDuration is required"),
-                    ));
-                }
-            };
             let executable = bin_dir.join(name);
             if !is_executable(&executable) {
                 return Err(invalid(
@@ -402,21 +452,7 @@ impl Provider {
             let stderr: String = stderr.trim().chars().take(512).collect();
             return Err(format!("the plugin exited with {}: {stderr}", out.status));
         }
-        let response: Response = serde_json::from_slice(&out.stdout)
-            .map_err(|e| format!("cannot decode the plugin's answer on stdout: {e}"))?;
-        if response.api_version != self.spec.api_version {
-            return Err(format!(
-                "the plugin answered apiVersion {:?}, not the configured {:?}",
-                response.api_version, self.spec.api_version
-            ));
-        }
-        if response.kind != "CredentialProviderResponse" {
-            return Err(format!(
-                "the plugin answered kind {:?}, not CredentialProviderResponse",
-                response.kind
-            ));
-        }
-        Ok(response)
+        parse_response(&out.stdout, &self.spec.api_version)
     }
 }
 

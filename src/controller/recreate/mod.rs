@@ -45,6 +45,10 @@ use crate::k8s::write::{self, EventSink, EventSpec};
 const WORKERS: usize = 8;
 /// Pause before retrying a pod whose pass failed.
 const RETRY_DELAY: Duration = Duration::from_secs(2);
+/// Pause before retrying a pod whose pass failed because the runtime did not answer: short, so
+/// the work resumes soon after a restarted runtime answers again (a call to a missing socket
+/// costs nothing).
+const RUNTIME_RETRY_DELAY: Duration = Duration::from_millis(250);
 /// How often a recreating request is looked at again without any event (the runtime has no
 /// container events on containerd 1.6; kruise's manager polls every 3 s too).
 const RECREATING_POLL: Duration = Duration::from_secs(3);
@@ -166,9 +170,11 @@ async fn worker(shared: Arc<Shared>) {
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "recreate request pass failed; retrying");
-                shared
-                    .queue
-                    .add_after(key.clone(), RETRY_DELAY, &shared.cancel);
+                let pause = match e {
+                    PassError::Runtime(_) => RUNTIME_RETRY_DELAY,
+                    PassError::Api(_) => RETRY_DELAY,
+                };
+                shared.queue.add_after(key.clone(), pause, &shared.cancel);
             }
         }
         shared.queue.done(&key);
@@ -483,6 +489,13 @@ async fn kill_one(
             tracing::info!(request = %r.name_any(), %container, "kill called off: the request ended");
             Ok(())
         }
+        // the runtime went away under the call (crashed, restarting): whether the container
+        // stopped is unknown, and a later pass finds out; the request has not failed
+        Err(kill::KillError::Cri(
+            e @ (crate::cri::CriError::Unreachable { .. } | crate::cri::CriError::Timeout { .. }),
+        )) => Err(PassError::Runtime(format!(
+            "stopping container {container}: {e}"
+        ))),
         Err(kill::KillError::Cri(e)) => {
             tracing::warn!(request = %r.name_any(), %container, error = %e, "could not stop the container");
             set(
