@@ -87,7 +87,7 @@ case "$kind" in
   *"statically linked"* | *"static-pie linked"*) ;;
   *) log "not a static binary: $binary: $kind"; exit 1 ;;
 esac
-cp "$binary" "$out/kruised"
+[ "$binary" -ef "$out/kruised" ] || cp "$binary" "$out/kruised"
 size=$(stat -c %s "$out/kruised")
 log "binary target/dist/kruised: $size bytes ($(awk -v s="$size" 'BEGIN {printf "%.1f", s / 1048576}') MiB), $kind"
 

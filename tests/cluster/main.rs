@@ -16,5 +16,6 @@ mod containermeta;
 mod dropin;
 mod imagepull;
 mod recreate;
+mod ship;
 
 pub use support::cluster::{Scene, meta, runtime_id, status_of};
