@@ -26,7 +26,7 @@ fn notify_to(path: &std::ffi::OsStr, state: &str) {
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
             sock.send_to_addr(state.as_bytes(), &addr)
         } else {
-            sock.send_to(state.as_bytes(), &path)
+            sock.send_to(state.as_bytes(), path)
         }
     });
     if let Err(e) = result {
