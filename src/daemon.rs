@@ -162,6 +162,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
 
     // ready or not, wait for the signal; readiness is reported by /readyz
     let signals = Signals::install()?;
+    // start-up is over: systemd's READY means that, not "caches synced" (an unreachable API
+    // server must not fail the unit's start); STATUS says what the daemon still waits for
+    crate::sdnotify::notify("READY=1\nSTATUS=started; waiting for the caches and the runtime");
     let ready_log = {
         let readiness = readiness.clone();
         let cancel = cancel.clone();
@@ -169,14 +172,48 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             tokio::select! {
                 () = readiness.wait_ready() => {
                     tracing::info!("daemon ready: caches synced, runtime reachable");
-                    crate::sdnotify::notify("READY=1");
+                    crate::sdnotify::notify("STATUS=ready: caches synced, runtime reachable");
                 }
                 () = cancel.cancelled() => {}
             }
         }
     };
     tracker.spawn(ready_log);
+    if let Some(every) = crate::sdnotify::watchdog_interval() {
+        tracker.spawn(
+            watchdog(liveness.clone(), every, cancel.clone())
+                .instrument(tracing::info_span!("watchdog")),
+        );
+    }
     drain(signals, cancel, tracker, config.drain_timeout).await
+}
+
+/// Pings systemd's watchdog every `every` while the loops beat (`/healthz` would answer 200);
+/// a stalled loop stops the pings, so systemd restarts the daemon after `WatchdogSec=`.
+async fn watchdog(liveness: Liveness, every: Duration, cancel: CancellationToken) {
+    tracing::info!(?every, "systemd watchdog on");
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stalled = false;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        match liveness.check() {
+            Ok(()) => {
+                crate::sdnotify::notify("WATCHDOG=1");
+                if std::mem::take(&mut stalled) {
+                    tracing::info!("loops beat again; watchdog pings resumed");
+                }
+            }
+            Err(e) if !stalled => {
+                tracing::error!(error = %e, "a loop stalled; no watchdog ping until it beats");
+                stalled = true;
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// Waits for the first signal, cancels everything, and waits for the tasks at most `deadline`;
@@ -193,6 +230,7 @@ async fn drain(
         ?deadline,
         "shutting down: draining in-flight work"
     );
+    crate::sdnotify::notify("STOPPING=1");
     cancel.cancel();
     tracker.close();
     tokio::select! {

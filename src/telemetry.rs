@@ -1,5 +1,7 @@
 //! Logging: `tracing` to stderr, as text or JSON, filtered by `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Output format of the log.
@@ -17,8 +19,10 @@ pub enum LogFormat {
 pub fn init(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // colours only on a terminal: `kubectl logs` and journald show the escape codes verbatim
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // a second init (tests) is harmless: the first subscriber stays
     let _ = match format {

@@ -81,6 +81,15 @@ t_build=$(now)
 cargo test --workspace --all-targets --locked --no-run "$@"
 log "tests built in $(since "$t_build")s"
 
+# the shipped binary and image (the cluster layer deploys it): static, runs, and the image's
+# digest is the same when built again from the same source
+t_image=$(now)
+digest=$(bash scripts/build-image.sh)
+target/dist/kruised version --client-only
+[ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
+  { log "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
+log "release binary and image ($digest) built in $(since "$t_image")s"
+
 if [ -n "$kube_pid" ]; then
   if ! wait "$kube_pid"; then
     tail -30 "$KLAB.start.log" >&2

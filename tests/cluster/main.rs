@@ -17,5 +17,6 @@ mod dropin;
 mod imagepull;
 mod podprobe;
 mod recreate;
+mod ship;
 
 pub use support::cluster::{Scene, meta, runtime_id, status_of};
