@@ -12,6 +12,11 @@
 //!    go into the tag's message, and the pull goes on with what was found;
 //! 4. `PullImage` through the shared [`Puller`], each credential in turn.
 //!
+//! A failed attempt after which the runtime does not answer at all (`ImageFsInfo` unreachable:
+//! containerd restarting or crashed) does not count: the task asks every 250 ms and makes the
+//! next attempt as soon as the runtime answers, within `activeDeadlineSeconds` when one is set.
+//! kruise-daemon spends its `backoffLimit` on such failures and fails the tag after ~7 s.
+//!
 //! A task whose tag left the spec (or got a new version) is cancelled: it stops waiting, its pull
 //! is cancelled unless another task shares it, and it writes and records nothing more.
 
@@ -239,7 +244,8 @@ where
     let timeout = job.spec.timeout();
     let deadline = job.spec.active_deadline().map(|d| Instant::now() + d);
     let mut last_error = None;
-    for attempt in 0..=limit {
+    let mut attempt = 0;
+    while attempt <= limit {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let Some(budget) = state::attempt_budget(timeout, left) else {
             return Err(deadline_message(last_error));
@@ -256,13 +262,28 @@ where
             Ok(done) => return Ok(done),
             Err(AttemptError::Final(m)) => return Err(m),
             Err(AttemptError::Retry(m)) => {
+                // a runtime that is away (restarting, crashed) did not refuse the image: the
+                // attempt does not count, and the next one starts as soon as it answers again
+                if let Some(away) = runtime_away(env).await {
+                    tracing::warn!(error = %m, runtime = %away, "pull cut off: the runtime is unreachable; waiting for it, the attempt does not count");
+                    last_error = Some(m);
+                    if !wait_for_runtime(env, deadline).await {
+                        return Err(deadline_message(last_error));
+                    }
+                    tracing::info!("the runtime answers again; pulling");
+                    continue;
+                }
                 tracing::warn!(attempt = attempt + 1, of = limit + 1, error = %m, "pull attempt failed");
                 last_error = Some(m);
             }
         }
-        if attempt < limit {
-            let pause =
-                state::backoff(attempt, env.settings.backoff_base, env.settings.backoff_cap);
+        attempt += 1;
+        if attempt <= limit {
+            let pause = state::backoff(
+                attempt - 1,
+                env.settings.backoff_base,
+                env.settings.backoff_cap,
+            );
             match deadline {
                 Some(d) if Instant::now() + pause >= d => {
                     tokio::time::sleep_until(d).await;
@@ -273,6 +294,40 @@ where
         }
     }
     Err(last_error.unwrap_or_else(|| "pull failed".to_string()))
+}
+
+/// How often a task waiting for an unreachable runtime asks whether it answers again.
+const RUNTIME_POLL: Duration = Duration::from_millis(250);
+
+/// The error when the runtime does not answer at all; `None` when it answers (even with an
+/// error of its own).
+async fn runtime_away<I, C>(env: &Env<I, C>) -> Option<crate::cri::CriError>
+where
+    I: ImageService + Clone + 'static,
+{
+    match env.puller.runtime().image_fs_info().await {
+        Err(e @ crate::cri::CriError::Unreachable { .. }) => Some(e),
+        _ => None,
+    }
+}
+
+/// Waits until the runtime answers; false when the deadline passes first.
+async fn wait_for_runtime<I, C>(env: &Env<I, C>, deadline: Option<Instant>) -> bool
+where
+    I: ImageService + Clone + 'static,
+{
+    loop {
+        match deadline {
+            Some(d) if Instant::now() + RUNTIME_POLL >= d => {
+                tokio::time::sleep_until(d).await;
+                return false;
+            }
+            _ => tokio::time::sleep(RUNTIME_POLL).await,
+        }
+        if runtime_away(env).await.is_none() {
+            return true;
+        }
+    }
 }
 
 fn deadline_message(last_error: Option<String>) -> String {

@@ -27,6 +27,8 @@ struct MockState {
     pull_delay: Duration,
     list_calls: usize,
     fs_calls: usize,
+    /// the runtime is away: every call fails as unreachable
+    down: bool,
 }
 
 #[derive(Clone, Default)]
@@ -53,6 +55,9 @@ impl ImageService for Mock {
     async fn list_images(&self) -> crate::cri::Result<Vec<Image>> {
         let mut st = self.st();
         st.list_calls += 1;
+        if st.down {
+            return Err(away());
+        }
         Ok(st.images.clone())
     }
     async fn image_status(&self, _image: &str) -> crate::cri::Result<Option<Image>> {
@@ -66,6 +71,9 @@ impl ImageService for Mock {
         let (delay, fail) = {
             let mut st = self.st();
             st.pulls.push(request.clone());
+            if st.down {
+                return Err(away());
+            }
             st.in_flight += 1;
             st.max_in_flight = st.max_in_flight.max(st.in_flight);
             let user = request
@@ -118,13 +126,24 @@ impl ImageService for Mock {
         Ok(())
     }
     async fn image_fs_info(&self) -> crate::cri::Result<Vec<FilesystemUsage>> {
-        self.st().fs_calls += 1;
+        let mut st = self.st();
+        st.fs_calls += 1;
+        if st.down {
+            return Err(away());
+        }
         Ok(vec![FilesystemUsage {
             timestamp: 0,
             mountpoint: "/var/lib/containerd".into(),
             used_bytes: Some(4096),
             inodes_used: None,
         }])
+    }
+}
+
+fn away() -> CriError {
+    CriError::Unreachable {
+        endpoint: "unix:///run/containerd/containerd.sock".into(),
+        message: "connection refused".into(),
     }
 }
 
@@ -216,6 +235,69 @@ async fn a_failing_tag_fails_after_backoff_limit_plus_one_attempts_with_the_runt
     // pauses of 1 s and 2 s between them, none after the last
     assert_eq!(started.elapsed().as_secs(), 3);
     assert!(s.completion_time.is_some() && s.start_time.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_cut_off_by_an_unreachable_runtime_resumes_when_it_answers_without_spending_an_attempt()
+ {
+    let mock = Mock::default();
+    mock.st().down = true;
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let started = Instant::now();
+    let back = mock.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        back.st().down = false;
+    });
+    // no retries at all: only an attempt that does not count can let this tag succeed
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "v1"),
+            ImageTagPullPolicy {
+                backoff_limit: Some(0),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Succeeded, "{}", s.message);
+    assert_eq!(
+        mock.st().pulls.len(),
+        2,
+        "the cut-off pull, then the one that worked"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(30) && took <= Duration::from_secs(30) + RUNTIME_POLL,
+        "resumed {took:?} after the start, the runtime answered after 30 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runtime_away_past_the_active_deadline_fails_the_tag_with_its_error() {
+    let mock = Mock::default();
+    mock.st().down = true;
+    let env = env(&mock, Resolved::default(), Settings::default());
+    let s = finish(
+        &env,
+        with_policy(
+            job("r.io/app", "v1"),
+            ImageTagPullPolicy {
+                active_deadline_seconds: Some(20),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(s.message.contains("activeDeadlineSeconds"), "{}", s.message);
+    assert!(s.message.contains("unreachable"), "{}", s.message);
+    assert_eq!(
+        mock.st().pulls.len(),
+        1,
+        "no pull while the runtime is away"
+    );
 }
 
 #[tokio::test(start_paused = true)]
