@@ -9,7 +9,27 @@ const WORKER_THREADS: usize = 2;
 /// Threads for blocking work (file reads, name resolution); tokio's default is 512.
 const MAX_BLOCKING_THREADS: usize = 16;
 
+/// glibc malloc arenas unless `MALLOC_ARENA_MAX` says otherwise. glibc gives each thread that
+/// allocates an arena of its own (up to 8 per core), each with its own free lists and
+/// fragmentation; this daemon allocates little and rarely at once: one arena keeps 1.2 MiB less
+/// resident on a 110-pod node with no change in reaction time (`benches/reaction.rs`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a glibc malloc parameter; it is called before any other
+        // thread exists, and an unknown or refused value only makes it return 0.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = match kruised::Cli::parse_or_exit_code() {
         Ok(cli) => cli,
         Err(code) => return code,
