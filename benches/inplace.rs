@@ -12,6 +12,7 @@
 //!
 //!     # with the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported)
 //!     cargo bench --bench inplace
+//!     KRUISED_BENCH_MODES=auto cargo bench --bench inplace     # one mode
 
 #![allow(
     clippy::unwrap_used,
@@ -95,7 +96,9 @@ fn main() {
         "inplace: {PODS} pods x 2 containers, waves of {WAVE}, 2 busy loops; {}",
         support::machine()
     );
-    for mode in ["auto", "1s", "0s"] {
+    // KRUISED_BENCH_MODES=auto,1s runs a subset
+    let modes = std::env::var("KRUISED_BENCH_MODES").unwrap_or_else(|_| "auto,1s,0s".into());
+    for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let (results, memory) = rt.block_on(run_mode(&lab, mode));
         report(mode, &results, memory);
     }
