@@ -164,6 +164,12 @@ async fn accept_loop(
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // as Go's net package does on every TCP connection, so kube-apiserver too:
+                    // with Nagle on, a watch event written while the previous one is not yet
+                    // acknowledged waits for the client's delayed ACK (up to 40 ms)
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(error = %e, "TCP_NODELAY refused");
+                    }
                     let shared = shared.clone();
                     conns.spawn(async move {
                         let svc = service_fn(move |req| {
