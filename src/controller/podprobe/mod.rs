@@ -13,8 +13,9 @@
 //!   one container overwrite each other). The status is written only when a result changes,
 //!   coalesced across probes into one merge patch; stale entries of pods and probes gone from
 //!   the spec are dropped. The manager needs no heartbeat (it reacts to changes only).
-//! - Events `KruiseProbeSucceeded` / `KruiseProbeFailed` on the pod when a result changes
-//!   (kruise emits one per result on every status pass).
+//! - Events `KruiseProbeSucceeded` / `KruiseProbeFailed` on the pod when a result changes, and
+//!   for a first result only when it is a failure (kruise emits one per result on every status
+//!   pass).
 
 pub mod grpc;
 mod metrics;
@@ -435,6 +436,7 @@ fn set_result(
             return;
         }
         let state_changed = previous.is_none_or(|p| p.state != state);
+        let was_known = previous.is_some_and(|p| p.state != ProbeState::Unknown);
         let since = match previous {
             Some(p) if !state_changed => p.since.clone(),
             _ => now.clone(),
@@ -448,7 +450,9 @@ fn set_result(
                 observed: now,
             },
         );
-        state_changed && state != ProbeState::Unknown
+        // a first success is not news (the kubelet records no event for a passing probe): 1000
+        // probes starting would otherwise make 1000 events, drained at the client's rate limit
+        state_changed && state != ProbeState::Unknown && (was_known || state == ProbeState::Failed)
     };
     if event {
         let reason = if state == ProbeState::Succeeded {
