@@ -142,13 +142,22 @@ async fn main() {
     } else {
         Duration::from_secs(2)
     };
-    let api_before = writes(&node.api.request_counts());
+    let counts_before = node.api.request_counts();
+    let api_before = writes(&counts_before);
     let cri_before = node.cri.state().calls.clone();
     let cpu_before = d.cpu_time();
     tokio::time::sleep(window).await;
     let cpu = d.cpu_time().zip(cpu_before).map(|(a, b)| a - b);
     let rss = d.rss_bytes();
-    let api_writes = writes(&node.api.request_counts()) - api_before;
+    let counts_after = node.api.request_counts();
+    let api_writes = writes(&counts_after) - api_before;
+    let write_kinds: Vec<String> = counts_after
+        .iter()
+        .filter(|((verb, _), _)| !matches!(verb.as_str(), "get" | "list" | "watch"))
+        .map(|(k, n)| (k, n - counts_before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .map(|((verb, resource), n)| format!("{verb} {resource}: {n}"))
+        .collect();
     let cri_after = node.cri.state().calls.clone();
     let delta = |rpc: &str| {
         cri_after.get(rpc).copied().unwrap_or(0) - cri_before.get(rpc).copied().unwrap_or(0)
@@ -196,7 +205,7 @@ async fn main() {
         rss.map_or("n/a".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
     );
     println!(
-        "  steady {window:?}: {:.0} ExecSync/s (probes), {other} other runtime calls, {api_writes} API writes",
+        "  steady {window:?}: {:.0} ExecSync/s (probes), {other} other runtime calls, {api_writes} API writes {write_kinds:?}",
         execs as f64 / secs
     );
     println!("  spec change -> {pods} flipped probes reported Failed: {flipped:?}");

@@ -154,7 +154,14 @@ async fn main() {
         .unwrap_or_else(|| panic!("{pod}: annotation never followed the recreate"));
     }
     let (change_reads, change_writes) = api_delta(&api_before, &node.api.request_counts());
-    let change_cri = cri_delta(&cri_before, &node.cri.state().calls);
+    let cri_after = node.cri.state().calls.clone();
+    let change_cri = cri_delta(&cri_before, &cri_after);
+    let by_rpc: Vec<String> = cri_after
+        .iter()
+        .map(|(k, n)| (k, n - cri_before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {:.2}", n as f64 / changes as f64))
+        .collect();
     let stops = node.cri.state().stops.len();
     assert_eq!(stops, changes, "exactly one stop per change");
     let rss_after = d.rss_split();
@@ -204,6 +211,7 @@ async fn main() {
         per_change(change_reads),
         per_change(change_cri)
     );
+    println!("  runtime calls per change: {}", by_rpc.join(", "));
     println!(
         "  machine: {}; load average before: {load_before}",
         support::machine()
