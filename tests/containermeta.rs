@@ -203,6 +203,13 @@ async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is
     );
     // the annotation was rewritten after the recreate, so the daemon has seen it: still one stop
     assert_eq!(stops(&node).len(), 1, "never twice");
+    // the stop and the recreate made several container events of one sandbox: its pod was
+    // looked up once at most, then remembered
+    assert!(
+        node.cri.state().call_count("ListPodSandbox") <= 1,
+        "ListPodSandbox called {} times for one sandbox",
+        node.cri.state().call_count("ListPodSandbox")
+    );
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }

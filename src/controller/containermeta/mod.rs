@@ -67,6 +67,9 @@ struct Shared {
     kubelet_expected: Mutex<HashMap<String, Instant>>,
     /// What was seen of each pod (by UID), for deciding when a stop is safe.
     timelines: Mutex<HashMap<String, Timeline>>,
+    /// The pod UID of each sandbox a container event named (sandbox IDs never change owner),
+    /// so an event costs no `ListPodSandbox` after the first of its sandbox.
+    sandbox_pods: Mutex<HashMap<String, String>>,
     /// When stale-env restarts happen.
     restart_delay: RestartDelay,
     events: EventSink,
@@ -94,6 +97,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         queue: WorkQueue::new(),
         with_env: ctx.config.gates.in_place_update_env_from_metadata,
         seen_at_start: Mutex::new(HashMap::new()),
+        sandbox_pods: Mutex::new(HashMap::new()),
         stopped: Arc::new(Mutex::new(HashMap::new())),
         last_stops: Mutex::new(HashMap::new()),
         kubelet_expected: Mutex::new(HashMap::new()),
@@ -327,8 +331,14 @@ async fn runtime_events(shared: Arc<Shared>) {
                     };
                     match item {
                         Some(Ok(e)) => {
-                            if let Some(sandbox) = e.pod_sandbox_id {
-                                enqueue_sandbox(&shared, &runtime, &sandbox).await;
+                            if let Some(sandbox) = &e.pod_sandbox_id {
+                                enqueue_sandbox(
+                                    &shared,
+                                    &runtime,
+                                    sandbox,
+                                    e.sandbox_status.as_deref(),
+                                )
+                                .await;
                             }
                         }
                         Some(Err(e)) => {
@@ -355,25 +365,52 @@ async fn runtime_events(shared: Arc<Shared>) {
     }
 }
 
-async fn enqueue_sandbox(shared: &Shared, runtime: &RemoteRuntime, sandbox: &str) {
-    let filter = crate::cri::SandboxFilter {
-        id: Some(sandbox.to_string()),
-        ..Default::default()
-    };
-    let Ok(found) = runtime.list_pod_sandboxes(filter).await else {
-        return;
-    };
-    for s in found {
-        let uid = s.metadata.uid;
-        if let Some(pod) = shared
-            .pods
-            .state()
-            .into_iter()
-            .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
-            && decide::is_managed(&pod)
-        {
-            shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
+/// Sandboxes remembered before the map starts afresh (a node runs a few hundred at most).
+const SANDBOX_MEMORY: usize = 4096;
+
+/// Queues the kruise-managed pod that owns `sandbox`: the UID from the event when the runtime
+/// sends the sandbox's status with it, else from an earlier event, else `ListPodSandbox`.
+async fn enqueue_sandbox(
+    shared: &Shared,
+    runtime: &RemoteRuntime,
+    sandbox: &str,
+    status: Option<&crate::cri::PodSandboxStatus>,
+) {
+    let known = status
+        .map(|s| s.sandbox.metadata.uid.clone())
+        .filter(|uid| !uid.is_empty())
+        .or_else(|| lock(&shared.sandbox_pods).get(sandbox).cloned());
+    let uid = match known {
+        Some(uid) => uid,
+        None => {
+            let filter = crate::cri::SandboxFilter {
+                id: Some(sandbox.to_string()),
+                ..Default::default()
+            };
+            let Ok(found) = runtime.list_pod_sandboxes(filter).await else {
+                return;
+            };
+            let Some(s) = found.into_iter().next() else {
+                return;
+            };
+            s.metadata.uid
         }
+    };
+    {
+        let mut map = lock(&shared.sandbox_pods);
+        if map.len() >= SANDBOX_MEMORY && !map.contains_key(sandbox) {
+            map.clear();
+        }
+        map.insert(sandbox.to_string(), uid.clone());
+    }
+    if let Some(pod) = shared
+        .pods
+        .state()
+        .into_iter()
+        .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+        && decide::is_managed(&pod)
+    {
+        shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
     }
 }
 
