@@ -13,6 +13,9 @@
 //!     # with the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported)
 //!     cargo bench --bench inplace
 //!     KRUISED_BENCH_MODES=auto cargo bench --bench inplace     # one mode
+//!
+//! Under `cargo test` (no `--bench` argument) a smoke run of one wave in `auto` mode checks that
+//! the harness still works.
 
 #![allow(
     clippy::unwrap_used,
@@ -33,14 +36,14 @@ const WAVE: usize = 10;
 /// Resident memory (anonymous, file-backed) of the daemon with its pods loaded, and after the changes.
 type Memory = [Option<(u64, u64)>; 2];
 
-async fn run_mode(lab: &KubeLab, mode: &str) -> (Vec<ChangeResult>, Memory) {
+async fn run_mode(lab: &KubeLab, mode: &str, pods: usize) -> (Vec<ChangeResult>, Memory) {
     let scene = Scene::new(lab, "bench").await;
     let identity = cluster::identity(lab, &scene.admin, Rbac::Deploy).await;
     let mut d = cluster::start_daemon(lab, &identity, &["--env-restart-delay", mode]);
     d.wait_for_log("daemon ready", Duration::from_secs(60))
         .await;
     let hooks = HookServer::start().await;
-    let pods = restarts::create_pods(&scene, &hooks, "b", PODS).await;
+    let pods = restarts::create_pods(&scene, &hooks, "b", pods).await;
     let loaded = d.rss_split();
     let load = CpuLoad::start(2);
     let mut results = Vec::new();
@@ -92,14 +95,21 @@ fn main() {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
+    // under `cargo test` (no --bench argument) a smoke run: one wave, the default mode
+    let full = std::env::args().any(|a| a == "--bench");
+    let (pods, default_modes) = if full {
+        (PODS, "auto,1s,0s")
+    } else {
+        (WAVE, "auto")
+    };
     println!(
-        "inplace: {PODS} pods x 2 containers, waves of {WAVE}, 2 busy loops; {}",
+        "inplace: {pods} pods x 2 containers, waves of {WAVE}, 2 busy loops; {}",
         support::machine()
     );
     // KRUISED_BENCH_MODES=auto,1s runs a subset
-    let modes = std::env::var("KRUISED_BENCH_MODES").unwrap_or_else(|_| "auto,1s,0s".into());
+    let modes = std::env::var("KRUISED_BENCH_MODES").unwrap_or_else(|_| default_modes.into());
     for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
-        let (results, memory) = rt.block_on(run_mode(&lab, mode));
+        let (results, memory) = rt.block_on(run_mode(&lab, mode, pods));
         report(mode, &results, memory);
     }
 }
