@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use apiserver_double::{ApiServer, Handle};
 use k8s_openapi::api::core::v1::Pod;
-use kruised::cri::{ContainerState, ImageService, PullRequest, RuntimeService};
-use kruised::hash::kubelet::{format_hash, hash_container, parse_hash};
+use kruised::cri::{ContainerState, RuntimeService};
+use kruised::hash::kubelet::parse_hash;
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 use support::daemon::Daemon;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
-use support::node::{meta_of, resolve_env};
+use support::node::meta_of;
 use support::{Lab, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -39,25 +39,16 @@ async fn cluster(lab: &Lab, node: &str) -> Cluster {
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
-    for image in [
-        lab.image("busybox:v1"),
-        lab.image("busybox:v2"),
-        lab.image("noenv:v1"),
-    ] {
-        within(
+    kubelet
+        .pull(
+            &[
+                lab.image("busybox:v1"),
+                lab.image("busybox:v2"),
+                lab.image("noenv:v1"),
+            ],
             LIMIT,
-            "image pull",
-            kubelet.runtime().pull_image(
-                PullRequest {
-                    image,
-                    ..Default::default()
-                },
-                LIMIT,
-            ),
         )
-        .await
-        .unwrap();
-    }
+        .await;
     let endpoint = format!("unix://{}", lab.socket.display());
     let mut daemon = Daemon::start(
         node,
@@ -83,22 +74,6 @@ fn spec_of(api: &Handle, name: &str) -> Pod {
     serde_json::from_value(api.get("pods", "default", name).unwrap()).unwrap()
 }
 
-/// The kubelet's container spec for `c` of `pod`: image, env resolved now, the kubelet hash.
-fn container_spec(pod: &Pod, name: &str) -> ContainerSpec {
-    let c = pod
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers
-        .iter()
-        .find(|c| c.name == name)
-        .unwrap();
-    let mut spec = ContainerSpec::sleeper(name, c.image.as_deref().unwrap());
-    spec.env = resolve_env(pod, c);
-    spec.hash = format_hash(hash_container(c));
-    spec
-}
-
 /// Creates the pod in the API, runs it through CRI, reports its containers in the status.
 async fn run_pod(c: &Cluster, name: &str, image: &str, ready: bool) -> RunningPod {
     let created = c
@@ -121,7 +96,10 @@ async fn run_pod(c: &Cluster, name: &str, image: &str, ready: bool) -> RunningPo
     let pod: Pod = serde_json::from_value(created).unwrap();
     let mut spec = PodSpec::new(
         name,
-        vec![container_spec(&pod, "main"), container_spec(&pod, "side")],
+        vec![
+            ContainerSpec::of_pod(&pod, "main"),
+            ContainerSpec::of_pod(&pod, "side"),
+        ],
     );
     spec.uid = pod.metadata.uid.clone().unwrap();
     spec.termination_grace_seconds = 5;
@@ -283,8 +261,11 @@ async fn env_from_metadata_restarts_once_and_only_while_the_update_is_pending() 
     let new_main = within(
         LIMIT,
         "recreate",
-        c.kubelet
-            .recreate(&mut running, "main", Some(container_spec(&pod, "main"))),
+        c.kubelet.recreate(
+            &mut running,
+            "main",
+            Some(ContainerSpec::of_pod(&pod, "main")),
+        ),
     )
     .await;
     report(&c.api, &name, &running, false);
@@ -354,8 +335,11 @@ async fn an_image_and_env_change_together_restarts_the_container_exactly_once() 
     let new_main = within(
         LIMIT,
         "recreate",
-        c.kubelet
-            .recreate(&mut running, "main", Some(container_spec(&pod, "main"))),
+        c.kubelet.recreate(
+            &mut running,
+            "main",
+            Some(ContainerSpec::of_pod(&pod, "main")),
+        ),
     )
     .await;
     report(&c.api, &name, &running, false);

@@ -28,8 +28,7 @@ use std::time::{Duration, Instant};
 
 use apiserver_double::{ApiServer, Handle};
 use k8s_openapi::api::core::v1::Pod;
-use kruised::cri::{ContainerState, ImageService, PullRequest, RuntimeService};
-use kruised::hash::kubelet::{format_hash, hash_container};
+use kruised::cri::{ContainerState, RuntimeService};
 use kruised::k8s::crd::{ContainerRecreateRequest, NodePodProbe, ProbeState};
 use kruised::k8s::keys;
 use rand::rngs::StdRng;
@@ -37,7 +36,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use support::daemon::Daemon;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
-use support::node::{meta_of, resolve_env};
+use support::node::meta_of;
 use support::{Lab, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -76,22 +75,6 @@ macro_rules! cri {
 
 fn pod_of(api: &Handle, name: &str) -> Pod {
     serde_json::from_value(api.get("pods", "default", name).unwrap()).unwrap()
-}
-
-/// The kubelet's container spec for `c` of `pod` now: image, env resolved, the kubelet hash.
-fn container_spec(pod: &Pod, name: &str) -> ContainerSpec {
-    let c = pod
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers
-        .iter()
-        .find(|c| c.name == name)
-        .unwrap();
-    let mut spec = ContainerSpec::sleeper(name, c.image.as_deref().unwrap());
-    spec.env = resolve_env(pod, c);
-    spec.hash = format_hash(hash_container(c));
-    spec
 }
 
 fn report(api: &Handle, name: &str, running: &RunningPod) {
@@ -181,19 +164,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
     api.write_kubeconfig(&kubeconfig).unwrap();
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     let image = lab.image("busybox:v1");
-    within(
-        LIMIT,
-        "image pull",
-        kubelet.runtime().pull_image(
-            PullRequest {
-                image: image.clone(),
-                ..Default::default()
-            },
-            LIMIT,
-        ),
-    )
-    .await
-    .unwrap();
+    kubelet.pull(std::slice::from_ref(&image), LIMIT).await;
 
     // pod `env`: a kruise-managed pod whose container reads an annotation, in an in-place update
     let env_name = unique("env");
@@ -213,7 +184,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
         )
         .unwrap();
     let pod: Pod = serde_json::from_value(created).unwrap();
-    let mut spec = PodSpec::new(&env_name, vec![container_spec(&pod, "main")]);
+    let mut spec = PodSpec::new(&env_name, vec![ContainerSpec::of_pod(&pod, "main")]);
     spec.uid = pod.metadata.uid.clone().unwrap();
     spec.termination_grace_seconds = 2;
     let mut env_pod = within(LIMIT, "pod start", kubelet.run_pod(spec)).await;
@@ -354,7 +325,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
             let rv = api.resource_version();
             let main = env_pod.container("main").to_string();
             if !running(&kubelet, &main).await {
-                let spec = container_spec(&pod_of(&api, &env_name), "main");
+                let spec = ContainerSpec::of_pod(&pod_of(&api, &env_name), "main");
                 let attempt = env_pod.attempts["main"] + 1;
                 env_pod.spec.containers[0] = spec.clone();
                 let id = kubelet

@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use apiserver_double::{ApiServer, Handle};
-use kruised::cri::{ImageService, PullRequest, RuntimeService};
+use kruised::cri::RuntimeService;
 use kruised::k8s::crd::{NodePodProbe, ProbeState};
 use serde_json::{Value, json};
 use support::daemon::{Daemon, free_addr};
@@ -57,19 +57,7 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
     api.write_kubeconfig(&kubeconfig).unwrap();
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     let image = lab.image("busybox:v1");
-    within(
-        LIMIT,
-        "image pull",
-        kubelet.runtime().pull_image(
-            PullRequest {
-                image: image.clone(),
-                ..Default::default()
-            },
-            LIMIT,
-        ),
-    )
-    .await
-    .unwrap();
+    kubelet.pull(std::slice::from_ref(&image), LIMIT).await;
 
     // a host-network server on a free port, in a container of its own
     let port = free_addr().port();

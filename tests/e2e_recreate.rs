@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use apiserver_double::{ApiServer, Handle};
-use kruised::cri::{ImageService, PullRequest, RuntimeService};
+use kruised::cri::RuntimeService;
 use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
@@ -40,19 +40,7 @@ async fn env(lab: &Lab) -> Env {
     let dir = tempfile::tempdir().unwrap();
     api.write_kubeconfig(dir.path().join("kubeconfig")).unwrap();
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
-    within(
-        LIMIT,
-        "image pull",
-        kubelet.runtime().pull_image(
-            PullRequest {
-                image: lab.image("busybox:v1"),
-                ..Default::default()
-            },
-            LIMIT,
-        ),
-    )
-    .await
-    .unwrap();
+    kubelet.pull(&[lab.image("busybox:v1")], LIMIT).await;
     let endpoint = format!("unix://{}", lab.socket.display());
     let daemon = start_daemon(&dir, &endpoint).await;
     Env {

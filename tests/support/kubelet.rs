@@ -5,10 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{
-    ContainerConfig, ContainerMetadata, RemoteRuntime, RuntimeService, SandboxConfig,
-    SandboxMetadata, StringMap,
+    ContainerConfig, ContainerMetadata, ImageService, PullRequest, RemoteRuntime, RuntimeService,
+    SandboxConfig, SandboxMetadata, StringMap,
 };
+use kruised::hash::kubelet::{format_hash, hash_container};
 use kruised::k8s::keys;
 
 /// A container as a pod spec would describe it.
@@ -44,6 +46,20 @@ impl ContainerSpec {
             hash: "1a2b3c4d".into(),
             ..Default::default()
         }
+    }
+
+    /// The kubelet's container spec for container `name` of `pod` now: its image, its env
+    /// resolved from the pod as it is, the kubelet hash of its spec; it runs as a sleeper.
+    pub fn of_pod(pod: &Pod, name: &str) -> Self {
+        let c = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == name))
+            .unwrap_or_else(|| panic!("no container {name} in the pod's spec"));
+        let mut spec = Self::sleeper(name, c.image.as_deref().unwrap_or_default());
+        spec.env = super::node::resolve_env(pod, c);
+        spec.hash = format_hash(hash_container(c));
+        spec
     }
 
     /// A container that ignores SIGTERM, so only SIGKILL after the grace period ends it.
@@ -137,6 +153,25 @@ impl Kubelet {
     /// The runtime client.
     pub fn runtime(&self) -> &RemoteRuntime {
         &self.runtime
+    }
+
+    /// Pulls each image through CRI, each within `limit`.
+    pub async fn pull(&self, images: &[String], limit: Duration) {
+        for image in images {
+            super::within(
+                limit,
+                "image pull",
+                self.runtime.pull_image(
+                    PullRequest {
+                        image: image.clone(),
+                        ..Default::default()
+                    },
+                    limit,
+                ),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("pulling {image}: {e}"));
+        }
     }
 
     fn sandbox_config(&self, spec: &PodSpec) -> SandboxConfig {
