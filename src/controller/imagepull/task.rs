@@ -284,12 +284,8 @@ where
                 env.settings.backoff_base,
                 env.settings.backoff_cap,
             );
-            match deadline {
-                Some(d) if Instant::now() + pause >= d => {
-                    tokio::time::sleep_until(d).await;
-                    return Err(deadline_message(last_error));
-                }
-                _ => tokio::time::sleep(pause).await,
+            if !pause_within(pause, deadline).await {
+                return Err(deadline_message(last_error));
             }
         }
     }
@@ -317,15 +313,25 @@ where
     I: ImageService + Clone + 'static,
 {
     loop {
-        match deadline {
-            Some(d) if Instant::now() + RUNTIME_POLL >= d => {
-                tokio::time::sleep_until(d).await;
-                return false;
-            }
-            _ => tokio::time::sleep(RUNTIME_POLL).await,
+        if !pause_within(RUNTIME_POLL, deadline).await {
+            return false;
         }
         if runtime_away(env).await.is_none() {
             return true;
+        }
+    }
+}
+
+/// Waits `pause`; when the deadline comes first, waits until it and returns false.
+async fn pause_within(pause: Duration, deadline: Option<Instant>) -> bool {
+    match deadline {
+        Some(d) if Instant::now() + pause >= d => {
+            tokio::time::sleep_until(d).await;
+            false
+        }
+        _ => {
+            tokio::time::sleep(pause).await;
+            true
         }
     }
 }
