@@ -83,12 +83,17 @@ fn states(npp: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-fn writes(counts: &std::collections::BTreeMap<(String, String), usize>) -> usize {
-    counts
+type Counts = std::collections::BTreeMap<(String, String), usize>;
+
+/// The writes (every verb but get, list and watch) made between two request counts, by verb
+/// and resource (those made at all).
+fn writes(before: &Counts, after: &Counts) -> Counts {
+    after
         .iter()
         .filter(|((verb, _), _)| !matches!(verb.as_str(), "get" | "list" | "watch"))
-        .map(|(_, n)| n)
-        .sum()
+        .map(|(k, n)| (k.clone(), n - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -143,19 +148,15 @@ async fn main() {
         Duration::from_secs(2)
     };
     let counts_before = node.api.request_counts();
-    let api_before = writes(&counts_before);
     let cri_before = node.cri.state().calls.clone();
     let cpu_before = d.cpu_time();
     tokio::time::sleep(window).await;
     let cpu = d.cpu_time().zip(cpu_before).map(|(a, b)| a - b);
     let rss = d.rss_bytes();
-    let counts_after = node.api.request_counts();
-    let api_writes = writes(&counts_after) - api_before;
-    let write_kinds: Vec<String> = counts_after
+    let written = writes(&counts_before, &node.api.request_counts());
+    let api_writes: usize = written.values().sum();
+    let write_kinds: Vec<String> = written
         .iter()
-        .filter(|((verb, _), _)| !matches!(verb.as_str(), "get" | "list" | "watch"))
-        .map(|(k, n)| (k, n - counts_before.get(k).copied().unwrap_or(0)))
-        .filter(|(_, n)| *n > 0)
         .map(|((verb, resource), n)| format!("{verb} {resource}: {n}"))
         .collect();
     let cri_after = node.cri.state().calls.clone();

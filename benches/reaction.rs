@@ -154,13 +154,11 @@ async fn main() {
         .unwrap_or_else(|| panic!("{pod}: annotation never followed the recreate"));
     }
     let (change_reads, change_writes) = api_delta(&api_before, &node.api.request_counts());
-    let cri_after = node.cri.state().calls.clone();
-    let change_cri = cri_delta(&cri_before, &cri_after);
-    let by_rpc: Vec<String> = cri_after
+    let change_calls = cri_calls(&cri_before, &node.cri.state().calls);
+    let change_cri = change_calls.values().sum::<u64>() as usize;
+    let by_rpc: Vec<String> = change_calls
         .iter()
-        .map(|(k, n)| (k, n - cri_before.get(k).copied().unwrap_or(0)))
-        .filter(|(_, n)| *n > 0)
-        .map(|(k, n)| format!("{k} {:.2}", n as f64 / changes as f64))
+        .map(|(k, n)| format!("{k} {:.2}", *n as f64 / changes as f64))
         .collect();
     let stops = node.cri.state().stops.len();
     assert_eq!(stops, changes, "exactly one stop per change");
@@ -236,10 +234,19 @@ fn api_delta(
     (reads, writes)
 }
 
-/// Runtime calls between two call counts.
-fn cri_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> usize {
+/// Runtime calls made between two call counts, by RPC (those made at all).
+fn cri_calls(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
     after
         .iter()
-        .map(|(k, n)| n - before.get(k).copied().unwrap_or(0))
-        .sum::<u64>() as usize
+        .map(|(k, n)| (k.clone(), n - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// Runtime calls made between two call counts.
+fn cri_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> usize {
+    cri_calls(before, after).values().sum::<u64>() as usize
 }
