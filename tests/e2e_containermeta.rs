@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use apiserver_double::{ApiServer, Handle};
+use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ContainerState, RuntimeService};
 use kruised::hash::kubelet::parse_hash;
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use support::daemon::Daemon;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use support::node::meta_of;
-use support::{Lab, unique, within};
+use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -32,12 +32,7 @@ struct Cluster {
 }
 
 async fn cluster(lab: &Lab, node: &str) -> Cluster {
-    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let plane = Plane::start().await;
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     kubelet
         .pull(
@@ -49,24 +44,12 @@ async fn cluster(lab: &Lab, node: &str) -> Cluster {
             LIMIT,
         )
         .await;
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let mut daemon = Daemon::start(
-        node,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-        ],
-    );
-    daemon.wait_for_log("daemon ready", LIMIT).await;
+    let daemon = plane.start_daemon(lab, node, &[], LIMIT).await;
     Cluster {
-        api,
+        api: plane.api,
         kubelet,
         daemon,
-        _dir: dir,
+        _dir: plane.dir,
     }
 }
 

@@ -9,10 +9,9 @@ mod support;
 
 use std::time::Duration;
 
-use apiserver_double::ApiServer;
 use serde_json::json;
-use support::Lab;
 use support::daemon::{Daemon, http_get};
+use support::{Lab, Plane};
 
 const START: Duration = Duration::from_secs(30);
 /// The daemon's drain deadline in these tests, and the margin allowed over it.
@@ -21,32 +20,16 @@ const DRAIN: Duration = Duration::from_secs(3);
 #[tokio::test]
 async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm() {
     let Some(lab) = Lab::get() else { return };
-    let server = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    server
+    let plane = Plane::start().await;
+    plane
+        .api
         .create(
             "pods",
             json!({"metadata": {"name": "p", "namespace": "default"},
             "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "busybox"}]}}),
         )
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let mut d = Daemon::start(
-        "node-a",
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-        ],
-    );
-    d.wait_for_log("daemon ready", START).await;
+    let mut d = plane.start_daemon(&lab, "node-a", &[], START).await;
 
     let (code, body) = http_get(d.admin, "/readyz").await;
     assert_eq!((code, body.trim()), (200, "ok"));
@@ -61,7 +44,8 @@ async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm() {
     );
 
     // it watched only its node's pods, with a field selector
-    let watches: Vec<_> = server
+    let watches: Vec<_> = plane
+        .api
         .requests()
         .into_iter()
         .filter(|r| r.resource == "pods" && (r.verb == "list" || r.verb == "watch"))

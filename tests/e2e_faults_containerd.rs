@@ -26,7 +26,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use apiserver_double::{ApiServer, Handle};
+use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ContainerState, RuntimeService};
 use kruised::k8s::crd::{ContainerRecreateRequest, NodePodProbe, ProbeState};
@@ -34,10 +34,9 @@ use kruised::k8s::keys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use support::daemon::Daemon;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use support::node::meta_of;
-use support::{Lab, unique, within};
+use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-faults";
@@ -156,12 +155,8 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
         .unwrap_or(10);
     let mut rng = StdRng::seed_from_u64(seed.0);
 
-    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let plane = Plane::start().await;
+    let api = &plane.api;
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     let image = lab.image("busybox:v1");
     kubelet.pull(std::slice::from_ref(&image), LIMIT).await;
@@ -188,7 +183,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
     spec.uid = pod.metadata.uid.clone().unwrap();
     spec.termination_grace_seconds = 2;
     let mut env_pod = within(LIMIT, "pod start", kubelet.run_pod(spec)).await;
-    report(&api, &env_name, &env_pod);
+    report(api, &env_name, &env_pod);
 
     // pod `crr`: its container is recreated on request, once per cycle
     let mut crr_spec = PodSpec::new(&unique("crr"), vec![ContainerSpec::sleeper("a", &image)]);
@@ -228,19 +223,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
     )
     .unwrap();
 
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let mut d = Daemon::start(
-        NODE,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-        ],
-    );
-    d.wait_for_log("daemon ready", LIMIT).await;
+    let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
     let pulled = |api: &Handle, version: i64| {
         api.get("nodeimages", "", NODE).is_some_and(|o| {
             let t = &o["status"]["imageStatuses"][&repo]["tags"][0];
@@ -320,12 +303,12 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
         // play the kubelet and the manager until everything is done
         let deadline = back + LIMIT;
         let (mut t_env, mut t_pull, mut t_crr, mut t_probe) = (None, None, None, None);
-        let probe_before = probe_state(&api, &probe_uid).and_then(|(_, t)| t);
+        let probe_before = probe_state(api, &probe_uid).and_then(|(_, t)| t);
         loop {
             let rv = api.resource_version();
             let main = env_pod.container("main").to_string();
             if !running(&kubelet, &main).await {
-                let spec = ContainerSpec::of_pod(&pod_of(&api, &env_name), "main");
+                let spec = ContainerSpec::of_pod(&pod_of(api, &env_name), "main");
                 let attempt = env_pod.attempts["main"] + 1;
                 env_pod.spec.containers[0] = spec.clone();
                 let id = kubelet
@@ -333,7 +316,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
                     .await;
                 env_pod.containers.insert("main".into(), id);
                 env_pod.attempts.insert("main".into(), attempt);
-                report(&api, &env_name, &env_pod);
+                report(api, &env_name, &env_pod);
             }
             let a = crr_pod.container("a").to_string();
             if t_crr.is_none() && !running(&kubelet, &a).await {
@@ -369,14 +352,14 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
                     t_env = Some(now);
                 }
             }
-            if t_pull.is_none() && pulled(&api, version) {
+            if t_pull.is_none() && pulled(api, version) {
                 t_pull = Some(now);
             }
-            if t_crr.is_none() && crr(&api, &request).is_completed() {
+            if t_crr.is_none() && crr(api, &request).is_completed() {
                 t_crr = Some(now);
             }
             if t_probe.is_none()
-                && probe_state(&api, &probe_uid)
+                && probe_state(api, &probe_uid)
                     .is_some_and(|(s, t)| s == want_probe && t != probe_before)
             {
                 t_probe = Some(now);
@@ -389,16 +372,16 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
                 "cycle {cycle} (crash {pause:?} after the work): not all done within {LIMIT:?}: \
                  env {t_env:?} pull {t_pull:?} request {t_crr:?} probe {t_probe:?}; request {:#?}; \
                  NodeImage {:#}; probe {:?}",
-                crr(&api, &request).status,
+                crr(api, &request).status,
                 api.get("nodeimages", "", NODE).unwrap()["status"],
-                probe_state(&api, &probe_uid)
+                probe_state(api, &probe_uid)
             );
             // the next write of the daemon, or a short while for the runtime's side to move
             let _ = api
                 .wait_for(Duration::from_millis(100), |v| v.resource_version() > rv)
                 .await;
         }
-        let r = crr(&api, &request);
+        let r = crr(api, &request);
         let state = &r.status.as_ref().unwrap().container_recreate_states[0];
         assert!(
             state.is_killed

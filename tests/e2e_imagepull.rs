@@ -19,13 +19,11 @@ mod pull_support;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use apiserver_double::ApiServer;
 use kruised::cri::{ImageService, PullRequest};
 use kruised::k8s::crd::ImagePullPhase;
 use pull_support::{CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, owner, tag};
 use serde_json::json;
-use support::Lab;
-use support::daemon::Daemon;
+use support::{Lab, Plane};
 
 /// The lab registry's access log.
 fn registry_log(lab: &Lab, name: &str) -> String {
@@ -251,37 +249,20 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
         .await
         .unwrap();
 
-    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
-    pull_support::create_secret(&api, "wrong", &lab.auth_registry, &user, &wrong);
-    pull_support::create_secret(&api, "right", &lab.auth_registry, &user, &password);
+    let plane = Plane::start().await;
+    let api = &plane.api;
+    pull_support::create_secret(api, "wrong", &lab.auth_registry, &user, &wrong);
+    pull_support::create_secret(api, "right", &lab.auth_registry, &user, &password);
     pull_support::create_node_image(
-        &api,
+        api,
         json!({ &name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],
                         "tags": [{"tag": "v1", "version": 1, "ownerReferences": [owner()],
                                   "pullPolicy": {"backoffLimit": 0}}]}}),
         None,
     );
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let mut d = Daemon::start(
-        NODE,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-        ],
-    );
-    d.wait_for_log("daemon ready", LIMIT).await;
+    let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
 
-    let s =
-        pull_support::wait_status(&api, "Failed with the wrong secret", |s| s.failed == 1).await;
+    let s = pull_support::wait_status(api, "Failed with the wrong secret", |s| s.failed == 1).await;
     let message = tag(&s, &name, "v1").message.to_lowercase();
     assert!(
         message.contains("401") || message.contains("unauthorized"),
@@ -294,10 +275,8 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
         o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
     })
     .unwrap();
-    let s = pull_support::wait_status(&api, "Succeeded with the right secret", |s| {
-        s.succeeded == 1
-    })
-    .await;
+    let s = pull_support::wait_status(api, "Succeeded with the right secret", |s| s.succeeded == 1)
+        .await;
     let t = tag(&s, &name, "v1");
     assert_eq!(t.version, 2);
     let id = lab
@@ -308,8 +287,8 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
         .unwrap()
         .id;
     assert_eq!(t.image_id, format!("{name}@{id}"));
-    pull_support::wait_events(&api, "PullImageSucceed", 1).await;
-    pull_support::wait_events(&api, "PullImageFailed", 1).await;
+    pull_support::wait_events(api, "PullImageSucceed", 1).await;
+    pull_support::wait_events(api, "PullImageFailed", 1).await;
 
     let (code, metrics) = support::daemon::http_get(d.admin, "/metrics").await;
     assert_eq!(code, 200);
@@ -386,12 +365,8 @@ async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_i
         .await
         .unwrap();
 
-    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let plane = Plane::start().await;
+    let (api, dir) = (&plane.api, &plane.dir);
     let bin = dir.path().join("plugins");
     std::fs::create_dir(&bin).unwrap();
     write_plugin(&bin, &lab.auth_registry, &user, &password);
@@ -408,30 +383,27 @@ async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_i
     .unwrap();
     // no pull secret at all: only the plugin can log in
     pull_support::create_node_image(
-        &api,
+        api,
         json!({ &name: {"tags": [{"tag": "v1", "version": 1, "pullPolicy": {"backoffLimit": 0}}]}}),
         None,
     );
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let mut d = Daemon::start(
-        NODE,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-            "--plugin-config-file",
-            config.to_str().unwrap(),
-            "--plugin-bin-dir",
-            bin.to_str().unwrap(),
-        ],
-    );
+    let mut d = plane
+        .start_daemon(
+            &lab,
+            NODE,
+            &[
+                "--plugin-config-file",
+                config.to_str().unwrap(),
+                "--plugin-bin-dir",
+                bin.to_str().unwrap(),
+            ],
+            LIMIT,
+        )
+        .await;
     d.wait_for_log("credential provider plugins registered", LIMIT)
         .await;
     let s =
-        pull_support::wait_status(&api, "Succeeded through the plugin", |s| s.succeeded == 1).await;
+        pull_support::wait_status(api, "Succeeded through the plugin", |s| s.succeeded == 1).await;
     let id = lab
         .runtime()
         .image_status(&format!("{name}:v1"))
@@ -453,8 +425,7 @@ async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_i
         o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
     })
     .unwrap();
-    let s =
-        pull_support::wait_status(&api, "Failed with the wrong answer", |s| s.failed == 1).await;
+    let s = pull_support::wait_status(api, "Failed with the wrong answer", |s| s.failed == 1).await;
     let message = tag(&s, &name, "v1").message.to_lowercase();
     assert!(
         message.contains("401") || message.contains("unauthorized"),

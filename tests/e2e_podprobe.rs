@@ -11,13 +11,13 @@ mod support;
 
 use std::time::Duration;
 
-use apiserver_double::{ApiServer, Handle};
+use apiserver_double::Handle;
 use kruised::cri::RuntimeService;
 use kruised::k8s::crd::{NodePodProbe, ProbeState};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, free_addr};
+use support::daemon::free_addr;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec};
-use support::{Lab, unique, within};
+use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-probe";
@@ -49,12 +49,8 @@ fn probe(name: &str, handler: Value) -> Value {
 #[tokio::test]
 async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_removed_probes_vanish() {
     let Some(lab) = Lab::get() else { return };
-    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let plane = Plane::start().await;
+    let api = &plane.api;
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     let image = lab.image("busybox:v1");
     kubelet.pull(std::slice::from_ref(&image), LIMIT).await;
@@ -107,34 +103,22 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
                                        "IP": "127.0.0.1", "probes": probes}]}}),
     )
     .unwrap();
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let mut d = Daemon::start(
-        NODE,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-        ],
-    );
-    d.wait_for_log("daemon ready", LIMIT).await;
+    let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
 
     assert_eq!(
-        wait_state(&api, &uid, "m#exec-ok", ProbeState::Succeeded).await,
+        wait_state(api, &uid, "m#exec-ok", ProbeState::Succeeded).await,
         "fine"
     );
     assert_eq!(
-        wait_state(&api, &uid, "m#exec-fail", ProbeState::Failed).await,
+        wait_state(api, &uid, "m#exec-fail", ProbeState::Failed).await,
         "nope"
     );
-    wait_state(&api, &uid, "m#exec-flip", ProbeState::Failed).await;
+    wait_state(api, &uid, "m#exec-flip", ProbeState::Failed).await;
     assert_eq!(
-        wait_state(&api, &uid, "m#http", ProbeState::Succeeded).await,
+        wait_state(api, &uid, "m#http", ProbeState::Succeeded).await,
         "up"
     );
-    wait_state(&api, &uid, "m#tcp", ProbeState::Succeeded).await;
+    wait_state(api, &uid, "m#tcp", ProbeState::Succeeded).await;
 
     // the flip: the file appears in the container
     kubelet
@@ -146,7 +130,7 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
         )
         .await
         .unwrap();
-    wait_state(&api, &uid, "m#exec-flip", ProbeState::Succeeded).await;
+    wait_state(api, &uid, "m#exec-flip", ProbeState::Succeeded).await;
     let npp: NodePodProbe =
         serde_json::from_value(api.get("nodepodprobes", "", NODE).unwrap()).unwrap();
     let flip = npp
@@ -163,12 +147,12 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
         .stop_container(pod.container("srv"), Duration::from_secs(2))
         .await
         .unwrap();
-    let http = wait_state(&api, &uid, "m#http", ProbeState::Failed).await;
+    let http = wait_state(api, &uid, "m#http", ProbeState::Failed).await;
     assert!(
         http.contains("connect") || http.contains("refused"),
         "{http}"
     );
-    let tcp = wait_state(&api, &uid, "m#tcp", ProbeState::Failed).await;
+    let tcp = wait_state(api, &uid, "m#tcp", ProbeState::Failed).await;
     assert!(
         tcp.starts_with(&format!("dial tcp 127.0.0.1:{port}")),
         "{tcp}"

@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use apiserver_double::{ApiServer, Handle};
+use apiserver_double::Handle;
 use kruised::cri::RuntimeService;
 use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
 use kruised::k8s::keys;
@@ -20,53 +20,27 @@ use serde_json::{Value, json};
 use support::daemon::Daemon;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use support::restarts::HookServer;
-use support::{Lab, unique, within};
+use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-crr";
 
 struct Env {
-    api: Handle,
+    plane: Plane,
     kubelet: Kubelet,
     daemon: Daemon,
-    dir: tempfile::TempDir,
-    endpoint: String,
 }
 
 async fn env(lab: &Lab) -> Env {
-    let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    api.write_kubeconfig(dir.path().join("kubeconfig")).unwrap();
+    let plane = Plane::start().await;
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     kubelet.pull(&[lab.image("busybox:v1")], LIMIT).await;
-    let endpoint = format!("unix://{}", lab.socket.display());
-    let daemon = start_daemon(&dir, &endpoint).await;
+    let daemon = plane.start_daemon(lab, NODE, &[], LIMIT).await;
     Env {
-        api,
+        plane,
         kubelet,
         daemon,
-        dir,
-        endpoint,
     }
-}
-
-async fn start_daemon(dir: &tempfile::TempDir, endpoint: &str) -> Daemon {
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut d = Daemon::start(
-        NODE,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--runtime-endpoint",
-            endpoint,
-            "--drain-timeout",
-            "3s",
-        ],
-    );
-    d.wait_for_log("daemon ready", LIMIT).await;
-    d
 }
 
 async fn run_pod(e: &Env, lab: &Lab, containers: &[&str]) -> RunningPod {
@@ -143,7 +117,7 @@ async fn wait_crr(
 /// Plays the kubelet and the manager for container `c`: once kruised has recorded its kill,
 /// waits for the container to stop, recreates it, and reports it ready in the snapshot.
 async fn recreate_when_killed(e: &Env, pod: &mut RunningPod, name: &str, c: &str) {
-    wait_crr(&e.api, name, &format!("{c} killed"), |r| {
+    wait_crr(&e.plane.api, name, &format!("{c} killed"), |r| {
         state_of(r, c).is_some_and(|(_, killed)| killed)
     })
     .await;
@@ -160,7 +134,7 @@ async fn recreate_when_killed(e: &Env, pod: &mut RunningPod, name: &str, c: &str
     .unwrap();
     let new = within(LIMIT, "recreate", e.kubelet.recreate(pod, c, None)).await;
     let mut snapshot: Vec<Value> = serde_json::from_str(
-        crr(&e.api, name)
+        crr(&e.plane.api, name)
             .metadata
             .annotations
             .unwrap_or_default()
@@ -173,7 +147,8 @@ async fn recreate_when_killed(e: &Env, pod: &mut RunningPod, name: &str, c: &str
                          "containerID": format!("containerd://{new}")}),
     );
     let text = serde_json::to_string(&snapshot).unwrap();
-    e.api
+    e.plane
+        .api
         .modify("containerrecreaterequests", "default", name, |o| {
             o["metadata"]["annotations"][keys::CRR_SYNC_CONTAINER_STATUSES] = json!(text)
         })
@@ -209,8 +184,11 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
         json!({"orderedRecreate": true, "failurePolicy": "Fail", "terminationGracePeriodSeconds": 5}),
     );
     let name = req["metadata"]["name"].as_str().unwrap().to_string();
-    e.api.create("containerrecreaterequests", req).unwrap();
-    wait_crr(&e.api, &name, "phase Recreating", |r| {
+    e.plane
+        .api
+        .create("containerrecreaterequests", req)
+        .unwrap();
+    wait_crr(&e.plane.api, &name, "phase Recreating", |r| {
         r.phase() == Phase::Recreating
     })
     .await;
@@ -222,7 +200,7 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
         "the preStop hook ran before the stop"
     );
     // ordered: b waits until a is Succeeded
-    let r = wait_crr(&e.api, &name, "a succeeded", |r| {
+    let r = wait_crr(&e.plane.api, &name, "a succeeded", |r| {
         state_of(r, "a").is_some_and(|(p, _)| p == Phase::Succeeded)
     })
     .await;
@@ -232,7 +210,7 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
         "b not killed before a is done"
     );
     recreate_when_killed(&e, &mut pod, &name, "b").await;
-    let r = wait_crr(&e.api, &name, "Completed", completed).await;
+    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
     assert_eq!(state_of(&r, "a"), Some((Phase::Succeeded, true)));
     assert_eq!(state_of(&r, "b"), Some((Phase::Succeeded, true)));
     assert!(r.status.as_ref().unwrap().message.is_empty());
@@ -269,8 +247,11 @@ async fn a_missing_container_fails_and_fail_completes_while_ignore_still_recreat
         json!({"failurePolicy": "Fail"}),
     );
     let name = req["metadata"]["name"].as_str().unwrap().to_string();
-    e.api.create("containerrecreaterequests", req).unwrap();
-    let r = wait_crr(&e.api, &name, "Completed", completed).await;
+    e.plane
+        .api
+        .create("containerrecreaterequests", req)
+        .unwrap();
+    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
     let missing = &r.status.as_ref().unwrap().container_recreate_states[0];
     assert_eq!(
         (missing.phase.clone(), missing.message.as_str()),
@@ -289,9 +270,12 @@ async fn a_missing_container_fails_and_fail_completes_while_ignore_still_recreat
         json!({"failurePolicy": "Ignore"}),
     );
     let name = req["metadata"]["name"].as_str().unwrap().to_string();
-    e.api.create("containerrecreaterequests", req).unwrap();
+    e.plane
+        .api
+        .create("containerrecreaterequests", req)
+        .unwrap();
     recreate_when_killed(&e, &mut pod, &name, "a").await;
-    let r = wait_crr(&e.api, &name, "Completed", completed).await;
+    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
     assert_eq!(state_of(&r, "missing").map(|(p, _)| p), Some(Phase::Failed));
     assert_eq!(state_of(&r, "a"), Some((Phase::Succeeded, true)));
     e.kubelet.remove_pod(&pod).await;
@@ -306,23 +290,30 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
     let mut pod = run_pod(&e, &lab, &["a"]).await;
     let first = request(&pod, &[("a", None)], json!({}));
     let first_name = first["metadata"]["name"].as_str().unwrap().to_string();
-    e.api.create("containerrecreaterequests", first).unwrap();
-    wait_crr(&e.api, &first_name, "first Recreating", |r| {
+    e.plane
+        .api
+        .create("containerrecreaterequests", first)
+        .unwrap();
+    wait_crr(&e.plane.api, &first_name, "first Recreating", |r| {
         r.phase() == Phase::Recreating
     })
     .await;
     let second = request(&pod, &[("a", None)], json!({}));
     let second_name = second["metadata"]["name"].as_str().unwrap().to_string();
-    e.api.create("containerrecreaterequests", second).unwrap();
-    wait_crr(&e.api, &second_name, "second Pending", |r| {
+    e.plane
+        .api
+        .create("containerrecreaterequests", second)
+        .unwrap();
+    wait_crr(&e.plane.api, &second_name, "second Pending", |r| {
         r.phase() == Phase::Pending
     })
     .await;
 
     recreate_when_killed(&e, &mut pod, &first_name, "a").await;
-    wait_crr(&e.api, &first_name, "first Completed", completed).await;
+    wait_crr(&e.plane.api, &first_name, "first Completed", completed).await;
     // the manager drops the active label of a completed request
-    e.api
+    e.plane
+        .api
         .modify("containerrecreaterequests", "default", &first_name, |o| {
             o["metadata"]["labels"]
                 .as_object_mut()
@@ -332,12 +323,13 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
         .unwrap();
     // the second one's statusContext names the first container: recreated since, so it is done
     // once the snapshot shows the current container ready (as kruise decides)
-    let r = wait_crr(&e.api, &second_name, "second Recreating", |r| {
+    let r = wait_crr(&e.plane.api, &second_name, "second Recreating", |r| {
         r.phase() == Phase::Recreating
     })
     .await;
     assert_eq!(r.phase(), Phase::Recreating);
-    e.api
+    e.plane
+        .api
         .modify("containerrecreaterequests", "default", &second_name, |o| {
             o["metadata"]["annotations"][keys::CRR_SYNC_CONTAINER_STATUSES] = json!(
                 serde_json::to_string(&json!([{"name": "a", "ready": true, "restartCount": 1,
@@ -346,7 +338,7 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
             )
         })
         .unwrap();
-    wait_crr(&e.api, &second_name, "second Completed", completed).await;
+    wait_crr(&e.plane.api, &second_name, "second Completed", completed).await;
     assert_eq!(pod.attempts["a"], 1);
     e.kubelet.remove_pod(&pod).await;
     e.daemon.terminate();
@@ -364,7 +356,10 @@ async fn a_daemon_killed_in_the_middle_of_a_request_never_kills_a_container_twic
         json!({"orderedRecreate": true}),
     );
     let name = req["metadata"]["name"].as_str().unwrap().to_string();
-    e.api.create("containerrecreaterequests", req).unwrap();
+    e.plane
+        .api
+        .create("containerrecreaterequests", req)
+        .unwrap();
     e.daemon
         .wait_for_log("stopping container for the recreate request", LIMIT)
         .await;
@@ -372,9 +367,9 @@ async fn a_daemon_killed_in_the_middle_of_a_request_never_kills_a_container_twic
     e.daemon.kill();
     e.daemon.wait_exit(LIMIT).await;
     recreate_when_killed(&e, &mut pod, &name, "a").await;
-    let mut again = start_daemon(&e.dir, &e.endpoint).await;
+    let mut again = e.plane.start_daemon(&lab, NODE, &[], LIMIT).await;
     recreate_when_killed(&e, &mut pod, &name, "b").await;
-    let r = wait_crr(&e.api, &name, "Completed", completed).await;
+    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
     assert_eq!(state_of(&r, "a"), Some((Phase::Succeeded, true)));
     assert_eq!(state_of(&r, "b"), Some((Phase::Succeeded, true)));
     for c in ["a", "b"] {

@@ -99,6 +99,58 @@ impl Lab {
     }
 }
 
+/// The control plane of an end-to-end test: the API-server double, with its kubeconfig in a
+/// directory of the test's own (which the test may also use for its other files).
+pub struct Plane {
+    /// The API-server double.
+    pub api: apiserver_double::Handle,
+    /// Holds `kubeconfig`; removed with the plane.
+    pub dir: tempfile::TempDir,
+}
+
+impl Plane {
+    /// Starts the double on a free port and writes its kubeconfig.
+    pub async fn start() -> Plane {
+        let api = apiserver_double::ApiServer::start("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("start the API-server double");
+        let dir = tempfile::tempdir().expect("tempdir");
+        api.write_kubeconfig(dir.path().join("kubeconfig"))
+            .expect("write the kubeconfig");
+        Plane { api, dir }
+    }
+
+    /// The kubeconfig file.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    /// Starts `kruised run` for `node` against this plane and the lab's containerd (drain
+    /// deadline 3 s), with `extra` arguments, and waits until it logs that it is ready.
+    pub async fn start_daemon(
+        &self,
+        lab: &Lab,
+        node: &str,
+        extra: &[&str],
+        limit: Duration,
+    ) -> daemon::Daemon {
+        let kubeconfig = self.kubeconfig().display().to_string();
+        let endpoint = format!("unix://{}", lab.socket.display());
+        let mut args = vec![
+            "--kubeconfig",
+            &kubeconfig,
+            "--runtime-endpoint",
+            &endpoint,
+            "--drain-timeout",
+            "3s",
+        ];
+        args.extend_from_slice(extra);
+        let mut d = daemon::Daemon::start(node, &args);
+        d.wait_for_log("daemon ready", limit).await;
+        d
+    }
+}
+
 /// Awaits `fut`, failing the test with `what` if it takes longer than `limit`.
 pub async fn within<T>(
     limit: Duration,
