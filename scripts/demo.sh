@@ -101,6 +101,11 @@ wait_until() {
 }
 
 step "building kruised"
+if ! command -v cargo > /dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+  # shellcheck disable=SC1091
+  source "$HOME/.cargo/env"
+fi
+command -v cargo > /dev/null 2>&1 || fail "no cargo: install a Rust toolchain (https://rustup.rs), 1.89 or later"
 cargo build --locked --quiet --workspace --bins
 kruised=$ROOT/target/debug/kruised
 
