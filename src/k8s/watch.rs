@@ -32,6 +32,10 @@ const CHANGE_BUFFER: usize = 256;
 pub enum Change<K: Resource<DynamicType = ()>> {
     /// The object was added or modified.
     Applied(ObjectRef<K>),
+    /// A (re)list found the object, at this resourceVersion. The store may hold a newer
+    /// version by the time a subscriber reads it: a subscriber that must tell the objects as
+    /// they were at start from later changes compares with this.
+    Listed(ObjectRef<K>, Option<String>),
     /// The object was deleted.
     Deleted(ObjectRef<K>),
     /// The store was (re)filled from a full list: objects may have vanished without a
@@ -129,9 +133,13 @@ where
                 };
                 let change = match event {
                     None => break,
-                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                    Some(Ok(watcher::Event::Apply(o))) => {
                         Some(Change::Applied(ObjectRef::from_obj(&o)))
                     }
+                    Some(Ok(watcher::Event::InitApply(o))) => Some(Change::Listed(
+                        ObjectRef::from_obj(&o),
+                        o.meta().resource_version.clone(),
+                    )),
                     Some(Ok(watcher::Event::Delete(o))) => {
                         Some(Change::Deleted(ObjectRef::from_obj(&o)))
                     }

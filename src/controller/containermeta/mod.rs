@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -58,7 +58,7 @@ struct Shared {
     with_env: bool,
     /// Pods without our annotation as they were at the first list: not written until they
     /// change (kruise's rule against a patch storm on daemon start).
-    seen_at_start: Mutex<HashMap<String, String>>,
+    seen_at_start: Mutex<StartVersions>,
     /// Containers this daemon stopped, by runtime ID.
     stopped: Arc<Mutex<HashMap<String, Instant>>>,
     /// The last stop of each (pod UID, container name), to recognise a stale recreation.
@@ -96,7 +96,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         runtimes: ctx.runtimes.clone(),
         queue: WorkQueue::new(),
         with_env: ctx.config.gates.in_place_update_env_from_metadata,
-        seen_at_start: Mutex::new(HashMap::new()),
+        seen_at_start: Mutex::new(StartVersions::default()),
         sandbox_pods: Mutex::new(HashMap::new()),
         stopped: Arc::new(Mutex::new(HashMap::new())),
         last_stops: Mutex::new(HashMap::new()),
@@ -109,8 +109,10 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         tracker: ctx.tracker.clone(),
     });
     let span = tracing::info_span!("containermeta");
+    let changes = shared.pods.subscribe();
+    let listed_before = shared.pods.store().wait_until_ready().now_or_never_ready();
     ctx.tracker
-        .spawn(watch_pods(shared.clone()).instrument(span.clone()));
+        .spawn(watch_pods(shared.clone(), changes, listed_before).instrument(span.clone()));
     ctx.tracker
         .spawn(relist(shared.clone(), ctx.config.relist_interval).instrument(span.clone()));
     ctx.tracker
@@ -193,13 +195,14 @@ impl Shared {
 
     /// Forgets what was kept of a deleted pod.
     fn forget(&self, uid: &str) {
-        lock(&self.seen_at_start).remove(uid);
+        lock(&self.seen_at_start).forget(uid);
         lock(&self.timelines).remove(uid);
         lock(&self.last_stops).retain(|(u, _), _| u != uid);
     }
 
-    /// The event filter: should this version of the pod be reconciled?
-    fn wants(&self, pod: &Pod, initial: bool) -> bool {
+    /// The event filter: should this version of the pod (the store's) be reconciled? A pod
+    /// without the annotation is left alone while it is as the first list found it.
+    fn wants(&self, pod: &Pod, start: Start<'_>) -> bool {
         if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(pod) {
             return false;
         }
@@ -208,15 +211,9 @@ impl Shared {
         if !has_meta {
             let uid = pod.uid().unwrap_or_default();
             let rv = pod.resource_version().unwrap_or_default();
-            let mut seen = lock(&self.seen_at_start);
-            if initial {
-                seen.insert(uid, rv);
+            if lock(&self.seen_at_start).unchanged_since_start(&uid, &rv, start) {
                 return false;
             }
-            if seen.get(&uid) == Some(&rv) {
-                return false;
-            }
-            seen.remove(&uid);
         }
         let meta = annotations
             .and_then(|a| keys::parse_runtime_containers_meta(a).ok())
@@ -224,23 +221,72 @@ impl Shared {
         needs_sync(pod, meta.as_ref(), self.with_env)
     }
 
-    fn enqueue_all(&self, initial: bool) {
+    fn enqueue_all(&self, start: Start<'_>) {
         for pod in self.pods.state() {
             self.observe(&pod);
-            if self.wants(&pod, initial) {
+            if self.wants(&pod, start) {
                 self.queue.add(ObjectRef::from_obj(pod.as_ref()));
             }
         }
     }
 }
 
-async fn watch_pods(shared: Arc<Shared>) {
-    let mut changes = shared.pods.subscribe();
-    // the store may already hold the first list when we subscribe
-    let mut synced_once = shared.pods.store().wait_until_ready().now_or_never_ready();
-    if synced_once {
-        shared.enqueue_all(true);
+/// The resourceVersions the first list found the pods without the annotation at: such a pod
+/// is left alone until it changes (kruise's rule against a patch storm on daemon start).
+#[derive(Debug, Default)]
+struct StartVersions(HashMap<String, String>);
+
+impl StartVersions {
+    /// Whether pod `uid`, now at `rv`, is as the first list found it; `start` says what this
+    /// version tells of that. A pod seen changed is forgotten: from then on it is followed.
+    fn unchanged_since_start(&mut self, uid: &str, rv: &str, start: Start<'_>) -> bool {
+        match start {
+            Start::Listed(listed) => {
+                self.0.insert(uid.to_string(), listed.to_string());
+            }
+            Start::Snapshot => {
+                self.0.insert(uid.to_string(), rv.to_string());
+            }
+            Start::No => {}
+        }
+        if self.0.get(uid).is_some_and(|v| v == rv) {
+            return true;
+        }
+        self.0.remove(uid);
+        false
     }
+
+    fn forget(&mut self, uid: &str) {
+        self.0.remove(uid);
+    }
+}
+
+/// What a pod version given to [`Shared::wants`] says of the pods as they were at start.
+#[derive(Clone, Copy, Debug)]
+enum Start<'a> {
+    /// Nothing: a change after the first list.
+    No,
+    /// The first list found the pod at this resourceVersion (the store may be newer already).
+    Listed(&'a str),
+    /// The first list is known only through the store: take its versions as the start.
+    Snapshot,
+}
+
+/// Follows the pods' changes. `changes` was subscribed when the controller started, usually
+/// before the pod watch's first list, whose entries then come with the versions they were
+/// listed at; `listed_before` says the list was already done then, and only the store tells
+/// what it found.
+async fn watch_pods(
+    shared: Arc<Shared>,
+    mut changes: broadcast::Receiver<Change<Pod>>,
+    listed_before: bool,
+) {
+    let mut synced_once = listed_before;
+    if listed_before {
+        shared.enqueue_all(Start::Snapshot);
+    }
+    // whether the first list came entirely through its own events
+    let mut listed_whole = true;
     loop {
         let change = tokio::select! {
             () = shared.cancel.cancelled() => return,
@@ -250,7 +296,21 @@ async fn watch_pods(shared: Arc<Shared>) {
             Ok(Change::Applied(key)) => {
                 if let Some(pod) = shared.pods.store().get(&key) {
                     shared.observe(&pod);
-                    if shared.wants(&pod, !synced_once) {
+                    if shared.wants(&pod, Start::No) {
+                        shared.queue.add(key);
+                    }
+                }
+            }
+            Ok(Change::Listed(key, rv)) => {
+                if let Some(pod) = shared.pods.store().get(&key) {
+                    shared.observe(&pod);
+                    // a change that reached the store before this entry of the first list was
+                    // read is a change, not the state at start
+                    let start = match &rv {
+                        Some(rv) if !synced_once => Start::Listed(rv),
+                        _ => Start::No,
+                    };
+                    if shared.wants(&pod, start) {
                         shared.queue.add(key);
                     }
                 }
@@ -260,10 +320,27 @@ async fn watch_pods(shared: Arc<Shared>) {
                     shared.forget(uid);
                 }
             }
-            Ok(Change::Resynced) | Err(RecvError::Lagged(_)) => {
-                let initial = !synced_once;
+            Ok(Change::Resynced) => {
+                let start = if synced_once || listed_whole {
+                    Start::No
+                } else {
+                    Start::Snapshot
+                };
                 synced_once = true;
-                shared.enqueue_all(initial);
+                shared.enqueue_all(start);
+            }
+            Err(RecvError::Lagged(_)) => {
+                // changes were lost: the store stands in for them
+                if synced_once {
+                    shared.enqueue_all(Start::No);
+                } else {
+                    listed_whole = false;
+                    // the first list may be done, its Resynced among the lost
+                    if shared.pods.store().wait_until_ready().now_or_never_ready() {
+                        synced_once = true;
+                        shared.enqueue_all(Start::Snapshot);
+                    }
+                }
             }
             Err(RecvError::Closed) => return,
         }
@@ -770,4 +847,43 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
         }
         .instrument(tracing::info_span!("kill")),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_as_the_first_list_found_it_is_left_alone_until_it_changes() {
+        let mut v = StartVersions::default();
+        assert!(v.unchanged_since_start("a", "5", Start::Listed("5")));
+        // a later event of the same version (a relist, a resync) is still the state at start
+        assert!(v.unchanged_since_start("a", "5", Start::No));
+        assert!(!v.unchanged_since_start("a", "6", Start::No));
+        // once changed, it is followed even if a version repeats
+        assert!(!v.unchanged_since_start("a", "5", Start::No));
+    }
+
+    #[test]
+    fn a_change_the_store_took_before_the_list_entry_was_read_is_a_change() {
+        // the first list found the pod at 5; its change to 6 reached the store before this
+        // daemon read the list's entry (the race that missed an env change right after start)
+        let mut v = StartVersions::default();
+        assert!(!v.unchanged_since_start("a", "6", Start::Listed("5")));
+        // and the resync that ends the first list does not take 6 for the state at start
+        assert!(!v.unchanged_since_start("a", "6", Start::No));
+    }
+
+    #[test]
+    fn without_the_lists_own_entries_the_store_stands_in_for_the_start() {
+        let mut v = StartVersions::default();
+        assert!(v.unchanged_since_start("a", "6", Start::Snapshot));
+        assert!(!v.unchanged_since_start("a", "7", Start::No));
+    }
+
+    #[test]
+    fn a_pod_never_listed_is_followed_from_its_first_event() {
+        let mut v = StartVersions::default();
+        assert!(!v.unchanged_since_start("new", "9", Start::No));
+    }
 }

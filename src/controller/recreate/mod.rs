@@ -139,7 +139,7 @@ async fn watch_requests(shared: Arc<Shared>) {
             c = changes.recv() => c,
         };
         match change {
-            Ok(Change::Applied(key)) => {
+            Ok(Change::Applied(key) | Change::Listed(key, _)) => {
                 if let Some(r) = shared.requests.store().get(&key) {
                     shared.on_change(&r);
                 }
