@@ -300,7 +300,30 @@ async fn no_env_change_missed_no_double_stop_no_foreign_annotation_lost_under_ap
     }
     let mut results = Vec::new();
     for t in drivers {
-        results.push(t.await.unwrap());
+        match t.await {
+            Ok(r) => results.push(r),
+            Err(e) => {
+                // for the diagnosis: what the daemon logged of the pod the driver failed on (its
+                // message starts with the pod's name), its warnings, and the faults so far
+                let panic = e.into_panic();
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map_or("", String::as_str)
+                    .to_string();
+                let pod = message.split(':').next().unwrap_or_default();
+                for line in d.log() {
+                    let text = line.to_string();
+                    if text.contains(&format!("{pod}\""))
+                        || line["level"] == "WARN"
+                        || line["level"] == "ERROR"
+                    {
+                        eprintln!("daemon: {text}");
+                    }
+                }
+                eprintln!("faults injected: {:?}", faults.lock().unwrap());
+                std::panic::resume_unwind(panic);
+            }
+        }
     }
     let elapsed = started.elapsed();
     // the faults still pending must not hide a lost write: clear them and let the daemon settle
