@@ -29,17 +29,18 @@ fn crr_api(scene: &Scene) -> Api<DynamicObject> {
     Api::namespaced_with(scene.admin.clone(), &scene.ns.name, &ar)
 }
 
-/// The manager's snapshot: containers running since the request was created.
-fn snapshot(pod: &Pod, since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Vec<Value> {
+/// The manager's snapshot: the containers running that the request did not find (by ID: a
+/// start time has whole seconds, and a pod started in the second the request was made would
+/// count as recreated, its snapshot written before kruised gave the request a phase: 422).
+fn snapshot(pod: &Pod, at_request: &[String]) -> Vec<Value> {
     pod.status
         .iter()
         .flat_map(|s| s.container_statuses.iter().flatten())
         .filter(|c| {
-            c.state
-                .as_ref()
-                .and_then(|s| s.running.as_ref())
-                .and_then(|r| r.started_at.as_ref())
-                .is_some_and(|t| t.0 >= since.0)
+            c.state.as_ref().is_some_and(|s| s.running.is_some())
+                && c.container_id
+                    .as_ref()
+                    .is_some_and(|id| !at_request.contains(id))
         })
         .map(|c| {
             json!({"name": c.name, "ready": c.ready, "restartCount": c.restart_count,
@@ -52,14 +53,16 @@ fn snapshot(pod: &Pod, since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::T
 async fn manager(scene: &Scene, pod: &str, name: &str) {
     let crrs = crr_api(scene);
     let pods = scene.pods();
-    let created = crrs
+    let typed: Api<ContainerRecreateRequest> = Api::namespaced(scene.admin.clone(), &scene.ns.name);
+    let at_request: Vec<String> = typed
         .get(name)
         .await
         .unwrap()
-        .metadata
-        .creation_timestamp
-        .unwrap();
-    let typed: Api<ContainerRecreateRequest> = Api::namespaced(scene.admin.clone(), &scene.ns.name);
+        .spec
+        .containers
+        .iter()
+        .filter_map(|c| c.status_context.as_ref().map(|s| s.container_id.clone()))
+        .collect();
     let stream = watcher(
         pods,
         watcher::Config::default().fields(&format!("metadata.name={pod}")),
@@ -80,7 +83,7 @@ async fn manager(scene: &Scene, pod: &str, name: &str) {
         let Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) = event else {
             continue;
         };
-        let snap = snapshot(&p, &created);
+        let snap = snapshot(&p, &at_request);
         if snap != last {
             crrs.patch_status(
                 name,
