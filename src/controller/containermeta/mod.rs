@@ -221,12 +221,17 @@ impl Shared {
         needs_sync(pod, meta.as_ref(), self.with_env)
     }
 
+    /// Records this version of the pod and queues it if it is to be reconciled.
+    fn consider(&self, pod: &Pod, start: Start<'_>) {
+        self.observe(pod);
+        if self.wants(pod, start) {
+            self.queue.add(ObjectRef::from_obj(pod));
+        }
+    }
+
     fn enqueue_all(&self, start: Start<'_>) {
         for pod in self.pods.state() {
-            self.observe(&pod);
-            if self.wants(&pod, start) {
-                self.queue.add(ObjectRef::from_obj(pod.as_ref()));
-            }
+            self.consider(&pod, start);
         }
     }
 }
@@ -295,24 +300,18 @@ async fn watch_pods(
         match change {
             Ok(Change::Applied(key)) => {
                 if let Some(pod) = shared.pods.store().get(&key) {
-                    shared.observe(&pod);
-                    if shared.wants(&pod, Start::No) {
-                        shared.queue.add(key);
-                    }
+                    shared.consider(&pod, Start::No);
                 }
             }
             Ok(Change::Listed(key, rv)) => {
+                // a change that reached the store before this entry of the first list was read
+                // is a change, not the state at start
+                let start = match &rv {
+                    Some(rv) if !synced_once => Start::Listed(rv),
+                    _ => Start::No,
+                };
                 if let Some(pod) = shared.pods.store().get(&key) {
-                    shared.observe(&pod);
-                    // a change that reached the store before this entry of the first list was
-                    // read is a change, not the state at start
-                    let start = match &rv {
-                        Some(rv) if !synced_once => Start::Listed(rv),
-                        _ => Start::No,
-                    };
-                    if shared.wants(&pod, start) {
-                        shared.queue.add(key);
-                    }
+                    shared.consider(&pod, start);
                 }
             }
             Ok(Change::Deleted(key)) => {
