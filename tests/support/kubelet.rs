@@ -11,7 +11,8 @@ use kruised::cri::{
     SandboxConfig, SandboxMetadata, StringMap,
 };
 use kruised::hash::kubelet::{format_hash, hash_container};
-use kruised::k8s::keys;
+
+use super::kubelet_meta::{self, PodRef};
 
 /// A container as a pod spec would describe it.
 #[derive(Clone, Debug, Default)]
@@ -97,6 +98,15 @@ pub struct PodSpec {
 }
 
 impl PodSpec {
+    /// Its identity, as the kubelet labels what it creates for it.
+    pub fn pod_ref(&self) -> PodRef<'_> {
+        PodRef {
+            name: &self.name,
+            namespace: &self.namespace,
+            uid: &self.uid,
+        }
+    }
+
     /// A pod with a unique uid and the given containers.
     pub fn new(name: &str, containers: Vec<ContainerSpec>) -> Self {
         PodSpec {
@@ -175,11 +185,6 @@ impl Kubelet {
     }
 
     fn sandbox_config(&self, spec: &PodSpec) -> SandboxConfig {
-        let mut labels = spec.labels.clone();
-        labels.insert(keys::KUBELET_POD_NAME.into(), spec.name.clone());
-        labels.insert(keys::KUBELET_POD_NAMESPACE.into(), spec.namespace.clone());
-        labels.insert(keys::KUBELET_POD_UID.into(), spec.uid.clone());
-        labels.insert(keys::KUBELET_CONTAINER_TYPE.into(), "podsandbox".into());
         SandboxConfig {
             metadata: SandboxMetadata {
                 name: spec.name.clone(),
@@ -194,40 +199,13 @@ impl Kubelet {
                 .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
                 .display()
                 .to_string(),
-            labels,
+            labels: kubelet_meta::sandbox_labels(spec.pod_ref(), &spec.labels),
             annotations: spec.annotations.clone(),
             cgroup_parent: format!("/cri-lab/pod{}", spec.uid),
         }
     }
 
     fn container_config(&self, pod: &PodSpec, c: &ContainerSpec, attempt: u32) -> ContainerConfig {
-        let mut labels = c.labels.clone();
-        labels.insert(keys::KUBELET_POD_NAME.into(), pod.name.clone());
-        labels.insert(keys::KUBELET_POD_NAMESPACE.into(), pod.namespace.clone());
-        labels.insert(keys::KUBELET_POD_UID.into(), pod.uid.clone());
-        labels.insert(keys::KUBELET_CONTAINER_NAME.into(), c.name.clone());
-        let mut annotations = StringMap::new();
-        annotations.insert(keys::KUBELET_CONTAINER_HASH.into(), c.hash.clone());
-        annotations.insert(
-            keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
-            attempt.to_string(),
-        );
-        annotations.insert(
-            keys::KUBELET_TERMINATION_MESSAGE_PATH.into(),
-            "/dev/termination-log".into(),
-        );
-        annotations.insert(
-            keys::KUBELET_TERMINATION_MESSAGE_POLICY.into(),
-            "File".into(),
-        );
-        annotations.insert(
-            keys::KUBELET_POD_TERMINATION_GRACE.into(),
-            pod.termination_grace_seconds.to_string(),
-        );
-        annotations.insert(keys::KUBELET_CONTAINER_TYPE.into(), "container".into());
-        if let Some(h) = &c.pre_stop {
-            annotations.insert(keys::KUBELET_PRESTOP_HANDLER.into(), h.clone());
-        }
         ContainerConfig {
             metadata: ContainerMetadata {
                 name: c.name.clone(),
@@ -237,8 +215,13 @@ impl Kubelet {
             command: c.command.clone(),
             args: vec![],
             envs: c.env.clone(),
-            labels,
-            annotations,
+            labels: kubelet_meta::container_labels(pod.pod_ref(), &c.name, &c.labels),
+            annotations: kubelet_meta::container_annotations(
+                &c.hash,
+                attempt,
+                pod.termination_grace_seconds,
+                c.pre_stop.as_deref(),
+            ),
             log_path: format!("{}/{attempt}.log", c.name),
         }
     }

@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod daemon;
 pub mod kubelet;
+pub mod kubelet_meta;
 pub mod node;
 pub mod restarts;
 
@@ -134,21 +135,26 @@ impl Plane {
         extra: &[&str],
         limit: Duration,
     ) -> daemon::Daemon {
-        let kubeconfig = self.kubeconfig().display().to_string();
-        let endpoint = format!("unix://{}", lab.socket.display());
-        let mut args = vec![
-            "--kubeconfig",
-            &kubeconfig,
-            "--runtime-endpoint",
-            &endpoint,
-            "--drain-timeout",
-            "3s",
-        ];
-        args.extend_from_slice(extra);
+        let mut args = daemon_args(&self.kubeconfig(), &lab.endpoint().to_string());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut d = daemon::Daemon::start(node, &args);
         d.wait_for_log("daemon ready", limit).await;
         d
     }
+}
+
+/// `kruised run`'s arguments in the tests: the API server's kubeconfig, the runtime endpoint,
+/// a drain deadline of 3 s.
+pub fn daemon_args(kubeconfig: &std::path::Path, endpoint: &str) -> Vec<String> {
+    vec![
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--runtime-endpoint".into(),
+        endpoint.to_string(),
+        "--drain-timeout".into(),
+        "3s".into(),
+    ]
 }
 
 /// Awaits `fut`, failing the test with `what` if it takes longer than `limit`.

@@ -13,6 +13,8 @@ use kruised::cri::{ContainerConfig, ContainerMetadata, SandboxMetadata, StringMa
 use kruised::hash::env::{MetaRef, env_meta_refs};
 use kruised::hash::kubelet::{format_hash, hash_container};
 use kruised::k8s::keys;
+
+use super::kubelet_meta::{PodRef, container_labels};
 use serde_json::{Value, json};
 
 /// The node's name in these tests.
@@ -62,14 +64,7 @@ impl FakeNode {
 
     /// Arguments for `kruised run` against this node.
     pub fn daemon_args(&self) -> Vec<String> {
-        vec![
-            "--kubeconfig".into(),
-            self.kubeconfig().display().to_string(),
-            "--runtime-endpoint".into(),
-            self.endpoint(),
-            "--drain-timeout".into(),
-            "3s".into(),
-        ]
+        super::daemon_args(&self.kubeconfig(), &self.endpoint())
     }
 
     /// Creates a kruise-managed pod (owned by a CloneSet) running `containers`, with
@@ -156,15 +151,12 @@ impl FakeNode {
         env_in_info: bool,
         has_env_binary: bool,
     ) -> String {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let mut labels = StringMap::new();
-        labels.insert(keys::KUBELET_POD_UID.into(), uid);
-        labels.insert(
-            keys::KUBELET_POD_NAME.into(),
-            pod.metadata.name.clone().unwrap_or_default(),
-        );
-        labels.insert(keys::KUBELET_POD_NAMESPACE.into(), "default".into());
-        labels.insert(keys::KUBELET_CONTAINER_NAME.into(), c.name.clone());
+        let pod_ref = PodRef {
+            name: pod.metadata.name.as_deref().unwrap_or_default(),
+            namespace: "default",
+            uid: pod.metadata.uid.as_deref().unwrap_or_default(),
+        };
+        let labels = container_labels(pod_ref, &c.name, &StringMap::new());
         let mut annotations = StringMap::new();
         annotations.insert(
             keys::KUBELET_CONTAINER_HASH.into(),

@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[path = "../../support/kubelet_meta.rs"]
+mod kubelet_meta;
+
 use anyhow::{Context, Result};
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Container as SpecContainer, EnvVar, Pod};
@@ -35,11 +38,12 @@ use kruised::cri::{
 };
 use kruised::hash::env::env_meta_ref;
 use kruised::hash::kubelet::{format_hash, hash_container};
-use kruised::k8s::keys;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+
+use self::kubelet_meta::PodRef;
 
 /// The kubelet's part of one node, on a real CRI runtime, for the API-server double.
 #[derive(Debug, Parser)]
@@ -419,11 +423,14 @@ fn sandbox_config(pod: &Pod, args: &Args) -> Result<SandboxConfig> {
     let name = meta.name.clone().context("the pod has no name")?;
     let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
     let uid = meta.uid.clone().context("the pod has no uid")?;
-    let mut labels: StringMap = meta.labels.clone().unwrap_or_default();
-    labels.insert(keys::KUBELET_POD_NAME.into(), name.clone());
-    labels.insert(keys::KUBELET_POD_NAMESPACE.into(), namespace.clone());
-    labels.insert(keys::KUBELET_POD_UID.into(), uid.clone());
-    labels.insert(keys::KUBELET_CONTAINER_TYPE.into(), "podsandbox".into());
+    let labels = kubelet_meta::sandbox_labels(
+        PodRef {
+            name: &name,
+            namespace: &namespace,
+            uid: &uid,
+        },
+        &meta.labels.clone().unwrap_or_default(),
+    );
     Ok(SandboxConfig {
         metadata: SandboxMetadata {
             name: name.clone(),
@@ -446,46 +453,16 @@ fn sandbox_config(pod: &Pod, args: &Args) -> Result<SandboxConfig> {
 
 fn container_config(pod: &Pod, c: &SpecContainer, attempt: u32) -> ContainerConfig {
     let meta = &pod.metadata;
-    let mut labels = StringMap::new();
-    labels.insert(
-        keys::KUBELET_POD_NAME.into(),
-        meta.name.clone().unwrap_or_default(),
-    );
-    labels.insert(
-        keys::KUBELET_POD_NAMESPACE.into(),
-        meta.namespace.clone().unwrap_or_default(),
-    );
-    labels.insert(
-        keys::KUBELET_POD_UID.into(),
-        meta.uid.clone().unwrap_or_default(),
-    );
-    labels.insert(keys::KUBELET_CONTAINER_NAME.into(), c.name.clone());
+    let pod_ref = PodRef {
+        name: meta.name.as_deref().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or_default(),
+        uid: meta.uid.as_deref().unwrap_or_default(),
+    };
     let grace = pod
         .spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(30);
-    let mut annotations = StringMap::new();
-    for (k, v) in [
-        (keys::KUBELET_CONTAINER_HASH, format_hash(hash_container(c))),
-        (keys::KUBELET_CONTAINER_RESTART_COUNT, attempt.to_string()),
-        (
-            keys::KUBELET_TERMINATION_MESSAGE_PATH,
-            c.termination_message_path
-                .clone()
-                .unwrap_or_else(|| "/dev/termination-log".into()),
-        ),
-        (
-            keys::KUBELET_TERMINATION_MESSAGE_POLICY,
-            c.termination_message_policy
-                .clone()
-                .unwrap_or_else(|| "File".into()),
-        ),
-        (keys::KUBELET_POD_TERMINATION_GRACE, grace.to_string()),
-        (keys::KUBELET_CONTAINER_TYPE, "container".into()),
-    ] {
-        annotations.insert(k.into(), v);
-    }
     ContainerConfig {
         metadata: ContainerMetadata {
             name: c.name.clone(),
@@ -500,8 +477,13 @@ fn container_config(pod: &Pod, c: &SpecContainer, attempt: u32) -> ContainerConf
             .flatten()
             .map(|e| (e.name.clone(), env_value(pod, e)))
             .collect(),
-        labels,
-        annotations,
+        labels: kubelet_meta::container_labels(pod_ref, &c.name, &StringMap::new()),
+        annotations: kubelet_meta::container_annotations(
+            &format_hash(hash_container(c)),
+            attempt,
+            grace,
+            None,
+        ),
         log_path: format!("{}/{attempt}.log", c.name),
     }
 }
@@ -592,6 +574,7 @@ fn pod_status(pod: &Pod, containers: Vec<Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kruised::k8s::keys;
 
     fn pod(gate_status: Option<&str>) -> Pod {
         let mut conditions = vec![json!({"type": "Ready", "status": "False",
