@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# cri-lab: a real CRI runtime for the tests: containerd (CRI v1 plugin) + runc + a local registry
-# on loopback + small offline busybox images, all under $LAB. Proven on Debian bookworm as root.
+# cri-lab: real CRI runtimes for the tests: containerd 1.6 (Debian's), containerd 2.3 and CRI-O
+# 1.36 (builds found through KRUISED_RUNTIMES_ASSETS), each with runc, in directories of its own
+# under $LAB, beside a local registry on loopback with small offline busybox images. Proven on
+# Debian bookworm as root.
 #
 #   cri-lab.sh install  apt-get install the packages
-#   cri-lab.sh start    write configs, start registry, build+push images, start containerd,
-#                       wait until its CRI plugin is up (pids in $LAB/*.pid)
+#   cri-lab.sh start    write configs, start registry, build+push images, start every runtime of
+#                       $CRI_LAB_RUNTIMES, wait until each answers CRI (pids in $LAB/*.pid)
 #   cri-lab.sh status   show pids / sockets
-#   cri-lab.sh stop     kill exactly the recorded pids (+ shims of our containerd), unmount leftovers,
-#                       rmdir our cgroups. Remove CRI pods through CRI first (StopPodSandbox +
-#                       RemovePodSandbox), or containers keep running under their shims.
+#   cri-lab.sh socket   the CRI socket of $CRI_LAB_RUNTIME (the lab need not run)
+#   cri-lab.sh stop     kill exactly the recorded pids (+ the shims / conmons of our runtimes),
+#                       unmount leftovers, rmdir our cgroups. Remove CRI pods through CRI first
+#                       (StopPodSandbox + RemovePodSandbox), or containers keep running.
 #   cri-lab.sh clean    stop + delete all state
+#
+# Runtimes (CRI_LAB_RUNTIMES, space-separated; default "containerd"):
+#   containerd   Debian's containerd 1.6.20: socket $LAB/containerd.sock, no container events
+#   containerd2  containerd 2.3.4: socket $LAB/containerd2.sock, container events
+#   crio         CRI-O 1.36.3 with conmon: socket $LAB/crio.sock, container events only with
+#                CRIO_POD_EVENTS=true (the default here; CRI-O's own default is false)
+# containerd2 and crio are unpacked (xz, sha256-checked) from KRUISED_RUNTIMES_ASSETS (default
+# ../shared/runtimes beside the repository, when present) into $LAB/bin, with that folder's
+# crictl; the lab refuses to start them without it.
 #
 # Images pushed: $REG_ADDR/test/busybox:v1 and :v2 (same base layer, one small layer each that differs:
 # /etc/image-version), test/pull:v1 and :v2 (the same base, then a marker layer and a top layer found
@@ -24,17 +36,19 @@
 # A second registry on $REG_AUTH_ADDR requires a login (htpasswd, bcrypt); its user and password
 # are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
 #
-#   cri-lab.sh bench-images      build and push bench/img1..4:v1 (each the busybox base plus one
-#                                16 MiB layer of random bytes) for the pre-pull benchmark
+#   cri-lab.sh bench-images    build and push bench/img1..4:v1 (each the busybox base plus one
+#                              16 MiB layer of random bytes) for the pre-pull benchmark
 #
-#   cri-lab.sh stop-containerd   stop containerd only (its shims and containers keep running), as
-#                                an upgrade or crash would
-#   cri-lab.sh kill-containerd   SIGKILL containerd (a crash: no shutdown of its own); shims and
-#                                containers keep running
-#   cri-lab.sh start-containerd  start it again; returns once its CRI plugin answers
+# One runtime ($CRI_LAB_RUNTIME, default the first of $CRI_LAB_RUNTIMES), as an upgrade or a
+# crash would treat it; its shims (conmons) and containers keep running:
+#   cri-lab.sh stop-runtime    SIGTERM the runtime's daemon
+#   cri-lab.sh kill-runtime    SIGKILL it (a crash: no shutdown of its own)
+#   cri-lab.sh start-runtime   start it again; returns once it answers CRI
 #
-# Env: LAB ($TMPDIR/cri-lab)  SNAPSHOTTER (overlayfs|native, default overlayfs)
-#      REG_ADDR (127.0.0.1:5000)  REG_AUTH_ADDR (127.0.0.1:5001)  CRI_RUNTIME (default runtime handler: runc|crun, default runc)
+# Env: LAB ($TMPDIR/cri-lab)  SNAPSHOTTER (overlayfs|native, default overlayfs; containerd 1.6)
+#      REG_ADDR (127.0.0.1:5000)  REG_AUTH_ADDR (127.0.0.1:5001)
+#      CRI_LAB_RUNTIMES, CRI_LAB_RUNTIME, KRUISED_RUNTIMES_ASSETS, CRIO_POD_EVENTS (above)
+#      CRI_RUNTIME (containerd 1.6's default runtime handler: runc|crun, default runc)
 #      MOUNT_HUGETLB (1 = mount the hugetlb v1 hierarchy while the lab runs; needed for crun,
 #                     default 1 when CRI_RUNTIME=crun, else 0). This is a machine-wide change,
 #                     undone by 'stop'.
@@ -46,10 +60,18 @@ REG_ADDR=${REG_ADDR:-127.0.0.1:5000}
 REG_AUTH_ADDR=${REG_AUTH_ADDR:-127.0.0.1:5001}
 REG_AUTH_USER=kruised-lab
 CRI_RUNTIME=${CRI_RUNTIME:-runc}
+CRI_LAB_RUNTIMES=${CRI_LAB_RUNTIMES:-containerd}
+CRI_LAB_RUNTIME=${CRI_LAB_RUNTIME:-${CRI_LAB_RUNTIMES%% *}}
+CRIO_POD_EVENTS=${CRIO_POD_EVENTS:-true}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RUNTIMES_ASSETS=${KRUISED_RUNTIMES_ASSETS:-}
+if [ -z "$RUNTIMES_ASSETS" ] && [ -d "$REPO/../shared/runtimes" ]; then RUNTIMES_ASSETS=$REPO/../shared/runtimes; fi
+BIN=$LAB/bin
 if [ "$CRI_RUNTIME" = crun ]; then MOUNT_HUGETLB=${MOUNT_HUGETLB:-1}; else MOUNT_HUGETLB=${MOUNT_HUGETLB:-0}; fi
 SOCK=$LAB/containerd.sock
 CTR=(ctr --address "$SOCK" -n k8s.io)
-PKGS=(containerd runc crun docker-registry skopeo umoci busybox-static curl apache2-utils)
+PKGS=(containerd runc crun docker-registry skopeo umoci busybox-static curl apache2-utils xz-utils
+  conmon containernetworking-plugins)
 
 log() { printf '%s [lab] %s\n' "$(date +%T.%3N)" "$*" >&2; }
 now() { date +%s.%N; }
@@ -276,27 +298,298 @@ build_images() {
   log "images built+pushed in $(since "$t0")s"
 }
 
-cri_wait() { # wait until containerd answers and its CRI plugin is ok
-  local i
+# ---------------------------------------------------------------- the runtimes
+rt_socket() { # $1 runtime: its CRI socket
+  case "$1" in
+    containerd) echo "$LAB/containerd.sock" ;;
+    containerd2) echo "$LAB/containerd2.sock" ;;
+    crio) echo "$LAB/crio.sock" ;;
+    *) log "unknown runtime '$1' (containerd, containerd2, crio)"; exit 2 ;;
+  esac
+}
+
+# containerd 2.x puts a shim's socket at <socket_dir>/<64 hex>: the dir may have 42 characters
+C2_SHIMS=$LAB/c2s
+if [ ${#C2_SHIMS} -gt 42 ]; then C2_SHIMS=/tmp/cri-lab-$(printf %s "$LAB" | md5sum | cut -c1-12); fi
+
+unpack_runtimes() { # the builds of containerd 2.x / CRI-O, once per lab, checked against SHA256SUMS
+  local want=() b
+  case " $CRI_LAB_RUNTIMES " in *" containerd2 "*) want+=(containerd containerd-shim-runc-v2) ;; esac
+  case " $CRI_LAB_RUNTIMES " in *" crio "*) want+=(crio pinns) ;; esac
+  [ ${#want[@]} -gt 0 ] || return 0
+  want+=(crictl)
+  if [ -z "$RUNTIMES_ASSETS" ] || [ ! -f "$RUNTIMES_ASSETS/SHA256SUMS" ]; then
+    log "ERROR: runtimes '$CRI_LAB_RUNTIMES' need the builds of containerd 2.x / CRI-O: set KRUISED_RUNTIMES_ASSETS (a folder with containerd.xz, crio.xz, ..., SHA256SUMS)"
+    exit 1
+  fi
+  mkdir -p "$BIN"
+  local t0; t0=$(now)
+  for b in "${want[@]}"; do
+    [ -x "$BIN/$b" ] && continue
+    xz -dc "$RUNTIMES_ASSETS/$b.xz" > "$BIN/$b.tmp" && chmod +x "$BIN/$b.tmp" && mv "$BIN/$b.tmp" "$BIN/$b" &
+  done
+  wait
+  local names; names=$(IFS='|'; echo "${want[*]}")
+  (cd "$BIN" && grep -E " ($names)\$" "$RUNTIMES_ASSETS/SHA256SUMS" | sha256sum -c --quiet -) ||
+    { log "ERROR: the binaries in $BIN do not match $RUNTIMES_ASSETS/SHA256SUMS"; rm -f "$BIN"/*; exit 1; }
+  log "unpacked ${want[*]} in $(since "$t0")s"
+}
+
+write_cni_loopback() { # $1 conf dir: a loopback-only network (host-network pods need no more)
+  mkdir -p "$1"
+  cat > "$1/10-cri-lab-loopback.conflist" <<EOF
+{ "cniVersion": "1.0.0", "name": "cri-lab-loopback", "plugins": [ { "type": "loopback" } ] }
+EOF
+}
+
+crictl_ready() { # $1 socket: the runtime answers CRI and says RuntimeReady
+  "$BIN/crictl" --runtime-endpoint "unix://$1" --timeout 2s info -o json 2>/dev/null |
+    python3 -c 'import json,sys; c=json.load(sys.stdin)["status"]["conditions"]; sys.exit(0 if any(x["type"]=="RuntimeReady" and x["status"] for x in c) else 1)' 2>/dev/null
+}
+
+wait_ready() { # $1 runtime $2 pid: until it answers CRI, or it dies, or 60 s pass
+  local sock i; sock=$(rt_socket "$1")
   for i in $(seq 1 600); do
-    if [ -S "$SOCK" ] && "${CTR[@]}" version >/dev/null 2>&1; then
-      "${CTR[@]}" plugins ls | awk '$2=="cri" && $NF=="ok" {found=1} END {exit !found}' && return 0
+    pid_alive "$2" || return 1
+    if [ -S "$sock" ]; then
+      if [ "$1" = containerd ]; then
+        "${CTR[@]}" version >/dev/null 2>&1 &&
+          "${CTR[@]}" plugins ls | awk '$2=="cri" && $NF=="ok" {found=1} END {exit !found}' && return 0
+      else
+        crictl_ready "$sock" && return 0
+      fi
     fi
     sleep 0.05
   done
   return 1
 }
 
-start_containerd() {
-  if alive "$LAB/containerd.pid"; then log "containerd already running (pid $(cat "$LAB/containerd.pid"))"; return; fi
-  rm -f "$SOCK" "$SOCK.ttrpc"
-  local t0; t0=$(now)
-  nohup containerd --config "$LAB/containerd.toml" >>"$LAB/logs/containerd.log" 2>&1 &
-  echo $! > "$LAB/containerd.pid"
-  cri_wait || { log "containerd failed"; tail -20 "$LAB/logs/containerd.log"; exit 1; }
-  log "containerd pid $(cat "$LAB/containerd.pid"): CRI up $(since "$t0")s after spawn"
-  "${CTR[@]}" plugins ls | awk '$2=="cri" || $2=="'"$SNAPSHOTTER"'" {print "plugin " $1 " " $2 " " $NF}' >&2
-  "${CTR[@]}" plugins ls | awk '$2=="cri" && $NF!="ok" {exit 1}' || { log "CRI plugin not ok"; exit 1; }
+containerd2_config() {
+  local d=$LAB/containerd2
+  mkdir -p "$d"/{root,state} "$C2_SHIMS"
+  write_cni_loopback "$d/cni"
+  cat > "$d/config.toml" <<EOF
+# version 3 on purpose: in a version-4 file (2.3's own format) a top-level [grpc] section is
+# ignored and containerd serves on /run/containerd/containerd.sock, the host's; version 3 is
+# migrated correctly. 'start' checks the effective config before starting.
+version = 3
+root = "$d/root"
+state = "$d/state"
+oom_score = 0
+
+[grpc]
+  address = "$LAB/containerd2.sock"
+[ttrpc]
+  address = "$LAB/containerd2.sock.ttrpc"
+[debug]
+  level = "info"
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.shim.v1.manager"]
+    socket_dir = "$C2_SHIMS"
+  # NRI would listen on /var/run/nri/nri.sock, machine-wide
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = true
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "$REG_ADDR/test/pause:v1"
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = "$LAB/certs.d"
+  [plugins."io.containerd.cri.v1.runtime"]
+    enable_selinux = false
+    disable_apparmor = true
+    # see containerd 1.6's config: runc cannot lower oom_score_adj here
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          BinaryName = "/usr/bin/runc"
+          Root = "$d/runc-root"
+          SystemdCgroup = false
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$d/cni"
+  [plugins."io.containerd.grpc.v1.cri"]
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+EOF
+  # the effective config (after migration and the default import of /etc/containerd/conf.d)
+  # must keep every path of ours
+  "$BIN/containerd" --config "$d/config.toml" config dump 2>/dev/null > "$d/config.effective.toml"
+  python3 - "$LAB" "$C2_SHIMS" "$d/config.effective.toml" <<'EOF' ||
+import sys, tomllib
+lab, shims, f = sys.argv[1], sys.argv[2], sys.argv[3]
+c = tomllib.load(open(f, "rb")); p = c.get("plugins", {})
+got = {
+  "root": c.get("root"), "state": c.get("state"),
+  "grpc": p.get("io.containerd.server.v1.grpc", {}).get("address", c.get("grpc", {}).get("address")),
+  "ttrpc": p.get("io.containerd.server.v1.ttrpc", {}).get("address", c.get("ttrpc", {}).get("address")),
+  "shim socket_dir": p.get("io.containerd.shim.v1.manager", {}).get("socket_dir"),
+}
+bad = {k: v for k, v in got.items() if not (isinstance(v, str) and (v.startswith(lab + "/") or v == shims))}
+if not p.get("io.containerd.nri.v1.nri", {}).get("disable"): bad["nri.disable"] = False
+for k, v in bad.items(): print("  %s = %r" % (k, v), file=sys.stderr)
+sys.exit(1 if bad else 0)
+EOF
+    { log "REFUSING to start containerd 2: its effective config leaves $LAB ($d/config.effective.toml)"; exit 1; }
+}
+
+write_runc_wrapper() { # $1 path. CRI-O has no restrict_oom_score_adj: it gives sandboxes -998 and
+  # Guaranteed containers -997, and runc fails ("failed to update /proc/self/oom_score_adj:
+  # Permission denied") where root lacks CAP_SYS_RESOURCE, as on these machines. The wrapper raises
+  # a negative oomScoreAdj in the bundle's config.json / exec's process.json to runc's own score
+  # (what containerd's knob does), then runs the real runc.
+  cat > "$1" <<EOF
+#!/bin/sh
+own=\$(cat /proc/self/oom_score_adj)
+prev=
+for a in "\$@"; do
+  f=
+  case "\$prev" in --bundle|-b) f="\$a/config.json" ;; --process|-p) f="\$a" ;; esac
+  case "\$a" in --bundle=*) f="\${a#--bundle=}/config.json" ;; --process=*) f="\${a#--process=}" ;; esac
+  if [ -n "\$f" ] && [ -f "\$f" ] && grep -q '"oomScoreAdj": *-' "\$f"; then
+    python3 - "\$f" "\$own" <<'PY'
+import json, sys
+f, own = sys.argv[1], int(sys.argv[2])
+c = json.load(open(f)); p = c.get("process", c)
+if p.get("oomScoreAdj", 0) < own:
+    p["oomScoreAdj"] = own; json.dump(c, open(f, "w"))
+PY
+  fi
+  prev=\$a
+done
+exec /usr/bin/runc "\$@"
+EOF
+  chmod +x "$1"
+}
+
+crio_config() {
+  local d=$LAB/crio addr
+  mkdir -p "$d"/{root,runroot,run,lib,conf.d,ns,hooks.d,exits,attach,logs,cdi,oci,keys,policies,auth,registries.conf.d}
+  write_runc_wrapper "$d/runc-oomclamp"
+  write_cni_loopback "$d/cni"
+  echo '{ "default": [ { "type": "insecureAcceptAnything" } ] }' > "$d/policy.json"
+  { echo 'unqualified-search-registries = []'
+    for addr in "$REG_ADDR" "$REG_AUTH_ADDR"; do printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$addr"; done
+  } > "$d/registries.conf"
+  printf '[storage]\ndriver = "overlay"\ngraphroot = "%s/root"\nrunroot = "%s/runroot"\n' "$d" "$d" > "$d/storage.conf"
+  cat > "$d/crio.conf" <<EOF
+# every path under $d; see tests/cri-lab.sh (and ../shared/runtimes/README.md) for why each is set
+[crio]
+root = "$d/root"
+runroot = "$d/runroot"
+storage_driver = "overlay"
+log_dir = "$d/logs"
+version_file = "$d/run/version"
+version_file_persist = "$d/lib/version"
+clean_shutdown_file = "$d/lib/clean.shutdown"
+internal_wipe = true
+internal_repair = false
+
+[crio.api]
+listen = "$LAB/crio.sock"
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+container_exits_dir = "$d/exits"
+container_attach_socket_dir = "$d/attach"
+namespaces_dir = "$d/ns"
+pinns_path = "$BIN/pinns"
+hooks_dir = ["$d/hooks.d"]
+cdi_spec_dirs = ["$d/cdi"]
+apparmor_profile = ""
+selinux = false
+seccomp_profile = ""
+default_mounts_file = ""
+irqbalance_config_file = ""
+irqbalance_config_restore_file = "disable"
+infra_ctr_cpuset = ""
+drop_infra_ctr = true
+enable_criu_support = false
+# GetContainerEvents: false (CRI-O's default) ends the call at once with an empty, OK stream
+enable_pod_events = $CRIO_POD_EVENTS
+decryption_keys_path = "$d/keys"
+
+[crio.runtime.runtimes.runc]
+runtime_path = "$d/runc-oomclamp"
+runtime_type = "oci"
+runtime_root = "$d/oci/runc"
+monitor_path = "/usr/bin/conmon"
+monitor_cgroup = "pod"
+
+# CRI-O always adds a "crun" handler, whose start-up probe creates /run/crun: pointed at a missing
+# binary, CRI-O drops it
+[crio.runtime.runtimes.crun]
+runtime_path = "$d/crun-disabled"
+runtime_type = "oci"
+runtime_root = "$d/oci/crun"
+monitor_path = "/usr/bin/conmon"
+monitor_cgroup = "pod"
+
+[crio.image]
+namespaced_auth_dir = "$d/auth"
+pause_image = "$REG_ADDR/test/pause:v1"
+# "" runs the pause image's own entrypoint (ours is busybox sh), not /pause
+pause_command = ""
+# no signature policy file: with one, CRI-O refuses CreateContainer without user_specified_image
+signature_policy = "$d/policy.json"
+signature_policy_dir = "$d/policies"
+
+[crio.network]
+network_dir = "$d/cni"
+plugin_dirs = ["/usr/lib/cni"]
+
+[crio.nri]
+enable_nri = false
+
+[crio.metrics]
+enable_metrics = false
+EOF
+}
+
+start_runtime() { # $1 runtime: start its daemon (configs written on its first start)
+  local rt=$1 sock pidf t0 pid
+  sock=$(rt_socket "$rt"); pidf=$LAB/$rt.pid
+  if alive "$pidf"; then log "$rt already running (pid $(cat "$pidf"))"; return; fi
+  rm -f "$sock" "$sock.ttrpc"
+  t0=$(now)
+  case "$rt" in
+    containerd)
+      nohup containerd --config "$LAB/containerd.toml" >>"$LAB/logs/containerd.log" 2>&1 &
+      ;;
+    containerd2)
+      [ -f "$LAB/containerd2/config.toml" ] || containerd2_config
+      # the shim is found beside containerd, on the PATH
+      PATH=$BIN:$PATH nohup "$BIN/containerd" --config "$LAB/containerd2/config.toml" \
+        >>"$LAB/logs/containerd2.log" 2>&1 &
+      ;;
+    crio)
+      [ -f "$LAB/crio/crio.conf" ] || crio_config
+      # registries only through the flags (CRI-O ignores CONTAINERS_REGISTRIES_CONF)
+      CONTAINERS_STORAGE_CONF=$LAB/crio/storage.conf PATH=$BIN:$PATH nohup "$BIN/crio" \
+        --config "$LAB/crio/crio.conf" --config-dir "$LAB/crio/conf.d" \
+        --registries-conf "$LAB/crio/registries.conf" --registries-conf-dir "$LAB/crio/registries.conf.d" \
+        >>"$LAB/logs/crio.log" 2>&1 &
+      ;;
+  esac
+  pid=$!
+  echo "$pid" > "$pidf"
+  wait_ready "$rt" "$pid" || { log "$rt failed to start"; tail -20 "$LAB/logs/$rt.log"; exit 1; }
+  log "$rt pid $pid: CRI up $(since "$t0")s after spawn on unix://$sock"
+  if [ "$rt" = containerd ]; then
+    "${CTR[@]}" plugins ls | awk '$2=="cri" || $2=="'"$SNAPSHOTTER"'" {print "plugin " $1 " " $2 " " $NF}' >&2
+  fi
 }
 
 # crun 1.8 refuses cgroup "hybrid" mode when any controller sits on the v2 hierarchy:
@@ -335,73 +628,82 @@ hugetlb_umount() {
 }
 
 cmd_start() {
-  local t0; t0=$(now)
+  local t0 rt; t0=$(now)
+  for rt in $CRI_LAB_RUNTIMES; do rt_socket "$rt" >/dev/null; done
   write_configs
   hugetlb_mount
+  unpack_runtimes &
+  local unpack=$!
   start_registry
   start_auth_registry
   build_images
-  start_containerd
+  wait "$unpack" || exit 1
+  echo "$CRI_LAB_RUNTIMES" > "$LAB/runtimes"
+  for rt in $CRI_LAB_RUNTIMES; do start_runtime "$rt"; done
   log "start done in $(since "$t0")s"
 }
 
-shim_pids() { # pids of the shims that belong to OUR containerd (exact -address and -id match)
-  python3 - "$SOCK" "$LAB/containerd/state/io.containerd.runtime.v2.task" <<'EOF'
+procs_matching() { # pids whose argv[0] basename starts with $1 and one of whose arguments is $2
+  python3 - "$1" "$2" <<'EOF'
 import os, sys
-sock, tasks = sys.argv[1], sys.argv[2]
-ids = {i for ns in (os.listdir(tasks) if os.path.isdir(tasks) else [])
-       for i in os.listdir(os.path.join(tasks, ns))}
+pre, arg = sys.argv[1], sys.argv[2]
 for p in filter(str.isdigit, os.listdir("/proc")):
     try:
-        a = open("/proc/%s/cmdline" % p, "rb").read().decode().split("\0")
+        a = open("/proc/%s/cmdline" % p, "rb").read().decode(errors="replace").split("\0")
     except OSError:
         continue
-    if (a and os.path.basename(a[0]).startswith("containerd-shim") and "-address" in a and "-id" in a
-            and a[a.index("-address") + 1] == sock and a[a.index("-id") + 1] in ids):
+    if a and os.path.basename(a[0]).startswith(pre) and arg in a[1:]:
         print(p)
 EOF
 }
 
-kill_pidfile() { # $1 pidfile $2 name
+kill_pidfile() { # $1 pidfile $2 name [$3 signal]
   local f=$1 pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
   if pid_alive "$pid"; then
-    kill "$pid"
-    for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.05; done
+    kill "-${3:-TERM}" "$pid"
+    for _ in $(seq 1 200); do pid_alive "$pid" || break; sleep 0.05; done
     pid_alive "$pid" && kill -9 "$pid"
-    log "stopped $2 (pid $pid)"
+    log "stopped $2 (pid $pid, SIG${3:-TERM})"
   fi
   rm -f "$f"
 }
 
-cmd_kill_containerd() {
-  local f=$LAB/containerd.pid pid
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  if pid_alive "$pid"; then
-    kill -9 "$pid"
-    for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.02; done
-    log "killed containerd (pid $pid) with SIGKILL"
-  fi
-  rm -f "$f"
+oci_delete() { # $1 OCI runtime $2 its root (ours): delete every container left in it
+  local id
+  [ -d "$2" ] || return 0
+  for id in $("$1" --root "$2" list -q 2>/dev/null); do
+    "$1" --root "$2" delete -f "$id" >/dev/null 2>&1 && log "$(basename "$1") delete -f $id" || true
+  done
+}
+
+stop_runtime_all() { # $1 runtime: the daemon, then what outlives it (shims / conmons, containers)
+  local rt=$1 sock pid
+  sock=$(rt_socket "$rt")
+  kill_pidfile "$LAB/$rt.pid" "$rt"
+  case "$rt" in
+    containerd)
+      oci_delete /usr/bin/runc "$LAB/containerd/runc-root/k8s.io"
+      oci_delete /usr/bin/crun "$LAB/containerd/crun-root/k8s.io"
+      ;;
+    containerd2) oci_delete /usr/bin/runc "$LAB/containerd2/runc-root/k8s.io" ;;
+    crio) oci_delete /usr/bin/runc "$LAB/crio/oci/runc" ;;
+  esac
+  # shims (containerd) and conmons (CRI-O) are daemonized and outlive their runtime: found by
+  # an exact argument that is ours
+  case "$rt" in
+    crio) for pid in $(procs_matching conmon "$LAB/crio/exits"); do kill -9 "$pid" 2>/dev/null && log "killed leftover conmon $pid" || true; done ;;
+    *) for pid in $(procs_matching containerd-shim "$sock"); do kill -9 "$pid" 2>/dev/null && log "killed leftover shim $pid" || true; done ;;
+  esac
+  rm -f "$sock" "$sock.ttrpc"
 }
 
 cmd_stop() {
-  kill_pidfile "$LAB/containerd.pid" containerd
-  # if containerd died before the CRI cleanup, containers are still running under their shims:
-  # delete them with the OCI runtime, using OUR runtime roots only
-  local f pid rt root id
-  for rt in runc crun; do
-    root=$LAB/containerd/$rt-root/k8s.io
-    [ -d "$root" ] || continue
-    for id in $("/usr/bin/$rt" --root "$root" list -q 2>/dev/null); do
-      "/usr/bin/$rt" --root "$root" delete -f "$id" >/dev/null 2>&1 && log "$rt delete -f $id" || true
-    done
+  local rt
+  for rt in containerd containerd2 crio; do
+    if [ -f "$LAB/$rt.pid" ] || [ -S "$(rt_socket "$rt")" ]; then stop_runtime_all "$rt"; fi
   done
-  # shims are daemonized (reparented to init) and outlive containerd; containerd 1.6 writes no shim.pid,
-  # so find them by exact argv: containerd-shim-runc-v2 ... -id <id in OUR state dir> -address $SOCK
-  for pid in $(shim_pids); do kill -9 "$pid" 2>/dev/null && log "killed leftover shim $pid" || true; done
   kill_pidfile "$LAB/registry.pid" registry
   kill_pidfile "$LAB/registry-auth.pid" "auth registry"
   # leftover mounts (overlay rootfs, sandbox shm) under $LAB, deepest first
@@ -412,12 +714,12 @@ cmd_stop() {
     [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   hugetlb_umount
-  rm -f "$SOCK" "$SOCK.ttrpc"
+  [ "$C2_SHIMS" = "$LAB/c2s" ] || rm -rf "$C2_SHIMS"
 }
 
 cmd_clean() {
   cmd_stop
-  rm -rf "$LAB"/{containerd,registry,registry-auth,oci,stage,pods,logs,certs.d,cni}
+  rm -rf "${LAB:?}"/{containerd,containerd2,crio,c2s,bin,registry,registry-auth,oci,stage,pods,logs,certs.d,cni,runtimes}
   log "state removed"
 }
 
@@ -439,9 +741,11 @@ cmd_bench_images() {
 }
 
 cmd_status() {
-  local f
+  local f rt
   for f in "$LAB"/*.pid; do [ -f "$f" ] && echo "$(basename "$f" .pid): pid $(cat "$f") $(alive "$f" && echo alive || echo DEAD)"; done
-  [ -S "$SOCK" ] && "${CTR[@]}" version 2>&1 | sed -n 's/^ *Version: */containerd server /p' | tail -1
+  for rt in containerd containerd2 crio; do
+    [ -S "$(rt_socket "$rt")" ] && echo "$rt: unix://$(rt_socket "$rt")"
+  done
   return 0
 }
 
@@ -451,9 +755,10 @@ case "${1:-}" in
   stop) cmd_stop ;;
   clean) cmd_clean ;;
   status) cmd_status ;;
-  stop-containerd) kill_pidfile "$LAB/containerd.pid" containerd ;;
-  kill-containerd) cmd_kill_containerd ;;
-  start-containerd) start_containerd ;;
+  socket) rt_socket "$CRI_LAB_RUNTIME" ;;
+  stop-runtime) kill_pidfile "$LAB/$CRI_LAB_RUNTIME.pid" "$CRI_LAB_RUNTIME" TERM ;;
+  kill-runtime) kill_pidfile "$LAB/$CRI_LAB_RUNTIME.pid" "$CRI_LAB_RUNTIME" KILL ;;
+  start-runtime) start_runtime "$CRI_LAB_RUNTIME" ;;
   bench-images) cmd_bench_images ;;
   *) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 2 ;;
 esac
