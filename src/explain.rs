@@ -156,7 +156,10 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
             name: spec.name.clone(),
             spec_image: spec.image.clone().unwrap_or_default(),
             container_id: running.map(|c| format!("{runtime_name}://{}", c.id)),
-            running_image: running.map(|c| c.image_ref.clone()),
+            // the image ID, as `sha256:<hex>` on every runtime
+            running_image: running.map(|c| {
+                crate::cri::dialect::container_image_id(c).unwrap_or_else(|| c.image_ref.clone())
+            }),
             recorded_hash: running
                 .and_then(|c| c.annotations.get(keys::KUBELET_CONTAINER_HASH).cloned()),
             spec_hash: format_hash(hash_container(spec)),

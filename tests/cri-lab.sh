@@ -312,16 +312,20 @@ rt_socket() { # $1 runtime: its CRI socket
 C2_SHIMS=$LAB/c2s
 if [ ${#C2_SHIMS} -gt 42 ]; then C2_SHIMS=/tmp/cri-lab-$(printf %s "$LAB" | md5sum | cut -c1-12); fi
 
-unpack_runtimes() { # the builds of containerd 2.x / CRI-O, once per lab, checked against SHA256SUMS
+unpack_runtimes() { # the builds of containerd 2.x / CRI-O, and the real crictl (the tests compare
+  # kruised crictl with it), once per lab, checked against SHA256SUMS
   local want=() b
   case " $CRI_LAB_RUNTIMES " in *" containerd2 "*) want+=(containerd containerd-shim-runc-v2) ;; esac
   case " $CRI_LAB_RUNTIMES " in *" crio "*) want+=(crio pinns) ;; esac
-  [ ${#want[@]} -gt 0 ] || return 0
-  want+=(crictl)
   if [ -z "$RUNTIMES_ASSETS" ] || [ ! -f "$RUNTIMES_ASSETS/SHA256SUMS" ]; then
-    log "ERROR: runtimes '$CRI_LAB_RUNTIMES' need the builds of containerd 2.x / CRI-O: set KRUISED_RUNTIMES_ASSETS (a folder with containerd.xz, crio.xz, ..., SHA256SUMS)"
-    exit 1
+    if [ ${#want[@]} -gt 0 ]; then
+      log "ERROR: runtimes '$CRI_LAB_RUNTIMES' need the builds of containerd 2.x / CRI-O: set KRUISED_RUNTIMES_ASSETS (a folder with containerd.xz, crio.xz, ..., SHA256SUMS)"
+      exit 1
+    fi
+    log "no KRUISED_RUNTIMES_ASSETS: no real crictl in the lab (the crictl comparisons skip)"
+    return 0
   fi
+  want+=(crictl)
   mkdir -p "$BIN"
   local t0; t0=$(now)
   for b in "${want[@]}"; do

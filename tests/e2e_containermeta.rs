@@ -96,7 +96,7 @@ fn report(api: &Handle, name: &str, running: &RunningPod, ready: bool) {
     let statuses: Vec<Value> = ["main", "side"]
         .iter()
         .map(|n| {
-            json!({"name": n, "containerID": format!("containerd://{}", running.container(n)),
+            json!({"name": n, "containerID": support::kubelet_id(running.container(n)),
                    "image": "busybox", "imageID": "sha256:x", "ready": true,
                    "restartCount": running.attempts[*n], "started": true})
         })
@@ -176,7 +176,7 @@ async fn env_from_metadata_restarts_once_and_only_while_the_update_is_pending() 
         let entry = meta.container(n).unwrap();
         assert_eq!(
             entry.container_id,
-            format!("containerd://{}", running.container(n)),
+            support::kubelet_id(running.container(n)),
             "same ID as the pod status"
         );
         let status = c

@@ -11,12 +11,12 @@ mod support;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kruised::cri::{
     ContainerEventKind, ContainerFilter, ContainerState, CriError, EndpointSource, ImageService,
-    PullRequest, RuntimeService, Runtimes, SandboxFilter, Timeouts,
+    PullRequest, RuntimeService, Runtimes, SandboxFilter, Timeouts, dialect,
 };
 use kruised::k8s::keys;
+use support::events::Events;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use support::{Lab, unique, within};
 
@@ -43,14 +43,18 @@ async fn kubelet(lab: &Lab) -> Kubelet {
 }
 
 #[tokio::test]
-async fn detection_finds_containerd_behind_a_well_known_socket_name() {
+async fn detection_finds_the_runtime_behind_its_well_known_socket_name() {
     let Some(lab) = Lab::get() else { return };
     let base = tempfile::tempdir().unwrap();
-    std::fs::create_dir(base.path().join("containerd")).unwrap();
-    std::os::unix::fs::symlink(&lab.socket, base.path().join("containerd/containerd.sock"))
-        .unwrap();
-    // the same socket under a second name is tried once
-    std::os::unix::fs::symlink(&lab.socket, base.path().join("containerd.sock")).unwrap();
+    // the runtime's socket where its package puts it, and the same socket under a second
+    // well-known name (tried once)
+    let (dir, second) = match lab.runtime.cri_name() {
+        "cri-o" => ("crio/crio.sock", "crio.sock"),
+        _ => ("containerd/containerd.sock", "containerd.sock"),
+    };
+    std::fs::create_dir(base.path().join(dir).parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&lab.socket, base.path().join(dir)).unwrap();
+    std::os::unix::fs::symlink(&lab.socket, base.path().join(second)).unwrap();
     let source = EndpointSource::Detect {
         host_run_dirs: vec![base.path().to_path_buf()],
     };
@@ -60,19 +64,27 @@ async fn detection_finds_containerd_behind_a_well_known_socket_name() {
         Runtimes::discover(&source, None, Timeouts::default()),
     )
     .await
-    .expect("containerd is found");
-    assert_eq!(runtimes.primary_version().runtime_name, "containerd");
+    .expect("the runtime is found");
+    let name = lab.runtime.cri_name();
+    assert_eq!(runtimes.primary_version().runtime_name, name);
     assert_eq!(runtimes.primary_version().runtime_api_version, "v1");
     assert_eq!(runtimes.all().count(), 1);
+    let abc = lab.container_id("abc");
     let (rt, id) = runtimes
-        .for_container_id("containerd://abc")
-        .expect("containerd owns it");
+        .for_container_id(&abc)
+        .expect("the runtime owns its prefix");
     assert_eq!(id, "abc");
-    assert_eq!(
-        rt.endpoint().path(),
-        base.path().join("containerd/containerd.sock")
+    assert_eq!(rt.endpoint().path(), base.path().join(dir));
+    let other = if name == "cri-o" {
+        "containerd"
+    } else {
+        "cri-o"
+    };
+    assert!(
+        runtimes
+            .for_container_id(&format!("{other}://abc"))
+            .is_none()
     );
-    assert!(runtimes.for_container_id("cri-o://abc").is_none());
 
     // and the binary says the same
     // the machine's own /etc/crictl.yaml must not interfere: point at an empty one
@@ -90,7 +102,10 @@ async fn detection_finds_containerd_behind_a_well_known_socket_name() {
         "{stdout} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("RuntimeName:  containerd"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("RuntimeName:  {name}\n")),
+        "{stdout}"
+    );
     assert!(stdout.contains("RuntimeApiVersion:  v1"), "{stdout}");
 }
 
@@ -142,10 +157,20 @@ async fn sandboxes_and_containers_are_listed_with_the_kubelets_labels() {
     assert_eq!(listed.metadata.name, "main");
     assert_eq!(listed.state, ContainerState::Running);
     assert_eq!(listed.labels[keys::KUBELET_CONTAINER_NAME], "main");
+    // every runtime names the image it runs its own way (cri::dialect); each says it is the
+    // image the kubelet asked for
+    let image = rt
+        .image_status(&lab.image("busybox:v1"))
+        .await
+        .unwrap()
+        .expect("busybox:v1 is on the node");
     assert!(
-        listed.image_ref.starts_with("sha256:"),
-        "list reports the image ID: {}",
-        listed.image_ref
+        dialect::runs_image(&image, listed),
+        "{listed:?} runs {image:?}"
+    );
+    assert_eq!(
+        dialect::container_image_id(listed).as_deref(),
+        Some(format!("sha256:{}", image.id.trim_start_matches("sha256:")).as_str())
     );
 
     let status = rt.container_status(&listed.id, true).await.unwrap();
@@ -157,8 +182,8 @@ async fn sandboxes_and_containers_are_listed_with_the_kubelets_labels() {
         "0"
     );
     assert!(
-        status.image_ref.contains("@sha256:"),
-        "containerd 1.6 reports the repo digest in ContainerStatus: {}",
+        image.repo_digests.contains(&status.image_ref),
+        "ContainerStatus reports the repo digest on every runtime: {}",
         status.image_ref
     );
     // verbose status carries the OCI spec, environment included (what env-from-metadata reads)
@@ -282,27 +307,26 @@ async fn container_events_report_a_stop_or_say_they_are_unsupported() {
         vec![ContainerSpec::sleeper("main", &lab.image("busybox:v1"))],
     );
     let pod = within(LIMIT, "pod start", k.run_pod(spec)).await;
-    let rt = k.runtime();
-    match rt.container_events().await {
+    match Events::subscribe(&k, &pod, LIMIT).await {
         Ok(mut events) => {
+            assert!(lab.runtime.has_events(), "{:?} sends events", lab.runtime);
             let id = pod.container("main").to_string();
-            rt.stop_container(&id, Duration::from_secs(5))
+            k.runtime()
+                .stop_container(&id, Duration::from_secs(5))
                 .await
                 .unwrap();
-            within(LIMIT, "a stop event", async {
-                while let Some(e) = events.next().await {
-                    let e = e.expect("event stream error");
-                    if e.container_id == id && e.kind == ContainerEventKind::Stopped {
-                        return;
-                    }
-                }
-                panic!("event stream ended before the stop event");
-            })
-            .await;
+            events
+                .wait_for(LIMIT, "the stop of the container", |e| {
+                    e.container_id == id && e.kind == ContainerEventKind::Stopped
+                })
+                .await;
         }
         // containerd 1.6 has no GetContainerEvents (it came with 1.7): the daemon relists instead
-        Err(CriError::Unsupported { call, .. }) => assert_eq!(call, "GetContainerEvents"),
-        Err(e) => panic!("unexpected error: {e}"),
+        Err(Some(CriError::Unsupported { call, .. })) => {
+            assert!(!lab.runtime.has_events());
+            assert_eq!(call, "GetContainerEvents");
+        }
+        Err(e) => panic!("unexpected end of the event stream: {e:?}"),
     }
     within(LIMIT, "pod removal", k.remove_pod(&pod)).await;
 }
@@ -397,7 +421,7 @@ async fn pulling_v2_after_v1_fetches_only_the_new_layer() {
     .await
     .unwrap();
     assert!(
-        image_id.starts_with("sha256:"),
+        dialect::is_image_id(&image_id),
         "PullImage answers the image ID: {image_id}"
     );
     // the first layer (busybox) may be on the node from other images; the rest are this
@@ -462,5 +486,5 @@ async fn pulling_a_missing_tag_fails_with_the_registrys_answer() {
     )
     .await
     .unwrap_err();
-    assert!(err.to_string().contains("not found"), "{err}");
+    assert!(lab.runtime.says_no_such_tag(&err.to_string()), "{err}");
 }

@@ -24,7 +24,7 @@ async fn the_client_answers_again_as_soon_as_containerd_is_back() {
 
     // take containerd away under the client; the established connection breaks
     let lab2 = lab.clone();
-    tokio::task::spawn_blocking(move || lab2.script("stop-containerd"))
+    tokio::task::spawn_blocking(move || lab2.script("stop-runtime"))
         .await
         .unwrap();
     let err = rt.version().await.expect_err("nothing listens now");
@@ -32,7 +32,7 @@ async fn the_client_answers_again_as_soon_as_containerd_is_back() {
     assert!(err.is_retryable());
 
     let lab2 = lab.clone();
-    tokio::task::spawn_blocking(move || lab2.script("start-containerd"))
+    tokio::task::spawn_blocking(move || lab2.script("start-runtime"))
         .await
         .unwrap();
     // the script returns once containerd's CRI plugin answers: the very next call must succeed,

@@ -1,7 +1,9 @@
-//! End-to-end tests of `kruised crictl` against real containerd + runc and a real registry
-//! (`tests/cri-lab.sh`): the golden scenario of `tests/golden/crictl/` rebuilt with the kubelet
-//! driver, and every output compared with what the real crictl printed for it, after
-//! normalising IDs, times, ages, paths, registry addresses and column widths.
+//! End-to-end tests of `kruised crictl` against the real runtime under test (`tests/cri-lab.sh`:
+//! containerd 1.6, containerd 2.3 or CRI-O): a scenario built with the kubelet driver, and each
+//! output compared with what the real crictl (cri-tools 1.36, from `KRUISED_RUNTIMES_ASSETS`,
+//! unpacked by the lab; or `KRUISED_CRICTL`) prints for the same command at the same moment,
+//! after normalising what may differ between two calls a moment apart (ages, protojson's random
+//! spacing, table column widths, the rows of images other tests pull meanwhile).
 
 #![allow(
     clippy::unwrap_used,
@@ -14,146 +16,80 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use kruised::cri::{RuntimeService, StringMap};
+use kruised::cri::{ImageService, RuntimeService, StringMap};
 use regex::Regex;
 use support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use support::{Lab, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/crictl");
 /// The label the test puts on its pods and containers, to list only them.
 const RUN_LABEL: &str = "e2e.kruised.io/run";
-/// The uids of the golden's pods.
-const GOLDEN_UIDS: [&str; 2] = [
-    "11111111-aaaa-4bbb-8ccc-000000000001",
-    "22222222-aaaa-4bbb-8ccc-000000000002",
-];
+/// Images the tests of this file pull and remove while others list: rows naming them are
+/// left out of a comparison.
+const MOVING_IMAGES: [&str; 2] = ["crictl/busybox", "secure/busybox"];
 
-fn golden(name: &str) -> String {
-    std::fs::read_to_string(Path::new(GOLDEN).join(name))
-        .unwrap_or_else(|e| panic!("golden {name}: {e}"))
-}
-
-/// The golden's object IDs by symbol (`P1`, `A`, ...).
-fn golden_ids() -> Vec<(String, String)> {
-    golden("ids.env")
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// What one side of a comparison substitutes before the common normalisation.
-struct Side {
-    /// (text, replacement), applied in order.
-    subs: Vec<(String, String)>,
-    /// Whether this is the golden (which ran its pods with a container PID namespace).
-    golden: bool,
-}
-
-impl Side {
-    fn new(ids: &[(String, String)], uids: [&str; 2], lab: &Path, reg: &str, auth: &str) -> Self {
-        let mut subs = Vec::new();
-        for (sym, id) in ids {
-            subs.push((id.clone(), format!("<{sym}>")));
-        }
-        for (sym, id) in ids {
-            subs.push((id[..13].to_string(), format!("<{sym}>")));
-        }
-        subs.push((uids[0].to_string(), "<UID1>".into()));
-        subs.push((uids[1].to_string(), "<UID2>".into()));
-        subs.push((format!("{}/pods", lab.display()), "<LOGS>".into()));
-        subs.push((format!("{}/podlogs", lab.display()), "<LOGS>".into()));
-        subs.push((lab.display().to_string(), "<LAB>".into()));
-        subs.push((reg.to_string(), "<REG>".into()));
-        subs.push((auth.to_string(), "<AUTHREG>".into()));
-        Side {
-            subs,
-            golden: false,
-        }
-    }
-
-    fn golden() -> Self {
-        let mut s = Side::new(
-            &golden_ids(),
-            GOLDEN_UIDS,
-            Path::new("/tmp/crictl-lab"),
-            "127.0.0.1:5200",
-            "127.0.0.1:5201",
+/// The real crictl: `KRUISED_CRICTL`, else the one the lab unpacked (`$LAB/bin/crictl`). The
+/// comparisons are skipped without it, except in CI / with `KRUISED_REQUIRE_LAB=1`.
+fn real_crictl(lab: &Lab) -> Option<PathBuf> {
+    let found = std::env::var_os("KRUISED_CRICTL")
+        .map(PathBuf::from)
+        .or_else(|| Some(lab.dir.join("bin/crictl")))
+        .filter(|p| p.exists());
+    if found.is_none() {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+            || std::env::var("KRUISED_REQUIRE_LAB").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "the real crictl is required here: set KRUISED_RUNTIMES_ASSETS for the lab, or \
+             KRUISED_CRICTL"
         );
-        s.golden = true;
-        s
+        eprintln!("SKIPPED: no real crictl to compare with (KRUISED_CRICTL)");
     }
-
-    /// The text with everything that differs between runs replaced. `table`: column widths
-    /// too (a run of two or more spaces becomes ` | `).
-    fn norm(&self, text: &str, table: bool) -> String {
-        let mut t = text.replace("\":  ", "\": ");
-        for (from, to) in &self.subs {
-            t = t.replace(from, to);
-        }
-        if self.golden {
-            t = t
-                .replace("\"pid\": \"CONTAINER\"", "\"pid\": \"POD\"")
-                .replace("pid: CONTAINER", "pid: POD");
-        }
-        let patterns = [
-            (
-                r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
-                "<TIME>",
-            ),
-            (
-                r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)? [+-]\d{4} [A-Z]+",
-                "<TIME>",
-            ),
-            (r#""\d{19}""#, "\"<NS>\""),
-            (
-                r"(\d+|About an?|Less than a) (second|minute|hour|day|week|month|year)s? ago",
-                "<AGE>",
-            ),
-        ];
-        for (re, to) in patterns {
-            t = Regex::new(re).unwrap().replace_all(&t, to).into_owned();
-        }
-        // lines only one side has: the kubelet driver marks containers and sandboxes with
-        // their type, as the kubelet does; the test labels its objects to list only them;
-        // other tests may add tags to the shared busybox image
-        let mut lines: Vec<&str> = t
-            .lines()
-            .filter(|l| {
-                !l.contains("io.kubernetes.container.type")
-                    && !l.contains(RUN_LABEL)
-                    && !l.contains("secure/busybox")
-            })
-            .collect();
-        if table {
-            let cols = Regex::new(r"(\S) {2,}").unwrap();
-            let joined: Vec<String> = lines
-                .iter()
-                .map(|l| cols.replace_all(l, "$1 | ").into_owned())
-                .collect();
-            return joined.join("\n") + "\n";
-        }
-        // a dropped last element of a JSON list leaves a comma behind
-        let mut out: Vec<String> = Vec::new();
-        for l in lines.drain(..) {
-            if l.trim_start().starts_with(']')
-                && let Some(prev) = out.last_mut()
-                && prev.ends_with(',')
-            {
-                prev.pop();
-            }
-            out.push(l.to_string());
-        }
-        out.join("\n") + "\n"
-    }
+    found
 }
 
-/// The golden scenario, rebuilt on the lab's containerd.
+/// The text with what differs between two calls a moment apart made equal. `table`: column
+/// widths too (a run of two or more spaces becomes ` | `).
+fn norm(text: &str, table: bool) -> String {
+    let mut t = text.replace("\":  ", "\": ");
+    let age =
+        Regex::new(r"(\d+|About an?|Less than a) (second|minute|hour|day|week|month|year)s? ago")
+            .unwrap();
+    t = age.replace_all(&t, "<AGE>").into_owned();
+    let lines: Vec<&str> = t
+        .lines()
+        .filter(|l| !MOVING_IMAGES.iter().any(|m| l.contains(m)))
+        .collect();
+    if table {
+        let cols = Regex::new(r"(\S) {2,}").unwrap();
+        let joined: Vec<String> = lines
+            .iter()
+            .map(|l| cols.replace_all(l, "$1 | ").into_owned())
+            .collect();
+        return joined.join("\n") + "\n";
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The message of a failed command: kruised's `error: ...` line, crictl's logrus
+/// `level=fatal msg="..."` (unquoted).
+fn failure(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    if let Some(m) = text.lines().find_map(|l| l.strip_prefix("error: ")) {
+        return m.to_string();
+    }
+    let quoted = text
+        .lines()
+        .find_map(|l| l.split_once("level=fatal msg=").map(|(_, m)| m))
+        .unwrap_or_else(|| panic!("no failure in {text}"));
+    serde_json::from_str::<String>(quoted).unwrap_or_else(|_| quoted.to_string())
+}
+
+/// The scenario: two pods of the kubelet driver's, in the lab's runtime.
 struct Scenario {
     lab: Lab,
+    crictl: PathBuf,
     config: tempfile::TempDir,
-    ours: Side,
     ids: Vec<(String, String)>,
     run: String,
 }
@@ -179,17 +115,32 @@ impl Scenario {
         format!("{RUN_LABEL}={}", self.run)
     }
 
-    /// Runs ARGS and compares stdout with the golden `name`.
-    async fn same(&self, name: &str, args: &[&str], table: bool) {
-        let out = self.crictl(args).await;
+    /// The real `crictl -r <lab> ARGS`, with the same empty crictl.yaml.
+    async fn real(&self, args: &[&str]) -> Output {
+        crictl_at(
+            &self.lab,
+            self.config.path(),
+            self.crictl.to_str().unwrap(),
+            args,
+        )
+        .await
+    }
+
+    /// Runs ARGS with both and compares their stdout (normalised) and exit status.
+    async fn same(&self, args: &[&str], table: bool) {
+        let ours = self.crictl(args).await;
+        let real = self.real(args).await;
         assert!(
-            out.status.success(),
+            ours.status.success(),
             "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&ours.stderr)
         );
-        let ours = self.ours.norm(&String::from_utf8_lossy(&out.stdout), table);
-        let want = Side::golden().norm(&golden(name), table);
-        assert_eq!(ours, want, "{args:?} differs from {name}");
+        assert_eq!(ours.status.code(), real.status.code(), "{args:?}");
+        assert_eq!(
+            norm(&String::from_utf8_lossy(&ours.stdout), table),
+            norm(&String::from_utf8_lossy(&real.stdout), table),
+            "{args:?}: kruised crictl (left) and crictl (right) differ"
+        );
     }
 }
 
@@ -229,9 +180,11 @@ fn container(lab: &Lab, name: &str, image: &str, script: &str, run: &str) -> Con
     }
 }
 
-/// Builds the golden's pods and containers with the kubelet driver, in the golden's order, and
-/// stops the logger once it has written its output.
-async fn scenario(lab: Lab) -> Scenario {
+/// Builds the scenario's pods and containers with the kubelet driver, and stops the logger
+/// once it has written its output: pods `P1` (`web-0` in `default`) and `P2` (`db-0` in
+/// `kube-system`, attempt 1); containers `A` (`app`, running), `L` (`logger`, attempt 2,
+/// stopped), `S` (`sidecar`, busybox:v2, running), `N` (`created`, never started).
+async fn scenario(lab: Lab, crictl: PathBuf) -> Scenario {
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
     let run = unique("crictl");
@@ -263,7 +216,7 @@ async fn scenario(lab: Lab) -> Scenario {
         &lab,
         "logger",
         "busybox:v1",
-        // the golden's output, stderr first: the two streams reach the log file through
+        // the output `logs` shows, stderr first: the two streams reach the log file through
         // separate pipes, so stdout waits until the test has seen the stderr line there
         "echo to-stderr >&2; until [ -e /tmp/go ]; do sleep 0.05; done; echo hello; \
          for i in 1 2 3 4 5; do echo line $i; done; printf no-newline; touch /tmp/logged; \
@@ -279,7 +232,7 @@ async fn scenario(lab: Lab) -> Scenario {
     );
     let created = container(&lab, "created", "busybox:v2", "echo never", &run);
 
-    let ids = within(LIMIT, "the golden scenario", async {
+    let ids = within(LIMIT, "the scenario", async {
         let p1_id = k.run_sandbox(&p1).await;
         let a = k.start(&p1, &p1_id, &app, 0).await;
         let l = k.start(&p1, &p1_id, &logger, 2).await;
@@ -330,25 +283,24 @@ async fn scenario(lab: Lab) -> Scenario {
         ids
     })
     .await;
-    let ours = Side::new(
-        &ids,
-        [&uids[0], &uids[1]],
-        &lab.dir,
-        &lab.registry,
-        &lab.auth_registry,
-    );
     Scenario {
         lab,
+        crictl,
         config,
-        ours,
         ids,
         run,
     }
 }
 
 impl Scenario {
+    /// Stops the containers, then the pods, as the kubelet does (a runtime stopping a pod
+    /// waits out the grace of containers that ignore SIGTERM: CRI-O a minute), and removes
+    /// the pods.
     async fn remove(&self) {
         let rt = self.lab.runtime();
+        for c in ["A", "S"] {
+            rt.stop_container(self.id(c), Duration::ZERO).await.unwrap();
+        }
         for p in ["P1", "P2"] {
             rt.stop_pod_sandbox(self.id(p)).await.unwrap();
             rt.remove_pod_sandbox(self.id(p)).await.unwrap();
@@ -356,295 +308,109 @@ impl Scenario {
     }
 }
 
-/// The top-level blocks of sorted Go JSON (`  "key": {` to `  }`) or YAML (`key:` to the next
-/// key at column 0).
-fn block(text: &str, key: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let json_start = format!("  \"{key}\": ");
-    let yaml_start = format!("{key}:");
-    let Some(start) = lines
-        .iter()
-        .position(|l| l.starts_with(&json_start) || *l == yaml_start)
-    else {
-        panic!("no {key} in {text}");
-    };
-    let json = lines[start].starts_with(&json_start);
-    let end = lines[start + 1..]
-        .iter()
-        .position(|l| {
-            if json {
-                l.starts_with("  }")
-            } else {
-                !l.starts_with(' ') && !l.is_empty()
-            }
-        })
-        .map_or(lines.len(), |i| start + 1 + i + usize::from(json));
-    lines[start..end].join("\n")
-}
-
-/// The keys of the `info` block, one level down.
-fn info_keys(text: &str) -> Vec<String> {
-    let info = block(text, "info");
-    let re = Regex::new(r#"^(?:    "([^"]+)":|  ([^ :][^:]*):)"#).unwrap();
-    info.lines()
-        .skip(1)
-        .filter_map(|l| re.captures(l))
-        .filter_map(|c| c.get(1).or(c.get(2)).map(|m| m.as_str().to_string()))
-        .collect()
-}
-
-/// The items of a proto3-JSON (`    {` .. `    }`) or YAML (`- ...`) list whose text contains
-/// `needle`.
-fn items(text: &str, needle: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur: Vec<&str> = Vec::new();
-    let flush = |cur: &mut Vec<&str>, out: &mut Vec<String>| {
-        let item = cur.join("\n");
-        if item.contains(needle) {
-            // the last item carries the document's end (a comma before it, a blank line
-            // after it in YAML)
-            out.push(item.trim_end().trim_end_matches(',').to_string());
-        }
-        cur.clear();
-    };
-    for l in text.lines() {
-        if l == "    {" || l.starts_with("- ") {
-            flush(&mut cur, &mut out);
-        }
-        if l == "  ]" {
-            flush(&mut cur, &mut out);
-        }
-        cur.push(l);
-        if l == "    }" || l == "    }," {
-            flush(&mut cur, &mut out);
-        }
-    }
-    flush(&mut cur, &mut out);
-    out
-}
-
 #[tokio::test]
-async fn listings_and_inspections_match_crictls_goldens() {
+async fn listings_and_inspections_are_crictls() {
     let Some(lab) = Lab::get() else { return };
+    let Some(real) = real_crictl(&lab) else {
+        return;
+    };
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
     let bin = env!("CARGO_BIN_EXE_kruised");
-    // the kubelet pulls before it creates; the outputs are the golden's (image IDs are
-    // reproducible)
-    for (image, name) in [("busybox:v1", "pull.txt"), ("busybox:v2", "pull-v2.txt")] {
-        let out = crictl_at(&lab, config.path(), bin, &["pull", &lab.image(image)]).await;
+    // the kubelet pulls before it creates; pulling again says the same as crictl
+    for image in ["busybox:v1", "busybox:v2"] {
+        let args = ["pull", &lab.image(image)];
+        let ours = crictl_at(&lab, config.path(), bin, &args).await;
         assert!(
-            out.status.success(),
+            ours.status.success(),
             "{}",
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&ours.stderr)
         );
-        assert_eq!(String::from_utf8_lossy(&out.stdout), golden(name));
+        let theirs = crictl_at(&lab, config.path(), real.to_str().unwrap(), &args).await;
+        assert_eq!(ours.stdout, theirs.stdout, "{args:?}");
     }
-    let sc = scenario(lab).await;
+    let sc = scenario(lab, real).await;
 
-    // stop prints the ID as given
-    let out = sc.crictl(&["stop", sc.id("L")]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        sc.ours.norm(&String::from_utf8_lossy(&out.stdout), false),
-        Side::golden().norm(&golden("stop.txt"), false)
-    );
+    // stop prints the ID as given (kruised stops it, crictl finds it stopped)
+    sc.same(&["stop", sc.id("L")], false).await;
 
     let label = sc.label();
     let l = ["--label", label.as_str()];
-    sc.same("ps.txt", &["ps", l[0], l[1]], true).await;
-    sc.same("ps-a.txt", &["ps", "-a", l[0], l[1]], true).await;
-    sc.same(
-        "ps-a-json.json",
-        &["ps", "-a", "-o", "json", l[0], l[1]],
-        false,
-    )
-    .await;
-    sc.same(
-        "ps-a-yaml.yaml",
-        &["ps", "-a", "-o", "yaml", l[0], l[1]],
-        false,
-    )
-    .await;
-    sc.same("ps-v.txt", &["ps", "-a", "-v", l[0], l[1]], false)
+    sc.same(&["ps", l[0], l[1]], true).await;
+    sc.same(&["ps", "-a", l[0], l[1]], true).await;
+    sc.same(&["ps", "-a", "--no-trunc", l[0], l[1]], true).await;
+    sc.same(&["ps", "-a", "-o", "json", l[0], l[1]], false)
         .await;
-    sc.same("pods.txt", &["pods", l[0], l[1]], true).await;
-    sc.same("pods-json.json", &["pods", "-o", "json", l[0], l[1]], false)
+    sc.same(&["ps", "-a", "-o", "yaml", l[0], l[1]], false)
         .await;
-    sc.same("pods-yaml.yaml", &["pods", "-o", "yaml", l[0], l[1]], false)
-        .await;
-    sc.same("pods-v.txt", &["pods", "-v", l[0], l[1]], false)
-        .await;
+    sc.same(&["ps", "-a", "-v", l[0], l[1]], false).await;
+    sc.same(&["pods", l[0], l[1]], true).await;
+    sc.same(&["pods", "-o", "json", l[0], l[1]], false).await;
+    sc.same(&["pods", "-o", "yaml", l[0], l[1]], false).await;
+    sc.same(&["pods", "-v", l[0], l[1]], false).await;
 
-    // inspect: the status in full, the runtime's info by its keys (pids, paths, specs vary)
-    for (sym, name) in [
-        ("A", "inspect.json"),
-        ("L", "inspect-exited.json"),
-        ("N", "inspect-created.json"),
-    ] {
-        let out = sc.crictl(&["inspect", sc.id(sym)]).await;
-        assert!(out.status.success());
-        let ours = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert_eq!(
-            block(&sc.ours.norm(&ours, false), "status"),
-            block(&Side::golden().norm(&golden(name), false), "status"),
-            "inspect {sym}"
-        );
-        assert_eq!(info_keys(&ours), info_keys(&golden(name)), "inspect {sym}");
-        assert!(ours.starts_with("{\n  \"info\": {\n"), "{ours}");
+    // inspect: the status and the runtime's info (its OCI spec, pids, paths) in full
+    for sym in ["A", "L", "N"] {
+        sc.same(&["inspect", sc.id(sym)], false).await;
+        sc.same(&["inspect", "-q", "-o", "table", sc.id(sym)], false)
+            .await;
     }
-    let out = sc.crictl(&["inspect", "-o", "yaml", sc.id("A")]).await;
-    let ours = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        block(&sc.ours.norm(&ours, false), "status"),
-        block(
-            &Side::golden().norm(&golden("inspect-yaml.yaml"), false),
-            "status"
-        )
-    );
-    assert_eq!(info_keys(&ours), info_keys(&golden("inspect-yaml.yaml")));
-    sc.same("inspect-q.json", &["inspect", "-q", sc.id("A")], false)
+    sc.same(&["inspect", "-o", "yaml", sc.id("A")], false).await;
+    sc.same(&["inspect", "-q", sc.id("A")], false).await;
+    sc.same(&["inspectp", sc.id("P1")], false).await;
+    sc.same(&["inspectp", "-o", "yaml", sc.id("P1")], false)
         .await;
-    sc.same(
-        "inspect-exited-table.txt",
-        &["inspect", "-q", "-o", "table", sc.id("L")],
-        false,
-    )
-    .await;
-    sc.same(
-        "inspect-created-table.txt",
-        &["inspect", "-q", "-o", "table", sc.id("N")],
-        false,
-    )
-    .await;
+    sc.same(&["inspectp", "-q", sc.id("P1")], false).await;
 
-    let out = sc.crictl(&["inspectp", sc.id("P1")]).await;
-    let ours = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        block(&sc.ours.norm(&ours, false), "status"),
-        block(
-            &Side::golden().norm(&golden("inspectp.json"), false),
-            "status"
-        )
-    );
-    assert_eq!(info_keys(&ours), info_keys(&golden("inspectp.json")));
-    let out = sc.crictl(&["inspectp", "-o", "yaml", sc.id("P1")]).await;
-    assert_eq!(
-        block(
-            &sc.ours.norm(&String::from_utf8_lossy(&out.stdout), false),
-            "status"
-        ),
-        block(
-            &Side::golden().norm(&golden("inspectp-yaml.yaml"), false),
-            "status"
-        )
-    );
-    sc.same("inspectp-q.json", &["inspectp", "-q", sc.id("P1")], false)
-        .await;
-
-    // images: the runtime's, with their reproducible IDs and digests
     let v1 = sc.lab.image("busybox:v1");
-    sc.same("inspecti.json", &["inspecti", &v1], false).await;
-    sc.same(
-        "inspecti-yaml.yaml",
-        &["inspecti", "-o", "yaml", &v1],
-        false,
-    )
-    .await;
-    sc.same("inspecti-q.json", &["inspecti", "-q", &v1], false)
-        .await;
-    sc.same(
-        "inspecti-table.txt",
-        &["inspecti", "-o", "table", &v1],
-        false,
-    )
-    .await;
-    for (args, name, table) in [
-        (&["images"][..], "images.txt", true),
-        (&["images", "--digests"], "images-digests.txt", true),
-    ] {
-        let out = sc.crictl(args).await;
-        let ours = sc.ours.norm(&String::from_utf8_lossy(&out.stdout), table);
-        let want = Side::golden().norm(&golden(name), table);
-        let mut want_lines = want.lines();
-        assert_eq!(ours.lines().next(), want_lines.next(), "{name} header");
-        for row in want_lines.filter(|r| !r.contains("noenv")) {
-            assert!(
-                ours.lines().any(|l| l == row),
-                "{name}: no row {row:?} in\n{ours}"
-            );
-        }
-    }
-    for (args, name) in [
-        (&["images", "-o", "json"][..], "images-json.json"),
-        (&["images", "-o", "yaml"], "images-yaml.yaml"),
-    ] {
-        let out = sc.crictl(args).await;
-        let ours = sc.ours.norm(&String::from_utf8_lossy(&out.stdout), false);
-        let want = Side::golden().norm(&golden(name), false);
-        assert_eq!(ours.lines().next(), want.lines().next(), "{name}");
-        for needle in [
-            "<REG>/test/busybox:v1",
-            "<REG>/test/busybox:v2",
-            "<REG>/test/pause:v1",
-        ] {
-            assert_eq!(
-                items(&ours, needle),
-                items(&want, needle),
-                "{name}: {needle}"
-            );
-        }
-    }
+    sc.same(&["inspecti", &v1], false).await;
+    sc.same(&["inspecti", "-o", "yaml", &v1], false).await;
+    sc.same(&["inspecti", "-q", &v1], false).await;
+    sc.same(&["inspecti", "-o", "table", &v1], false).await;
+    sc.same(&["images"], true).await;
+    sc.same(&["images", "--digests"], true).await;
+    sc.same(&["images", "-o", "json"], false).await;
+    sc.same(&["images", "-o", "yaml"], false).await;
 
-    sc.same("version.txt", &["version"], false).await;
-    sc.same("info.json", &["info"], false).await;
-    sc.same("info-yaml.yaml", &["info", "-o", "yaml"], false)
-        .await;
-    sc.same("info-q.json", &["info", "-q"], false).await;
-    let value = Regex::new(r#"value": "\d+""#).unwrap();
-    let out = sc.crictl(&["imagefsinfo"]).await;
-    assert_eq!(
-        value
-            .replace_all(
-                &sc.ours.norm(&String::from_utf8_lossy(&out.stdout), false),
-                "value\": N"
-            )
-            .into_owned(),
-        value
-            .replace_all(
-                &Side::golden().norm(&golden("imagefsinfo.json"), false),
-                "value\": N"
-            )
-            .into_owned()
-    );
+    sc.same(&["version"], false).await;
+    sc.same(&["info"], false).await;
+    sc.same(&["info", "-o", "yaml"], false).await;
+    sc.same(&["info", "-q"], false).await;
+    // usage is sampled by the runtime in the background: it may change between two calls
+    let value = Regex::new(r#"(?m)^(\s*("value"|value|"timestamp"|timestamp):) .*$"#).unwrap();
+    for args in [&["imagefsinfo"][..], &["imagefsinfo", "-o", "yaml"]] {
+        let ours = sc.crictl(args).await;
+        let real = sc.real(args).await;
+        assert_eq!(
+            value.replace_all(&norm(&String::from_utf8_lossy(&ours.stdout), false), "$1 N"),
+            value.replace_all(&norm(&String::from_utf8_lossy(&real.stdout), false), "$1 N"),
+            "{args:?}"
+        );
+    }
 
     // logs: the container's output, stdout to stdout and stderr to stderr
-    let out = sc.crictl(&["logs", sc.id("L")]).await;
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), golden("logs.txt"));
-    assert_eq!(String::from_utf8_lossy(&out.stderr), "to-stderr\n");
-    sc.same("logs-tail.txt", &["logs", "--tail", "2", sc.id("L")], false)
-        .await;
-    sc.same(
-        "logs-timestamps.txt",
+    for args in [
+        &["logs", sc.id("L")][..],
+        &["logs", "--tail", "2", sc.id("L")],
         &["logs", "--timestamps", sc.id("L")],
-        false,
-    )
-    .await;
-    sc.same(
-        "logs-t-tail.txt",
         &["logs", "-t", "--tail=3", sc.id("L")],
-        false,
-    )
-    .await;
+    ] {
+        let ours = sc.crictl(args).await;
+        let real = sc.real(args).await;
+        assert!(ours.status.success());
+        assert_eq!(ours.stdout, real.stdout, "{args:?}");
+        assert_eq!(ours.stderr, real.stderr, "{args:?}");
+    }
+    let out = sc.crictl(&["logs", sc.id("L")]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello\nline 1\nline 2\nline 3\nline 4\nline 5\nno-newline"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "to-stderr\n");
 
     // kruised's own columns: the recorded kubelet hash and which container is current
     let out = sc.crictl(&["ps", "-a", "--kruise", l[0], l[1]]).await;
-    let stdout = sc.ours.norm(&String::from_utf8_lossy(&out.stdout), true);
+    let stdout = norm(&String::from_utf8_lossy(&out.stdout), true);
     let mut lines = stdout.lines();
     assert!(
         lines
@@ -658,7 +424,7 @@ async fn listings_and_inspections_match_crictls_goldens() {
         "each container is the newest of its name: {stdout}"
     );
 
-    // stats: containerd 1.6 serves ListContainerStats
+    // stats: crictl's columns; the figures move, the containers listed do not
     let out = sc.crictl(&["stats", "-o", "json", l[0], l[1]]).await;
     assert!(
         out.status.success(),
@@ -672,40 +438,53 @@ async fn listings_and_inspections_match_crictls_goldens() {
         .iter()
         .map(|s| s["attributes"]["id"].as_str().unwrap())
         .collect();
-    let mut want: Vec<&str> = ["A", "L", "S", "N"].iter().map(|s| sc.id(s)).collect();
+    // the containers the runtime has figures for (the running ones at least; CRI-O has none
+    // for an exited one), as crictl lists them
+    let real = sc.real(&["stats", "-o", "json", l[0], l[1]]).await;
+    let v: serde_json::Value = serde_json::from_slice(&real.stdout).unwrap();
+    let mut want: Vec<&str> = v["stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["attributes"]["id"].as_str().unwrap())
+        .collect();
     want.sort_unstable();
     assert_eq!(ids, want, "sorted by container ID");
-    let out = sc.crictl(&["stats", "-s", "1", l[0], l[1]]).await;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let header: Vec<&str> = stdout
-        .lines()
-        .next()
-        .unwrap()
-        .split("   ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect();
+    assert!(
+        ["A", "S"].iter().all(|s| ids.contains(&sc.id(s))),
+        "{ids:?}"
+    );
+    let header = |out: &Output| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .map(|l| norm(l, true))
+            .unwrap_or_default()
+    };
+    let ours = sc.crictl(&["stats", "-s", "1", l[0], l[1]]).await;
+    let real = sc.real(&["stats", "-s", "1", l[0], l[1]]).await;
+    // crictl clears the screen even when its output is no terminal; kruised only on one
+    // (README, differences from crictl)
+    let cleared = header(&real);
     assert_eq!(
-        header,
-        [
-            "CONTAINER",
-            "NAME",
-            "CPU %",
-            "MEM",
-            "DISK",
-            "INODES",
-            "SWAP"
-        ]
+        header(&ours),
+        cleared
+            .strip_prefix("\u{1b}[2J\u{1b}[H")
+            .unwrap_or(&cleared)
     );
 
-    // events: containerd 1.6 has no GetContainerEvents
-    let out = sc.crictl(&["events"]).await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("GetContainerEvents"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // events: a runtime without them fails the command, as crictl does
+    if !sc.lab.runtime.has_events() {
+        let ours = sc.crictl(&["events"]).await;
+        let real = sc.real(&["events"]).await;
+        assert_eq!(ours.status.code(), Some(1));
+        assert_eq!(real.status.code(), Some(1));
+        assert!(
+            failure(&ours.stderr).contains("GetContainerEvents"),
+            "{}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+    }
 
     sc.remove().await;
 }
@@ -813,9 +592,16 @@ async fn exec_sync_returns_the_output_and_the_commands_exit_status() {
         &["exec", "-s", "--timeout", "1", &id, "sleep", "5"],
     )
     .await;
+    // the same words on every runtime (containerd fails the call, CRI-O answers exit -1),
+    // which are crictl's on containerd
     assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("timed out after 1s"), "{stderr}");
+    assert_eq!(
+        failure(&out.stderr),
+        format!(
+            "execing command in container {id} synchronously: command timed out: \
+             \"sleep 5\" timed out after 1s"
+        )
+    );
 
     let out = crictl_at(
         &lab,
@@ -856,7 +642,7 @@ async fn pull_with_credentials_and_rmi_of_one_of_two_tags() {
     let out = run(vec!["pull".into(), v1.clone()]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let pulled = text(&out.stdout);
-    let re = Regex::new(r"^Image is up to date for sha256:[0-9a-f]{64}\n$").unwrap();
+    let re = Regex::new(r"^Image is up to date for (sha256:)?[0-9a-f]{64}\n$").unwrap();
     assert!(re.is_match(&pulled), "{pulled}");
     let out = run(vec!["pull".into(), alias.clone()]).await;
     assert_eq!(text(&out.stdout), pulled, "one image, two tags");
@@ -864,10 +650,10 @@ async fn pull_with_credentials_and_rmi_of_one_of_two_tags() {
     // without a login the registry refuses; with --creds it serves
     let out = run(vec!["pull".into(), secure.clone()]).await;
     assert_eq!(out.status.code(), Some(1));
-    let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("401") || stderr.contains("nauthorized"),
-        "{stderr}"
+        lab.runtime.says_unauthorized(&failure(&out.stderr)),
+        "{}",
+        text(&out.stderr)
     );
     let (user, password) = lab.auth_credentials();
     let out = run(vec![
@@ -899,13 +685,48 @@ async fn pull_with_credentials_and_rmi_of_one_of_two_tags() {
         stderr.contains("has multiple tags") && stderr.contains(&v1),
         "{stderr}"
     );
-    // the golden shows the same shape
-    assert!(
-        golden("rmi-one-of-two-tags.txt")
-            .lines()
-            .all(|l| l.starts_with("Deleted: "))
-    );
+    // crictl says the same of the same image
+    if let Some(real) = real_crictl(&lab) {
+        for image in [&v1, &alias] {
+            assert!(
+                run(vec!["pull".into(), image.clone()])
+                    .await
+                    .status
+                    .success()
+            );
+        }
+        let out = run(vec![
+            "pull".into(),
+            "--creds".into(),
+            format!("{user}:{password}"),
+            secure.clone(),
+        ])
+        .await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let theirs = crictl_at(
+            &lab,
+            config.path(),
+            real.to_str().unwrap(),
+            &["rmi", &alias],
+        )
+        .await;
+        assert!(theirs.status.success(), "{}", text(&theirs.stderr));
+        let mut theirs: Vec<String> = text(&theirs.stdout).lines().map(String::from).collect();
+        theirs.sort_unstable();
+        assert_eq!(deleted, theirs);
+    }
 
+    // what is left is the runtime's business (containerd removes the image with every tag,
+    // CRI-O only the tag named): kruised answers what the runtime holds
+    let rt = lab.runtime();
+    if rt.image_status(&v1).await.unwrap().is_some() {
+        let out = run(vec!["inspecti".into(), v1.clone()]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        for image in [&v1, &secure] {
+            let out = run(vec!["rmi".into(), image.clone()]).await;
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+    }
     let out = run(vec!["inspecti".into(), v1.clone()]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -925,13 +746,149 @@ async fn the_binary_run_as_crictl_answers_like_crictl() {
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
     let link: PathBuf = config.path().join("crictl");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kruised"), &link).unwrap();
-    let out = crictl_at(&lab, config.path(), link.to_str().unwrap(), &["version"]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), golden("version.txt"));
-    let out = crictl_at(&lab, config.path(), link.to_str().unwrap(), &["info", "-q"]).await;
-    assert_eq!(String::from_utf8_lossy(&out.stdout), golden("info-q.json"));
+    let Some(real) = real_crictl(&lab) else {
+        return;
+    };
+    for args in [&["version"][..], &["info", "-q"]] {
+        let ours = crictl_at(&lab, config.path(), link.to_str().unwrap(), args).await;
+        assert!(
+            ours.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        let theirs = crictl_at(&lab, config.path(), real.to_str().unwrap(), args).await;
+        assert_eq!(
+            norm(&String::from_utf8_lossy(&ours.stdout), false),
+            norm(&String::from_utf8_lossy(&theirs.stdout), false),
+            "{args:?}"
+        );
+    }
+}
+
+/// A `crictl events` process and what it printed so far.
+struct Streaming {
+    child: tokio::process::Child,
+    out: tokio::sync::watch::Receiver<String>,
+}
+
+impl Streaming {
+    fn start(lab: &Lab, config: &Path, program: &str) -> Streaming {
+        let mut c = tokio::process::Command::new(program);
+        if !program.ends_with("/crictl") {
+            c.arg("crictl");
+        }
+        let mut child = c
+            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+            .env_remove("RUST_LOG")
+            .env("CRI_CONFIG_FILE", config.join("crictl.yaml"))
+            .arg("-r")
+            .arg(format!("unix://{}", lab.socket.display()))
+            .args(["events", "-o", "json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, out) = tokio::sync::watch::channel(String::new());
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf).await {
+                if n == 0 {
+                    return;
+                }
+                tx.send_modify(|s| s.push_str(&String::from_utf8_lossy(&buf[..n])));
+            }
+        });
+        Streaming { child, out }
+    }
+
+    /// The JSON documents printed so far that name container `id` with event `kind`.
+    fn events_of(&self, id: &str, kind: &str) -> Vec<String> {
+        let text = norm(&self.out.borrow(), false);
+        let mut docs = Vec::new();
+        let mut cur = String::new();
+        for l in text.lines() {
+            cur.push_str(l);
+            cur.push('\n');
+            if l == "}" {
+                docs.push(std::mem::take(&mut cur));
+            }
+        }
+        docs.into_iter()
+            .filter(|d| {
+                d.contains(&format!("\"containerId\": \"{id}\""))
+                    && d.contains(&format!("\"containerEventType\": \"{kind}\""))
+            })
+            .collect()
+    }
+
+    /// Waits until the output holds an event of `kind` for `id`, at most `limit`.
+    async fn wait_for(&mut self, id: &str, kind: &str, limit: Duration) -> bool {
+        tokio::time::timeout(limit, async {
+            while self.events_of(id, kind).is_empty() {
+                if self.out.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+        .unwrap_or(false)
+    }
+}
+
+#[tokio::test]
+async fn events_stream_on_an_idle_node_as_crictls_do() {
+    let Some(lab) = Lab::get() else { return };
+    if !lab.runtime.has_events() {
+        return; // containerd 1.6: listings_and_inspections_are_crictls checks the failure
+    }
+    let Some(real) = real_crictl(&lab) else {
+        return;
+    };
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
+    let k = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
+    k.pull(&[lab.image("busybox:v1")], LIMIT).await;
+    let pod = within(
+        LIMIT,
+        "pod start",
+        k.run_pod(PodSpec::new(
+            &unique("events"),
+            vec![ContainerSpec::sleeper("main", &lab.image("busybox:v1"))],
+        )),
+    )
+    .await;
+    let mut ours = Streaming::start(&lab, config.path(), env!("CARGO_BIN_EXE_kruised"));
+    let mut theirs = Streaming::start(&lab, config.path(), real.to_str().unwrap());
+    // a quiet node sends nothing: neither gives up (kruised once did after its 2 s timeout)
+    let quiet = Duration::from_secs(4);
+    for (who, s) in [("kruised crictl", &mut ours), ("crictl", &mut theirs)] {
+        let exited = tokio::time::timeout(quiet, s.child.wait()).await;
+        assert!(
+            exited.is_err(),
+            "{who} events ended on a quiet node: {exited:?}"
+        );
+    }
+    // then each prints the events of a container made now, the same way (a container is made
+    // until both streams show one: a stream is known to be subscribed only by what it shows)
+    let probe = ContainerSpec::sleeper("events-probe", &lab.image("busybox:v1"));
+    let id = within(LIMIT, "an event in both streams", async {
+        for attempt in 0.. {
+            let id = k.create(&pod.spec, &pod.sandbox_id, &probe, attempt).await;
+            let wait = Duration::from_secs(3);
+            let kind = "CONTAINER_CREATED_EVENT";
+            if ours.wait_for(&id, kind, wait).await && theirs.wait_for(&id, kind, wait).await {
+                return id;
+            }
+        }
+        unreachable!()
+    })
+    .await;
+    let kind = "CONTAINER_CREATED_EVENT";
+    assert_eq!(ours.events_of(&id, kind), theirs.events_of(&id, kind));
+    assert_eq!(ours.events_of(&id, kind).len(), 1);
+    within(LIMIT, "pod removal", k.remove_pod(&pod)).await;
 }

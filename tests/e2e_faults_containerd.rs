@@ -81,7 +81,7 @@ fn report(api: &Handle, name: &str, running: &RunningPod) {
         .containers
         .iter()
         .map(|(n, id)| {
-            json!({"name": n, "containerID": format!("containerd://{id}"), "image": "busybox",
+            json!({"name": n, "containerID": support::kubelet_id(&id), "image": "busybox",
                    "imageID": "sha256:x", "ready": true, "restartCount": running.attempts[n],
                    "started": true})
         })
@@ -262,7 +262,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
                     keys::CRR_NODE_NAME_LABEL: NODE, keys::CRR_ACTIVE_LABEL: "true",
                     keys::CRR_POD_UID_LABEL: crr_pod.spec.uid}},
                 "spec": {"podName": crr_pod.spec.name, "containers": [{"name": "a",
-                    "statusContext": {"containerID": format!("containerd://{old_a}"),
+                    "statusContext": {"containerID": support::kubelet_id(&old_a),
                                       "restartCount": crr_pod.attempts["a"]}}],
                     "strategy": {"terminationGracePeriodSeconds": 2}}
             }),
@@ -274,11 +274,11 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
         let pause = Duration::from_millis(rng.random_range(0..400));
         tokio::time::sleep(pause).await;
         let l = lab.clone();
-        tokio::task::spawn_blocking(move || l.script("kill-containerd"))
+        tokio::task::spawn_blocking(move || l.script("kill-runtime"))
             .await
             .unwrap();
         let l = lab.clone();
-        tokio::task::spawn_blocking(move || l.script("start-containerd"))
+        tokio::task::spawn_blocking(move || l.script("start-runtime"))
             .await
             .unwrap();
         let back = Instant::now();
@@ -328,7 +328,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
                 crr_pod.containers.insert("a".into(), id.clone());
                 crr_pod.attempts.insert("a".into(), attempt);
                 let snapshot = serde_json::to_string(&json!([{"name": "a", "ready": true,
-                    "restartCount": attempt, "containerID": format!("containerd://{id}")}]))
+                    "restartCount": attempt, "containerID": support::kubelet_id(&id)}]))
                 .unwrap();
                 api.modify("containerrecreaterequests", "default", &request, |o| {
                     o["metadata"]["annotations"][keys::CRR_SYNC_CONTAINER_STATUSES] =
@@ -342,7 +342,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
                 let id = env_pod.container("main").to_string();
                 let annotated = meta_of(&p).is_some_and(|m| {
                     m.container("main")
-                        .is_some_and(|c| c.container_id == format!("containerd://{id}"))
+                        .is_some_and(|c| c.container_id == support::kubelet_id(&id))
                 });
                 if annotated
                     && env_pod.spec.containers[0]

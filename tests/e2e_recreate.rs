@@ -65,7 +65,7 @@ fn request(pod: &RunningPod, containers: &[(&str, Option<Value>)], strategy: Val
             let mut v = json!({"name": c});
             if let Some(id) = pod.containers.get(*c) {
                 v["statusContext"] =
-                    json!({"containerID": format!("containerd://{id}"), "restartCount": 0});
+                    json!({"containerID": support::kubelet_id(&id), "restartCount": 0});
             }
             if let Some(h) = pre_stop {
                 v["preStop"] = h.clone();
@@ -144,7 +144,7 @@ async fn recreate_when_killed(e: &Env, pod: &mut RunningPod, name: &str, c: &str
     .unwrap();
     snapshot.push(
         json!({"name": c, "ready": true, "restartCount": pod.attempts[c],
-                         "containerID": format!("containerd://{new}")}),
+                         "containerID": support::kubelet_id(&new)}),
     );
     let text = serde_json::to_string(&snapshot).unwrap();
     e.plane
@@ -333,7 +333,7 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
         .modify("containerrecreaterequests", "default", &second_name, |o| {
             o["metadata"]["annotations"][keys::CRR_SYNC_CONTAINER_STATUSES] = json!(
                 serde_json::to_string(&json!([{"name": "a", "ready": true, "restartCount": 1,
-                    "containerID": format!("containerd://{}", pod.container("a"))}]))
+                    "containerID": support::kubelet_id(pod.container("a"))}]))
                 .unwrap()
             )
         })

@@ -58,3 +58,55 @@ pub struct Context {
 pub fn jitter(d: Duration) -> Duration {
     d.mul_f64(rand::random_range(0.8..1.2))
 }
+
+/// Jittered exponential back-off: `min`, doubling up to `max`, each pause ± 20 %.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// A back-off that starts at `min` and doubles up to `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    /// The next pause; each call doubles the one after it, up to the maximum.
+    pub fn next(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        jitter(d)
+    }
+
+    /// Starts again from the minimum (after a success).
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_maximum_and_starts_again_after_a_reset() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
+        let pauses: Vec<Duration> = (0..6).map(|_| b.next()).collect();
+        let nominal = [500, 1000, 2000, 4000, 4000, 4000];
+        for (got, want) in pauses.iter().zip(nominal) {
+            let want = Duration::from_millis(want);
+            assert!(
+                *got >= want.mul_f64(0.8) && *got <= want.mul_f64(1.2),
+                "{got:?} is not {want:?} ± 20 %"
+            );
+        }
+        b.reset();
+        assert!(b.next() <= Duration::from_millis(600));
+    }
+}

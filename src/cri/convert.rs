@@ -229,6 +229,17 @@ pub(crate) fn sandbox_filter_from(f: Option<proto::PodSandboxFilter>) -> Sandbox
     }
 }
 
+/// The namespaces the kubelet gives a host-network pod without `shareProcessNamespace`: the
+/// node's network, a PID namespace per container, IPC shared in the pod.
+fn pod_namespaces() -> proto::NamespaceOption {
+    proto::NamespaceOption {
+        network: proto::NamespaceMode::Node.into(),
+        pid: proto::NamespaceMode::Container.into(),
+        ipc: proto::NamespaceMode::Pod.into(),
+        ..Default::default()
+    }
+}
+
 pub(crate) fn sandbox_config(c: SandboxConfig) -> proto::PodSandboxConfig {
     proto::PodSandboxConfig {
         metadata: Some(c.metadata.into()),
@@ -239,12 +250,7 @@ pub(crate) fn sandbox_config(c: SandboxConfig) -> proto::PodSandboxConfig {
         linux: Some(proto::LinuxPodSandboxConfig {
             cgroup_parent: c.cgroup_parent,
             security_context: Some(proto::LinuxSandboxSecurityContext {
-                namespace_options: Some(proto::NamespaceOption {
-                    network: proto::NamespaceMode::Node.into(),
-                    pid: proto::NamespaceMode::Pod.into(),
-                    ipc: proto::NamespaceMode::Pod.into(),
-                    ..Default::default()
-                }),
+                namespace_options: Some(pod_namespaces()),
                 ..Default::default()
             }),
             ..Default::default()
@@ -382,7 +388,11 @@ pub(crate) fn container_filter_from(f: Option<proto::ContainerFilter>) -> Contai
 pub(crate) fn container_config(c: ContainerConfig) -> proto::ContainerConfig {
     proto::ContainerConfig {
         metadata: Some(c.metadata.into()),
-        image: Some(image_spec(&c.image)),
+        image: Some(proto::ImageSpec {
+            image: c.image,
+            user_specified_image: c.user_specified_image,
+            ..Default::default()
+        }),
         command: c.command,
         args: c.args,
         envs: c
@@ -396,6 +406,14 @@ pub(crate) fn container_config(c: ContainerConfig) -> proto::ContainerConfig {
         labels: c.labels,
         annotations: c.annotations,
         log_path: c.log_path,
+        // the kubelet gives a container the namespaces of its pod
+        linux: Some(proto::LinuxContainerConfig {
+            security_context: Some(proto::LinuxContainerSecurityContext {
+                namespace_options: Some(pod_namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -403,6 +421,11 @@ pub(crate) fn container_config(c: ContainerConfig) -> proto::ContainerConfig {
 pub(crate) fn container_config_from(c: proto::ContainerConfig) -> ContainerConfig {
     ContainerConfig {
         metadata: c.metadata.map(Into::into).unwrap_or_default(),
+        user_specified_image: c
+            .image
+            .as_ref()
+            .map(|i| i.user_specified_image.clone())
+            .unwrap_or_default(),
         image: image_name(c.image),
         command: c.command,
         args: c.args,

@@ -63,6 +63,9 @@ pub struct FakeState {
     pub calls: BTreeMap<String, u64>,
     /// Every StopContainer received: container ID and when.
     pub stops: Vec<(String, std::time::Instant)>,
+    /// `GetContainerEvents` ends at once with no event and status OK, as CRI-O does without
+    /// `enable_pod_events` (its default).
+    pub events_off: bool,
     faults: HashMap<String, Fault>,
     delays: HashMap<String, Duration>,
     unimplemented: Vec<String>,
@@ -875,17 +878,30 @@ impl RuntimeRpc for Svc {
         _r: Request<proto::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
         // subscribe before the call is counted: a test that waits for the count may emit at once
-        let rx = self.0.events.subscribe();
+        let mut rx = self.0.events.subscribe();
         self.0.enter("GetContainerEvents").await?;
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
+        if self.0.lock().events_off {
+            return Ok(Response::new(Box::pin(futures::stream::empty())));
+        }
+        async fn next(rx: &mut broadcast::Receiver<ContainerEvent>) -> Option<ContainerEvent> {
             loop {
                 match rx.recv().await {
-                    Ok(e) => return Some((Ok(convert::container_event_message(&e)), rx)),
+                    Ok(e) => return Some(e),
                     // a slow reader misses events, as with a real runtime's bounded buffer
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => return None,
                 }
             }
+        }
+        // as a Go gRPC server (containerd, CRI-O) does, answer the call only with its first
+        // message: on a quiet runtime the client waits for the response headers
+        let first = next(&mut rx).await;
+        let stream = futures::stream::unfold((first, rx), |(first, mut rx)| async move {
+            let e = match first {
+                Some(e) => e,
+                None => next(&mut rx).await?,
+            };
+            Some((Ok(convert::container_event_message(&e)), (None, rx)))
         });
         Ok(Response::new(Box::pin(stream)))
     }

@@ -22,6 +22,13 @@ use super::{convert, convert_detail};
 /// Largest message accepted from the runtime (kruise-daemon and the kubelet use 16 MiB).
 const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
+/// HTTP/2 keepalive of the runtime connection: how often a ping goes out while a call is open
+/// (the container event stream always is), and how long its answer may take before the
+/// connection counts as dead. Go gRPC servers (containerd, CRI-O) answer pings sent more often
+/// than every 5 minutes with GOAWAY "too_many_pings", closing every call on the connection.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(330);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// The CRI API version the daemon asks for in `Version`.
 const CRI_API_VERSION: &str = "v1";
 
@@ -60,6 +67,9 @@ fn channel(endpoint: &Endpoint, connect_timeout: Duration) -> Channel {
     // The URI is required by tonic but unused: the connector dials the socket.
     tonic::transport::Endpoint::from_static("http://cri.invalid")
         .connect_timeout(connect_timeout)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(false)
         .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
@@ -434,27 +444,38 @@ impl RuntimeService for RemoteRuntime {
         })
     }
 
-    async fn container_events(&self) -> Result<BoxStream<'static, Result<ContainerEvent>>> {
+    fn container_events(&self) -> BoxStream<'static, Result<ContainerEvent>> {
         let endpoint = self.endpoint.to_string();
         let mut client = self.runtime.clone();
-        // only the call's start is bounded: the stream lives as long as the runtime does
-        let stream = tokio::time::timeout(
-            self.timeouts.call,
-            client.get_container_events(proto::GetEventsRequest {}),
-        )
-        .await
-        .map_err(|_| CriError::Timeout {
-            call: "GetContainerEvents",
-            after: self.timeouts.call,
-        })?
-        .map_err(|s| CriError::from_status(&endpoint, "GetContainerEvents", s))?
-        .into_inner();
-        Ok(stream
-            .map(move |item| {
-                item.map(convert::container_event)
-                    .map_err(|s| CriError::from_status(&endpoint, "GetContainerEvents", s))
-            })
-            .boxed())
+        // No deadline, not even on the first message: a runtime sends the response headers
+        // with its first event, which on a quiet node may come hours later. The stream is as
+        // healthy as its connection (a runtime that exits or restarts closes the socket; the
+        // channel's HTTP/2 keepalive finds a peer that vanished without closing it), and it
+        // ends when the caller drops it.
+        futures::stream::once(async move {
+            client
+                .get_container_events(proto::GetEventsRequest {})
+                .await
+        })
+        .flat_map(move |call| match call {
+            Ok(response) => {
+                let endpoint = endpoint.clone();
+                response
+                    .into_inner()
+                    .map(move |item| {
+                        item.map(convert::container_event)
+                            .map_err(|s| CriError::from_status(&endpoint, "GetContainerEvents", s))
+                    })
+                    .boxed()
+            }
+            Err(s) => futures::stream::once(futures::future::ready(Err(CriError::from_status(
+                &endpoint,
+                "GetContainerEvents",
+                s,
+            ))))
+            .boxed(),
+        })
+        .boxed()
     }
 }
 

@@ -4,11 +4,13 @@
 //! - [`RuntimeService`] / [`ImageService`]: the narrow interface the daemon uses, in domain types;
 //! - [`RemoteRuntime`]: the tonic client over a unix socket;
 //! - [`Runtimes`]: every runtime found on the node, keyed by the name that prefixes container IDs;
+//! - [`dialect`]: what containerd 1.6, containerd 2.x and CRI-O answer differently;
 //! - [`fake`]: an in-memory CRI server for tests, speaking the real protocol on a unix socket.
 
 mod convert;
 mod convert_detail;
 mod detail;
+pub mod dialect;
 pub mod endpoint;
 mod error;
 pub mod fake;
@@ -100,11 +102,12 @@ pub trait RuntimeService: Send + Sync {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecResult>> + Send;
-    /// The runtime's stream of container lifecycle events (CRI `GetContainerEvents`); ends or
-    /// fails when the runtime goes away. Runtimes without it answer [`CriError::Unsupported`].
-    fn container_events(
-        &self,
-    ) -> impl Future<Output = Result<BoxStream<'static, Result<ContainerEvent>>>> + Send;
+    /// The runtime's stream of container lifecycle events (CRI `GetContainerEvents`). The call
+    /// is made when the stream is first polled and has no deadline: a quiet runtime sends
+    /// nothing, for as long as it stays quiet. It fails when the runtime goes away; runtimes
+    /// without the call fail it with [`CriError::Unsupported`] (containerd 1.6), and some end it
+    /// at once without an event (CRI-O without `enable_pod_events`). Dropping it ends the call.
+    fn container_events(&self) -> BoxStream<'static, Result<ContainerEvent>>;
 }
 
 /// The image side of the CRI.

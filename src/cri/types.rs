@@ -371,8 +371,11 @@ pub struct SandboxConfig {
 pub struct ContainerConfig {
     /// Container identity.
     pub metadata: ContainerMetadata,
-    /// Image to run.
+    /// Image to run: the kubelet passes the image ID it resolved.
     pub image: String,
+    /// The image as the pod spec names it (CRI-O refuses a container without it when a
+    /// signature policy is set).
+    pub user_specified_image: String,
     /// Entrypoint override.
     pub command: Vec<String>,
     /// Arguments.

@@ -418,17 +418,22 @@ pub(super) async fn exec(rt: &RemoteRuntime, a: ExecArgs) -> anyhow::Result<Exit
     };
     tracing::debug!(container = %a.container, cmd = ?a.command, ?timeout, "ExecSync");
     let context = || format!("execing command in container {} synchronously", a.container);
+    let timed_out = || {
+        anyhow::anyhow!(
+            "command timed out: {:?} timed out after {}s",
+            a.command.join(" "),
+            a.timeout
+        )
+        .context(context())
+    };
     let r = match rt.exec_sync(&a.container, a.command.clone(), timeout).await {
-        Ok(r) => r,
-        // the runtime enforces the command's limit and answers DeadlineExceeded
-        Err(CriError::Timeout { .. }) if a.timeout > 0 => {
-            return Err(anyhow::anyhow!(
-                "command timed out: {:?} timed out after {}s",
-                a.command.join(" "),
-                a.timeout
-            )
-            .context(context()));
+        // the runtime enforces the command's limit: containerd answers DeadlineExceeded, CRI-O
+        // an exit code of its own (cri::dialect); both read the same here
+        Ok(r) if a.timeout > 0 && crate::cri::dialect::exec_timed_out(&r) => {
+            return Err(timed_out());
         }
+        Ok(r) => r,
+        Err(CriError::Timeout { .. }) if a.timeout > 0 => return Err(timed_out()),
         Err(e) => return Err(anyhow::Error::new(e).context(context())),
     };
     out(&String::from_utf8_lossy(&r.stdout))?;

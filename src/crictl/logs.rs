@@ -341,8 +341,8 @@ async fn follow_file(
 mod tests {
     use super::*;
 
-    /// The CRI log file containerd wrote for the golden recording.
-    const RAW: &str = include_str!("../../tests/golden/crictl/raw-cri-logfile-logger.log");
+    /// A CRI log file containerd 1.6 wrote: stderr first, a partial last line.
+    const RAW: &str = include_str!("../../tests/fixtures/cri-log-logger.log");
 
     fn render(data: &[u8], tail: Option<usize>, w: &mut LogWriter) -> (String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());

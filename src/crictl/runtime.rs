@@ -80,10 +80,9 @@ pub(super) async fn version(rt: &RemoteRuntime) -> anyhow::Result<ExitCode> {
 
 /// `events`: each container event as it arrives, until the runtime ends the stream.
 pub(super) async fn events(rt: &RemoteRuntime, a: EventsArgs) -> anyhow::Result<ExitCode> {
-    let mut stream = rt
-        .container_events()
-        .await
-        .context("getting container events")?;
+    // as crictl: no deadline on the stream, which on a quiet node sends nothing for as long as
+    // it stays quiet
+    let mut stream = rt.container_events();
     while let Some(event) = stream.next().await {
         let event = event.context("getting container events")?;
         print_doc(

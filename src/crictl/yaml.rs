@@ -726,8 +726,7 @@ mod tests {
         Json::str(v)
     }
 
-    /// The probe of sigs.k8s.io/yaml.JSONToYAML recorded beside the goldens
-    /// (`yaml-probe-sigs-k8s-yaml.txt`).
+    /// What sigs.k8s.io/yaml.JSONToYAML printed for these values (recorded once).
     #[test]
     fn quoting_and_folding_match_yaml_v2() {
         let long = "aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii jjjj kkkk llll mmmm nnnn oooo \

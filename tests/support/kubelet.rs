@@ -184,6 +184,12 @@ impl Kubelet {
         }
     }
 
+    fn make_log_directory(&self, spec: &PodSpec) {
+        let dir = self.log_directory(spec);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("creating the log directory {}: {e}", dir.display()));
+    }
+
     fn sandbox_config(&self, spec: &PodSpec) -> SandboxConfig {
         SandboxConfig {
             metadata: SandboxMetadata {
@@ -194,24 +200,44 @@ impl Kubelet {
             },
             // host-network pods keep the node's hostname (no UTS namespace of their own)
             hostname: String::new(),
-            log_directory: self
-                .log_root
-                .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
-                .display()
-                .to_string(),
+            log_directory: self.log_directory(spec).display().to_string(),
             labels: kubelet_meta::sandbox_labels(spec.pod_ref(), &spec.labels),
             annotations: spec.annotations.clone(),
             cgroup_parent: format!("/cri-lab/pod{}", spec.uid),
         }
     }
 
-    fn container_config(&self, pod: &PodSpec, c: &ContainerSpec, attempt: u32) -> ContainerConfig {
+    /// The pod's log directory, as the kubelet names it.
+    fn log_directory(&self, spec: &PodSpec) -> std::path::PathBuf {
+        self.log_root
+            .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
+    }
+
+    /// What the kubelet does before `CreateContainer`: resolves the spec's image to the image
+    /// ID it passes to the runtime (`ImageStatus`), and makes the container's log directory
+    /// (CRI-O's conmon needs it to exist).
+    async fn container_config(
+        &self,
+        pod: &PodSpec,
+        c: &ContainerSpec,
+        attempt: u32,
+    ) -> ContainerConfig {
+        let image = self
+            .runtime
+            .image_status(&c.image)
+            .await
+            .unwrap_or_else(|e| panic!("ImageStatus {}: {e}", c.image))
+            .unwrap_or_else(|| panic!("image {} is not on the node: pull it first", c.image));
+        let dir = self.log_directory(pod).join(&c.name);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("creating the log directory {}: {e}", dir.display()));
         ContainerConfig {
             metadata: ContainerMetadata {
                 name: c.name.clone(),
                 attempt,
             },
-            image: c.image.clone(),
+            image: image.id,
+            user_specified_image: c.image.clone(),
             command: c.command.clone(),
             args: vec![],
             envs: c.env.clone(),
@@ -237,7 +263,7 @@ impl Kubelet {
         self.runtime
             .create_container(
                 sandbox_id,
-                self.container_config(pod, c, attempt),
+                self.container_config(pod, c, attempt).await,
                 self.sandbox_config(pod),
             )
             .await
@@ -246,6 +272,7 @@ impl Kubelet {
 
     /// Creates the sandbox of `spec` (no containers); returns its ID.
     pub async fn run_sandbox(&self, spec: &PodSpec) -> String {
+        self.make_log_directory(spec);
         self.runtime
             .run_pod_sandbox(self.sandbox_config(spec))
             .await
@@ -264,7 +291,7 @@ impl Kubelet {
             .runtime
             .create_container(
                 sandbox_id,
-                self.container_config(pod, c, attempt),
+                self.container_config(pod, c, attempt).await,
                 self.sandbox_config(pod),
             )
             .await
@@ -279,11 +306,7 @@ impl Kubelet {
     /// Creates the sandbox and starts every container, as the kubelet does for a new pod.
     /// Images must already be on the node.
     pub async fn run_pod(&self, spec: PodSpec) -> RunningPod {
-        let sandbox_id = self
-            .runtime
-            .run_pod_sandbox(self.sandbox_config(&spec))
-            .await
-            .unwrap_or_else(|e| panic!("run sandbox {}: {e}", spec.name));
+        let sandbox_id = self.run_sandbox(&spec).await;
         let mut containers = BTreeMap::new();
         let mut attempts = BTreeMap::new();
         for c in &spec.containers {

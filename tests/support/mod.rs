@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod daemon;
+pub mod events;
 pub mod kubelet;
 pub mod kubelet_meta;
 pub mod node;
@@ -18,12 +19,89 @@ use std::time::Duration;
 
 use kruised::cri::{Endpoint, RemoteRuntime, Timeouts};
 
-/// The real containerd + registry started by `tests/cri-lab.sh` (see TESTING.md).
+/// The runtimes `tests/cri-lab.sh` starts; the end-to-end layer runs on each
+/// (`KRUISED_LAB_RUNTIME`, default `containerd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabRuntime {
+    /// Debian's containerd 1.6.20: no container events.
+    Containerd,
+    /// containerd 2.3: container events.
+    Containerd2,
+    /// CRI-O 1.36: container events (the lab turns them on), another ID prefix and image fields.
+    Crio,
+}
+
+impl LabRuntime {
+    /// Its name in the lab (`CRI_LAB_RUNTIME`, and its socket `$LAB/<name>.sock`).
+    pub fn lab_name(self) -> &'static str {
+        match self {
+            LabRuntime::Containerd => "containerd",
+            LabRuntime::Containerd2 => "containerd2",
+            LabRuntime::Crio => "crio",
+        }
+    }
+
+    /// The name it answers in `Version`, which the kubelet puts before container IDs
+    /// (`containerd://`, `cri-o://`); `e2e_cri` checks the runtime says so.
+    pub fn cri_name(self) -> &'static str {
+        match self {
+            LabRuntime::Containerd | LabRuntime::Containerd2 => "containerd",
+            LabRuntime::Crio => "cri-o",
+        }
+    }
+
+    /// Whether `message` is this runtime's way of saying a pulled tag does not exist.
+    pub fn says_no_such_tag(self, message: &str) -> bool {
+        let m = message.to_lowercase();
+        match self {
+            LabRuntime::Containerd | LabRuntime::Containerd2 => m.contains("not found"),
+            LabRuntime::Crio => m.contains("manifest unknown"),
+        }
+    }
+
+    /// Whether `message` is this runtime's way of saying the registry wants a login.
+    pub fn says_unauthorized(self, message: &str) -> bool {
+        let m = message.to_lowercase();
+        match self {
+            // a wrong login: 401; none at all: 1.6 says so too, 2.x "authorization failed"
+            LabRuntime::Containerd => m.contains("401") || m.contains("unauthorized"),
+            LabRuntime::Containerd2 => {
+                m.contains("401")
+                    || m.contains("unauthorized")
+                    || m.contains("authorization failed")
+            }
+            LabRuntime::Crio => m.contains("authentication required"),
+        }
+    }
+
+    /// Whether it sends CRI container events (`GetContainerEvents`).
+    pub fn has_events(self) -> bool {
+        self != LabRuntime::Containerd
+    }
+
+    /// The runtime under test (`KRUISED_LAB_RUNTIME`, default `containerd`).
+    pub fn current() -> LabRuntime {
+        LabRuntime::parse(&std::env::var("KRUISED_LAB_RUNTIME").unwrap_or_default())
+    }
+
+    fn parse(name: &str) -> LabRuntime {
+        match name {
+            "" | "containerd" => LabRuntime::Containerd,
+            "containerd2" => LabRuntime::Containerd2,
+            "crio" => LabRuntime::Crio,
+            other => panic!("KRUISED_LAB_RUNTIME={other}: one of containerd, containerd2, crio"),
+        }
+    }
+}
+
+/// A real runtime + registry started by `tests/cri-lab.sh` (see TESTING.md).
 #[derive(Clone, Debug)]
 pub struct Lab {
     /// The lab's directory (`$LAB`).
     pub dir: PathBuf,
-    /// containerd's CRI socket.
+    /// The runtime under test (`KRUISED_LAB_RUNTIME`).
+    pub runtime: LabRuntime,
+    /// Its CRI socket.
     pub socket: PathBuf,
     /// The registry's `host:port`.
     pub registry: String,
@@ -33,43 +111,52 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// The lab named by `KRUISED_LAB`, if its containerd socket exists. When it is absent the
-    /// test is skipped with a message, except in CI (`CI=true`) or with `KRUISED_REQUIRE_LAB=1`,
-    /// where a missing lab fails the test: the end-to-end tests must never be skipped silently.
+    /// The lab named by `KRUISED_LAB`, with the runtime `KRUISED_LAB_RUNTIME`, if its socket
+    /// exists. When it is absent the test is skipped with a message, except in CI (`CI=true`)
+    /// or with `KRUISED_REQUIRE_LAB=1`, where a missing lab fails the test: the end-to-end
+    /// tests must never be skipped silently.
     pub fn get() -> Option<Lab> {
         let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
             || std::env::var("KRUISED_REQUIRE_LAB").is_ok_and(|v| v == "1");
+        let runtime = LabRuntime::current();
         let dir = std::env::var_os("KRUISED_LAB").map(PathBuf::from);
         let lab = dir.and_then(|dir| {
-            let socket = dir.join("containerd.sock");
+            let socket = dir.join(format!("{}.sock", runtime.lab_name()));
             socket.exists().then(|| Lab {
                 registry: std::env::var("KRUISED_LAB_REGISTRY")
                     .unwrap_or_else(|_| "127.0.0.1:5000".to_string()),
                 auth_registry: std::env::var("KRUISED_LAB_AUTH_REGISTRY")
                     .unwrap_or_else(|_| "127.0.0.1:5001".to_string()),
                 dir,
+                runtime,
                 socket,
             })
         });
         if lab.is_none() {
             assert!(
                 !required,
-                "the real-runtime lab is required here but KRUISED_LAB does not point at a running \
-                 lab: run the tests with tests/run.sh"
+                "the real-runtime lab is required here but KRUISED_LAB does not point at a lab \
+                 running {}: run the tests with tests/run.sh",
+                runtime.lab_name()
             );
             eprintln!("SKIPPED: no real-runtime lab (run the tests with tests/run.sh)");
         }
         lab
     }
 
-    /// The CRI endpoint of the lab's containerd.
+    /// The CRI endpoint of the lab's runtime.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::unix(&self.socket)
     }
 
-    /// A client of the lab's containerd.
+    /// A client of the lab's runtime.
     pub fn runtime(&self) -> RemoteRuntime {
         RemoteRuntime::new(self.endpoint(), None, Timeouts::default())
+    }
+
+    /// The kubelet's container ID: `<runtime name>://<id>`.
+    pub fn container_id(&self, id: &str) -> String {
+        kubelet_id(id)
     }
 
     /// `registry/test/<name>`.
@@ -86,12 +173,14 @@ impl Lab {
         (user.to_string(), password.to_string())
     }
 
-    /// Runs `tests/cri-lab.sh <cmd>` against this lab.
+    /// Runs `tests/cri-lab.sh <cmd>` against this lab and its runtime (`stop-runtime`,
+    /// `kill-runtime`, `start-runtime`, ...).
     pub fn script(&self, cmd: &str) {
         let status = std::process::Command::new("bash")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
             .arg(cmd)
             .env("LAB", &self.dir)
+            .env("CRI_LAB_RUNTIME", self.runtime.lab_name())
             .env("REG_ADDR", &self.registry)
             .env("REG_AUTH_ADDR", &self.auth_registry)
             .status()
@@ -155,6 +244,11 @@ pub fn daemon_args(kubeconfig: &std::path::Path, endpoint: &str) -> Vec<String> 
         "--drain-timeout".into(),
         "3s".into(),
     ]
+}
+
+/// The kubelet's container ID of `id` on the runtime under test: `<runtime name>://<id>`.
+pub fn kubelet_id(id: &str) -> String {
+    format!("{}://{id}", LabRuntime::current().cri_name())
 }
 
 /// Awaits `fut`, failing the test with `what` if it takes longer than `limit`.

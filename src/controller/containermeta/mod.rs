@@ -116,7 +116,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     ctx.tracker
         .spawn(relist(shared.clone(), ctx.config.relist_interval).instrument(span.clone()));
     ctx.tracker
-        .spawn(runtime_events(shared.clone()).instrument(span.clone()));
+        .spawn(runtime_events(shared.clone(), ctx.config.relist_interval).instrument(span.clone()));
     for _ in 0..WORKERS {
         ctx.tracker
             .spawn(worker(shared.clone()).instrument(span.clone()));
@@ -368,22 +368,52 @@ async fn relist(shared: Arc<Shared>, every: Duration) {
         lock(&shared.kubelet_expected).retain(|_, at| now.duration_since(*at) < STOPPED_MEMORY);
         // the relist catches what no event reported: runtime-side changes on runtimes without
         // container events
-        for pod in shared.pods.state() {
-            if pod.metadata.deletion_timestamp.is_none()
-                && decide::is_managed(&pod)
-                && pod
-                    .annotations()
-                    .contains_key(keys::RUNTIME_CONTAINERS_META)
-            {
-                shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
-            }
+        enqueue_annotated(&shared);
+    }
+}
+
+/// Queues every kruise-managed pod that carries the annotation: a relist of the runtime's
+/// side of them.
+fn enqueue_annotated(shared: &Shared) {
+    for pod in shared.pods.state() {
+        if pod.metadata.deletion_timestamp.is_none()
+            && decide::is_managed(&pod)
+            && pod
+                .annotations()
+                .contains_key(keys::RUNTIME_CONTAINERS_META)
+        {
+            shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
         }
     }
 }
 
+/// How long an event stream must stay open, without an event, to count as established (a
+/// runtime sends its response headers only with its first event, so this is the only sign).
+/// One that ends cleanly before, having sent nothing, means the runtime has no events for us.
+const EVENTS_SETTLE: Duration = Duration::from_secs(1);
+/// How often a runtime without container events is asked again (it may have been upgraded or
+/// reconfigured); the relist stands in meanwhile.
+const EVENTS_RETRY: Duration = Duration::from_secs(600);
+/// Back-off between attempts after an event stream failed.
+const EVENTS_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const EVENTS_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// How one event stream ended.
+#[derive(Debug)]
+enum StreamEnd {
+    /// The runtime has no container events: the call is unimplemented (containerd 1.6), or it
+    /// ended cleanly at once without an event (CRI-O without `enable_pod_events`).
+    NoEvents(String),
+    /// The stream failed, or ended after it had been established (the runtime went away).
+    Broken(String),
+}
+
 /// Follows the runtime's container events (CRI `GetContainerEvents`) where it offers them:
-/// a container that stops or starts re-checks its pod at once.
-async fn runtime_events(shared: Arc<Shared>) {
+/// a container that stops or starts re-checks its pod at once. A stream that breaks is
+/// reconnected with back-off, and once it is back every annotated pod is re-checked, so what
+/// happened in between is not lost; a runtime without events is left to the relist and asked
+/// again every [`EVENTS_RETRY`].
+async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) {
     let mut runtimes = shared.runtimes.clone();
     let runtime = loop {
         if let Some(r) = runtimes.borrow().as_ref() {
@@ -394,50 +424,117 @@ async fn runtime_events(shared: Arc<Shared>) {
             r = runtimes.changed() => if r.is_err() { return },
         }
     };
-    let mut pause = Duration::from_millis(500);
+    let mut backoff = crate::controller::Backoff::new(EVENTS_BACKOFF_MIN, EVENTS_BACKOFF_MAX);
+    // whether a stream was ever up (the first needs no catch-up: start-up looks at every pod),
+    // and whether "no events" was said (said once, then quietly retried)
+    let mut ever_up = false;
+    let mut said_no_events = false;
     loop {
-        match runtime.container_events().await {
-            Ok(mut stream) => {
-                tracing::info!("following the runtime's container events");
-                pause = Duration::from_millis(500);
-                loop {
-                    let item = tokio::select! {
-                        () = shared.cancel.cancelled() => return,
-                        i = stream.next() => i,
-                    };
-                    match item {
-                        Some(Ok(e)) => {
-                            if let Some(sandbox) = &e.pod_sandbox_id {
-                                enqueue_sandbox(
-                                    &shared,
-                                    &runtime,
-                                    sandbox,
-                                    e.sandbox_status.as_deref(),
-                                )
-                                .await;
-                            }
-                        }
-                        Some(Err(e)) => {
-                            tracing::debug!(error = %e, "container event stream ended");
-                            break;
-                        }
-                        None => break,
-                    }
+        let Some(end) = follow_events(&shared, &runtime, ever_up).await else {
+            return;
+        };
+        let pause = match end {
+            Followed::Ended(StreamEnd::NoEvents(why)) => {
+                if said_no_events {
+                    tracing::debug!(reason = %why, "still no container events");
+                } else {
+                    said_no_events = true;
+                    tracing::info!(
+                        reason = %why,
+                        relist_every = ?relist_every,
+                        retry_in = ?EVENTS_RETRY,
+                        "the runtime sends no container events; relisting instead"
+                    );
                 }
+                EVENTS_RETRY
             }
-            Err(CriError::Unsupported { .. }) => {
-                tracing::info!(
-                    "the runtime has no container events (CRI GetContainerEvents); relisting instead"
-                );
-                return;
+            Followed::Ended(StreamEnd::Broken(why)) => {
+                let pause = backoff.next();
+                tracing::warn!(error = %why, retry_in = ?pause, "container event stream broke; reconnecting");
+                pause
             }
-            Err(e) => tracing::debug!(error = %e, "container events unavailable; retrying"),
-        }
+            Followed::WasUp(end) => {
+                ever_up = true;
+                said_no_events = false;
+                backoff.reset();
+                let pause = backoff.next();
+                match end {
+                    StreamEnd::NoEvents(why) | StreamEnd::Broken(why) => tracing::warn!(
+                        error = %why,
+                        retry_in = ?pause,
+                        "container event stream broke; reconnecting"
+                    ),
+                }
+                pause
+            }
+        };
         tokio::select! {
             () = shared.cancel.cancelled() => return,
-            () = tokio::time::sleep(crate::controller::jitter(pause)) => {}
+            () = tokio::time::sleep(pause) => {}
         }
-        pause = (pause * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// What became of one attempt at following the events.
+enum Followed {
+    /// The stream ended before it was established.
+    Ended(StreamEnd),
+    /// It was established, then ended.
+    WasUp(StreamEnd),
+}
+
+/// Follows one event stream until it ends (`None`: shutdown). Once it is established, and it
+/// is not the first ever, every annotated pod is queued: a container that died while no
+/// stream was up is looked at now.
+async fn follow_events(
+    shared: &Shared,
+    runtime: &RemoteRuntime,
+    catch_up: bool,
+) -> Option<Followed> {
+    let mut stream = runtime.container_events();
+    let settle = tokio::time::sleep(EVENTS_SETTLE);
+    tokio::pin!(settle);
+    let mut up = false;
+    loop {
+        let item = tokio::select! {
+            () = shared.cancel.cancelled() => return None,
+            () = &mut settle, if !up => {
+                up = true;
+                established(shared, catch_up);
+                continue;
+            }
+            i = stream.next() => i,
+        };
+        let end = match item {
+            Some(Ok(e)) => {
+                if !up {
+                    up = true;
+                    established(shared, catch_up);
+                }
+                if let Some(sandbox) = &e.pod_sandbox_id {
+                    enqueue_sandbox(shared, runtime, sandbox, e.sandbox_status.as_deref()).await;
+                }
+                continue;
+            }
+            Some(Err(e @ CriError::Unsupported { .. })) => StreamEnd::NoEvents(e.to_string()),
+            Some(Err(e)) => StreamEnd::Broken(e.to_string()),
+            None if up => StreamEnd::Broken("the runtime ended the stream".into()),
+            None => {
+                StreamEnd::NoEvents("the runtime ended the stream at once, without an event".into())
+            }
+        };
+        return Some(if up {
+            Followed::WasUp(end)
+        } else {
+            Followed::Ended(end)
+        });
+    }
+}
+
+fn established(shared: &Shared, catch_up: bool) {
+    tracing::info!("following the runtime's container events");
+    if catch_up {
+        enqueue_annotated(shared);
     }
 }
 
@@ -748,7 +845,7 @@ pub async fn image_matches(
 ) -> Option<bool> {
     let image = spec.image.as_deref()?;
     match runtime.image_status(image).await {
-        Ok(Some(img)) => Some(img.id == running.image_ref || img.id == running.image),
+        Ok(Some(img)) => Some(crate::cri::dialect::runs_image(&img, running)),
         Ok(None) => Some(false),
         Err(_) => None,
     }

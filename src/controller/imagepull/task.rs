@@ -141,13 +141,6 @@ pub fn find_image<'a>(images: &'a [Image], reference: &Reference) -> Option<&'a 
     })
 }
 
-/// Whether a `PullImage` answer is an image ID (`sha256:` + 64 hex), as containerd and CRI-O
-/// answer, rather than a repo digest.
-fn is_image_id(s: &str) -> bool {
-    s.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// Runs one tag's task to the end (or until `cancel`).
 pub async fn run<I, C>(
     env: Arc<Env<I, C>>,
@@ -403,7 +396,7 @@ where
     };
     match env.puller.pull(spec, budget).await {
         Ok(image_ref) => {
-            let id = if is_image_id(&image_ref) {
+            let id = if crate::cri::dialect::is_image_id(&image_ref) {
                 image_ref
             } else {
                 runtime

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::cri::RuntimeService;
+use crate::cri::{CriError, RuntimeService};
 
 /// The longest message kept (kruise's limit), cut at a character boundary.
 pub const MESSAGE_LIMIT: usize = 1024;
@@ -109,16 +109,22 @@ pub async fn run<R: RuntimeService>(
 ) -> Outcome {
     if let Some(exec) = &probe.exec {
         let cmd = exec.command.clone().unwrap_or_default();
+        let timed_out = || {
+            Outcome::Failure(format!(
+                "command {:?} timed out after {timeout:?}",
+                cmd.join(" ")
+            ))
+        };
         return match tokio::time::timeout(
             timeout + Duration::from_secs(1),
             runtime.exec_sync(container_id, cmd.clone(), timeout),
         )
         .await
         {
-            Err(_) => Outcome::Failure(format!(
-                "command {:?} timed out after {timeout:?}",
-                cmd.join(" ")
-            )),
+            // a command past its timeout fails the probe, as in the kubelet: however the
+            // runtime says so (containerd: DeadlineExceeded; CRI-O: exit -1, cri::dialect)
+            Err(_) | Ok(Err(CriError::Timeout { .. })) => timed_out(),
+            Ok(Ok(out)) if crate::cri::dialect::exec_timed_out(&out) => timed_out(),
             Ok(Err(e)) => Outcome::Error(e.to_string()),
             Ok(Ok(out)) => {
                 let text = |b: &[u8]| {

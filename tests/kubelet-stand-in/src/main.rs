@@ -326,6 +326,8 @@ impl StandIn {
             }
         }
         let sandbox_cfg = sandbox_config(pod, &self.args)?;
+        std::fs::create_dir_all(&sandbox_cfg.log_directory)
+            .with_context(|| format!("creating the log directory {}", sandbox_cfg.log_directory))?;
         let sandbox = self.runtime.run_pod_sandbox(sandbox_cfg.clone()).await?;
         let mut running = RunningPod {
             namespace,
@@ -378,12 +380,24 @@ impl StandIn {
         Ok(running)
     }
 
+    /// Creates and starts a container as the kubelet does: the image resolved to its ID (what
+    /// the kubelet passes to the runtime, the spec's name beside it) and the container's log
+    /// directory made first (CRI-O's conmon needs it).
     async fn start_container(
         &self,
         sandbox: &str,
-        config: ContainerConfig,
+        mut config: ContainerConfig,
         sandbox_cfg: SandboxConfig,
     ) -> Result<String> {
+        let image = self
+            .runtime
+            .image_status(&config.image)
+            .await?
+            .with_context(|| format!("image {} is not on the node", config.image))?;
+        config.user_specified_image = std::mem::replace(&mut config.image, image.id);
+        let dir = std::path::Path::new(&sandbox_cfg.log_directory).join(&config.metadata.name);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("creating the log directory {}", dir.display()))?;
         let id = self
             .runtime
             .create_container(sandbox, config, sandbox_cfg)
@@ -468,7 +482,9 @@ fn container_config(pod: &Pod, c: &SpecContainer, attempt: u32) -> ContainerConf
             name: c.name.clone(),
             attempt,
         },
+        // the spec's image; start_container resolves it to the ID, as the kubelet does
         image: c.image.clone().unwrap_or_default(),
+        user_specified_image: String::new(),
         command: c.command.clone().unwrap_or_default(),
         args: c.args.clone().unwrap_or_default(),
         envs: c

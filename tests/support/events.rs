@@ -1,0 +1,110 @@
+//! The runtime's container events (CRI `GetContainerEvents`) as a test sees them: followed from
+//! a task of their own, and known to be subscribed only once an event the test caused came
+//! through (the runtime answers the call only with its first event, so nothing else tells).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kruised::cri::{ContainerEvent, ContainerEventKind, CriError, RuntimeService};
+use tokio::sync::mpsc;
+
+use super::kubelet::{ContainerSpec, Kubelet, RunningPod};
+use super::within;
+
+/// A followed event stream.
+pub struct Events {
+    rx: mpsc::UnboundedReceiver<Result<ContainerEvent, CriError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Events {
+    /// Follows the events of `kubelet`'s runtime, and returns once they come through: a
+    /// container this creates (and removes) in `pod`'s sandbox shows up as `Created`.
+    /// `Err` is the stream's first answer when it is not a stream of events
+    /// ([`CriError::Unsupported`] on containerd 1.6), or `Ok(None)`'s counterpart: the stream
+    /// ended without an event.
+    pub async fn subscribe(
+        kubelet: &Kubelet,
+        pod: &RunningPod,
+        limit: Duration,
+    ) -> Result<Events, Option<CriError>> {
+        let mut stream = kubelet.runtime().container_events();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            while let Some(item) = stream.next().await {
+                if tx.send(item).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut events = Events { rx, task };
+        let probe = ContainerSpec::sleeper("events-probe", &pod.spec.containers[0].image);
+        let subscribed = within(limit, "the first event through the stream", async {
+            for attempt in 0.. {
+                let id = kubelet
+                    .create(&pod.spec, &pod.sandbox_id, &probe, attempt)
+                    .await;
+                let seen = events
+                    .next_within(Duration::from_secs(2), |e| {
+                        e.container_id == id && e.kind == ContainerEventKind::Created
+                    })
+                    .await;
+                let _ = kubelet.runtime().remove_container(&id).await;
+                match seen {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            unreachable!("the loop returns")
+        })
+        .await;
+        subscribed.map(|()| events)
+    }
+
+    /// Waits up to `limit` for an event that `matches`: `Ok(true)` when it came, `Ok(false)`
+    /// when none did, `Err` when the stream failed or ended.
+    async fn next_within(
+        &mut self,
+        limit: Duration,
+        mut matches: impl FnMut(&ContainerEvent) -> bool,
+    ) -> Result<bool, Option<CriError>> {
+        let found = tokio::time::timeout(limit, async {
+            loop {
+                match self.rx.recv().await {
+                    Some(Ok(e)) if matches(&e) => return Ok(()),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(Some(e)),
+                    None => return Err(None),
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Waits for an event that `matches`, failing the test with `what` after `limit` or when
+    /// the stream fails.
+    pub async fn wait_for(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        matches: impl FnMut(&ContainerEvent) -> bool,
+    ) {
+        match self.next_within(limit, matches).await {
+            Ok(true) => {}
+            Ok(false) => panic!("{what}: no such event within {limit:?}"),
+            Err(e) => panic!("{what}: the event stream ended: {e:?}"),
+        }
+    }
+}
