@@ -29,11 +29,28 @@ fn containers() -> Value {
 }
 
 async fn start(node: &FakeNode) -> Daemon {
-    let args = node.daemon_args();
+    start_with(node, &[]).await
+}
+
+async fn start_with(node: &FakeNode, extra: &[&str]) -> Daemon {
+    let mut args = node.daemon_args();
+    args.extend(extra.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut d = Daemon::start(NODE, &args);
     d.wait_for_log("daemon ready", LIMIT).await;
     d
+}
+
+/// How many lines of the daemon's log start with `message`.
+fn count_logged(d: &Daemon, message: &str) -> usize {
+    d.log()
+        .iter()
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+        })
+        .count()
 }
 
 /// Waits until the pod's annotation satisfies `cond`.
@@ -468,6 +485,103 @@ async fn only_the_current_batch_of_a_multi_batch_update_is_restarted() {
         stops(&node),
         vec![main.strip_prefix("containerd://").unwrap().to_string()]
     );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn a_container_recreated_while_the_event_stream_is_down_is_noticed_once_it_is_back() {
+    let mut node = FakeNode::start().await;
+    // no relist within the test: only the event stream, or its catch-up, can notice
+    let mut d = start_with(&node, &["--relist-interval", "1h"]).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    d.wait_for_log("following the runtime's container events", LIMIT)
+        .await;
+
+    // the runtime goes away (the stream breaks) and refuses the next calls: the daemon backs
+    // off; meanwhile the container dies and the kubelet recreates it, and nobody is told
+    node.cri
+        .fail_next("GetContainerEvents", tonic::Code::Unavailable, 3);
+    node.cri.break_event_streams();
+    d.wait_for_log("container event stream broke", LIMIT).await;
+    let (new_id, _) = node.recreate_unreported("web-0", "main");
+
+    // once a stream is back, every annotated pod is looked at again
+    wait_meta(
+        &node,
+        "web-0",
+        "the annotation follows the new container",
+        |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
+    )
+    .await;
+    assert!(count_logged(&d, "following the runtime's container events") >= 2);
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn a_runtime_whose_event_stream_ends_at_once_is_relisted_and_it_is_said_once() {
+    let mut node = FakeNode::start().await;
+    // CRI-O without enable_pod_events: the call ends at once, status OK, no event
+    node.cri.state().events_off = true;
+    let mut d = start_with(&node, &["--relist-interval", "1s"]).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    d.wait_for_log("the runtime sends no container events", LIMIT)
+        .await;
+    let (new_id, _) = node.recreate_unreported("web-0", "main");
+    wait_meta(&node, "web-0", "the relist finds the new container", |m| {
+        m.container("main").unwrap().container_id == format!("containerd://{new_id}")
+    })
+    .await;
+    // the relist ran and the daemon did not ask again and again: one call, said once
+    assert_eq!(count_logged(&d, "the runtime sends no container events"), 1);
+    assert_eq!(
+        count_logged(&d, "following the runtime's container events"),
+        0
+    );
+    assert_eq!(node.cri.state().call_count("GetContainerEvents"), 1);
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn the_event_stream_of_a_quiet_runtime_stays_open_and_reports_a_death_at_once() {
+    let mut node = FakeNode::start().await;
+    let mut d = start_with(&node, &["--relist-interval", "1h"]).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    d.wait_for_log("following the runtime's container events", LIMIT)
+        .await;
+    let calls = node.cri.state().call_count("GetContainerEvents");
+    // the scenario, not a synchronisation: the runtime sends nothing for more than twice the
+    // deadline the call once had (5 s), after which the daemon hung up, backed off, and
+    // missed what died meanwhile
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        node.cri.state().call_count("GetContainerEvents"),
+        calls,
+        "the same call, open all along"
+    );
+    let (new_id, _) = node.recreate_unreported("web-0", "main");
+    wait_meta(
+        &node,
+        "web-0",
+        "the annotation follows the new container",
+        |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
+    )
+    .await;
+    assert_eq!(count_logged(&d, "container event stream broke"), 0);
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }

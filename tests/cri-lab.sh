@@ -17,8 +17,10 @@
 # Runtimes (CRI_LAB_RUNTIMES, space-separated; default "containerd"):
 #   containerd   Debian's containerd 1.6.20: socket $LAB/containerd.sock, no container events
 #   containerd2  containerd 2.3.4: socket $LAB/containerd2.sock, container events
-#   crio         CRI-O 1.36.3 with conmon: socket $LAB/crio.sock, container events only with
-#                CRIO_POD_EVENTS=true (the default here; CRI-O's own default is false)
+#   crio         CRI-O 1.36.3 with conmon: socket $LAB/crio.sock, container events on
+#                (enable_pod_events = true)
+#   crio-noevents  the same with CRI-O's default, enable_pod_events = false (GetContainerEvents
+#                ends at once, status OK): socket $LAB/crio-noevents.sock, state of its own
 # containerd2 and crio are unpacked (xz, sha256-checked) from KRUISED_RUNTIMES_ASSETS (default
 # ../shared/runtimes beside the repository, when present) into $LAB/bin, with that folder's
 # crictl; the lab refuses to start them without it.
@@ -47,7 +49,7 @@
 #
 # Env: LAB ($TMPDIR/cri-lab)  SNAPSHOTTER (overlayfs|native, default overlayfs; containerd 1.6)
 #      REG_ADDR (127.0.0.1:5000)  REG_AUTH_ADDR (127.0.0.1:5001)
-#      CRI_LAB_RUNTIMES, CRI_LAB_RUNTIME, KRUISED_RUNTIMES_ASSETS, CRIO_POD_EVENTS (above)
+#      CRI_LAB_RUNTIMES, CRI_LAB_RUNTIME, KRUISED_RUNTIMES_ASSETS (above)
 #      CRI_RUNTIME (containerd 1.6's default runtime handler: runc|crun, default runc)
 #      MOUNT_HUGETLB (1 = mount the hugetlb v1 hierarchy while the lab runs; needed for crun,
 #                     default 1 when CRI_RUNTIME=crun, else 0). This is a machine-wide change,
@@ -62,7 +64,6 @@ REG_AUTH_USER=kruised-lab
 CRI_RUNTIME=${CRI_RUNTIME:-runc}
 CRI_LAB_RUNTIMES=${CRI_LAB_RUNTIMES:-containerd}
 CRI_LAB_RUNTIME=${CRI_LAB_RUNTIME:-${CRI_LAB_RUNTIMES%% *}}
-CRIO_POD_EVENTS=${CRIO_POD_EVENTS:-true}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RUNTIMES_ASSETS=${KRUISED_RUNTIMES_ASSETS:-}
 if [ -z "$RUNTIMES_ASSETS" ] && [ -d "$REPO/../shared/runtimes" ]; then RUNTIMES_ASSETS=$REPO/../shared/runtimes; fi
@@ -304,7 +305,8 @@ rt_socket() { # $1 runtime: its CRI socket
     containerd) echo "$LAB/containerd.sock" ;;
     containerd2) echo "$LAB/containerd2.sock" ;;
     crio) echo "$LAB/crio.sock" ;;
-    *) log "unknown runtime '$1' (containerd, containerd2, crio)"; exit 2 ;;
+    crio-noevents) echo "$LAB/crio-noevents.sock" ;;
+    *) log "unknown runtime '$1' (containerd, containerd2, crio, crio-noevents)"; exit 2 ;;
   esac
 }
 
@@ -316,7 +318,7 @@ unpack_runtimes() { # the builds of containerd 2.x / CRI-O, and the real crictl 
   # kruised crictl with it), once per lab, checked against SHA256SUMS
   local want=() b
   case " $CRI_LAB_RUNTIMES " in *" containerd2 "*) want+=(containerd containerd-shim-runc-v2) ;; esac
-  case " $CRI_LAB_RUNTIMES " in *" crio "*) want+=(crio pinns) ;; esac
+  case " $CRI_LAB_RUNTIMES " in *" crio"*) want+=(crio pinns) ;; esac
   if [ -z "$RUNTIMES_ASSETS" ] || [ ! -f "$RUNTIMES_ASSETS/SHA256SUMS" ]; then
     if [ ${#want[@]} -gt 0 ]; then
       log "ERROR: runtimes '$CRI_LAB_RUNTIMES' need the builds of containerd 2.x / CRI-O: set KRUISED_RUNTIMES_ASSETS (a folder with containerd.xz, crio.xz, ..., SHA256SUMS)"
@@ -474,8 +476,8 @@ EOF
   chmod +x "$1"
 }
 
-crio_config() {
-  local d=$LAB/crio addr
+crio_config() { # $1 instance (crio, crio-noevents) $2 enable_pod_events
+  local d=$LAB/$1 addr
   mkdir -p "$d"/{root,runroot,run,lib,conf.d,ns,hooks.d,exits,attach,logs,cdi,oci,keys,policies,auth,registries.conf.d}
   write_runc_wrapper "$d/runc-oomclamp"
   write_cni_loopback "$d/cni"
@@ -498,7 +500,7 @@ internal_wipe = true
 internal_repair = false
 
 [crio.api]
-listen = "$LAB/crio.sock"
+listen = "$LAB/$1.sock"
 stream_address = "127.0.0.1"
 stream_port = "0"
 
@@ -522,7 +524,7 @@ infra_ctr_cpuset = ""
 drop_infra_ctr = true
 enable_criu_support = false
 # GetContainerEvents: false (CRI-O's default) ends the call at once with an empty, OK stream
-enable_pod_events = $CRIO_POD_EVENTS
+enable_pod_events = $2
 decryption_keys_path = "$d/keys"
 
 [crio.runtime.runtimes.runc]
@@ -578,13 +580,16 @@ start_runtime() { # $1 runtime: start its daemon (configs written on its first s
       PATH=$BIN:$PATH nohup "$BIN/containerd" --config "$LAB/containerd2/config.toml" \
         >>"$LAB/logs/containerd2.log" 2>&1 &
       ;;
-    crio)
-      [ -f "$LAB/crio/crio.conf" ] || crio_config
+    crio | crio-noevents)
+      local d=$LAB/$rt
+      if [ ! -f "$d/crio.conf" ]; then
+        if [ "$rt" = crio ]; then crio_config crio true; else crio_config crio-noevents false; fi
+      fi
       # registries only through the flags (CRI-O ignores CONTAINERS_REGISTRIES_CONF)
-      CONTAINERS_STORAGE_CONF=$LAB/crio/storage.conf PATH=$BIN:$PATH nohup "$BIN/crio" \
-        --config "$LAB/crio/crio.conf" --config-dir "$LAB/crio/conf.d" \
-        --registries-conf "$LAB/crio/registries.conf" --registries-conf-dir "$LAB/crio/registries.conf.d" \
-        >>"$LAB/logs/crio.log" 2>&1 &
+      CONTAINERS_STORAGE_CONF=$d/storage.conf PATH=$BIN:$PATH nohup "$BIN/crio" \
+        --config "$d/crio.conf" --config-dir "$d/conf.d" \
+        --registries-conf "$d/registries.conf" --registries-conf-dir "$d/registries.conf.d" \
+        >>"$LAB/logs/$rt.log" 2>&1 &
       ;;
   esac
   pid=$!
@@ -692,12 +697,12 @@ stop_runtime_all() { # $1 runtime: the daemon, then what outlives it (shims / co
       oci_delete /usr/bin/crun "$LAB/containerd/crun-root/k8s.io"
       ;;
     containerd2) oci_delete /usr/bin/runc "$LAB/containerd2/runc-root/k8s.io" ;;
-    crio) oci_delete /usr/bin/runc "$LAB/crio/oci/runc" ;;
+    crio | crio-noevents) oci_delete /usr/bin/runc "$LAB/$rt/oci/runc" ;;
   esac
   # shims (containerd) and conmons (CRI-O) are daemonized and outlive their runtime: found by
   # an exact argument that is ours
   case "$rt" in
-    crio) for pid in $(procs_matching conmon "$LAB/crio/exits"); do kill -9 "$pid" 2>/dev/null && log "killed leftover conmon $pid" || true; done ;;
+    crio | crio-noevents) for pid in $(procs_matching conmon "$LAB/$rt/exits"); do kill -9 "$pid" 2>/dev/null && log "killed leftover conmon $pid" || true; done ;;
     *) for pid in $(procs_matching containerd-shim "$sock"); do kill -9 "$pid" 2>/dev/null && log "killed leftover shim $pid" || true; done ;;
   esac
   rm -f "$sock" "$sock.ttrpc"
@@ -705,7 +710,7 @@ stop_runtime_all() { # $1 runtime: the daemon, then what outlives it (shims / co
 
 cmd_stop() {
   local rt
-  for rt in containerd containerd2 crio; do
+  for rt in containerd containerd2 crio crio-noevents; do
     if [ -f "$LAB/$rt.pid" ] || [ -S "$(rt_socket "$rt")" ]; then stop_runtime_all "$rt"; fi
   done
   kill_pidfile "$LAB/registry.pid" registry
@@ -723,7 +728,7 @@ cmd_stop() {
 
 cmd_clean() {
   cmd_stop
-  rm -rf "${LAB:?}"/{containerd,containerd2,crio,c2s,bin,registry,registry-auth,oci,stage,pods,logs,certs.d,cni,runtimes}
+  rm -rf "${LAB:?}"/{containerd,containerd2,crio,crio-noevents,c2s,bin,registry,registry-auth,oci,stage,pods,logs,certs.d,cni,runtimes}
   log "state removed"
 }
 
@@ -747,7 +752,7 @@ cmd_bench_images() {
 cmd_status() {
   local f rt
   for f in "$LAB"/*.pid; do [ -f "$f" ] && echo "$(basename "$f" .pid): pid $(cat "$f") $(alive "$f" && echo alive || echo DEAD)"; done
-  for rt in containerd containerd2 crio; do
+  for rt in containerd containerd2 crio crio-noevents; do
     [ -S "$(rt_socket "$rt")" ] && echo "$rt: unix://$(rt_socket "$rt")"
   done
   return 0

@@ -32,6 +32,10 @@ struct Cluster {
 }
 
 async fn cluster(lab: &Lab, node: &str) -> Cluster {
+    cluster_with(lab, node, &[]).await
+}
+
+async fn cluster_with(lab: &Lab, node: &str, extra: &[&str]) -> Cluster {
     let plane = Plane::start().await;
     let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     kubelet
@@ -44,7 +48,7 @@ async fn cluster(lab: &Lab, node: &str) -> Cluster {
             LIMIT,
         )
         .await;
-    let daemon = plane.start_daemon(lab, node, &[], LIMIT).await;
+    let daemon = plane.start_daemon(lab, node, extra, LIMIT).await;
     Cluster {
         api: plane.api,
         kubelet,
@@ -402,6 +406,147 @@ async fn an_image_without_env_binary_still_gets_its_env_hash() {
         expected
     );
 
+    within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
+    c.daemon.terminate();
+    assert!(c.daemon.wait_exit(LIMIT).await.success());
+}
+
+/// The daemon's relist where the runtime sends container events: out of the test's reach, so
+/// only the events can notice what the runtime does. Where it sends none: 2 s.
+fn relist_args(lab: &Lab) -> [&'static str; 2] {
+    if lab.runtime.has_events() {
+        ["--relist-interval", "1h"]
+    } else {
+        ["--relist-interval", "2s"]
+    }
+}
+
+/// How many lines of the daemon's log start with `message`.
+fn count_logged(d: &Daemon, message: &str) -> usize {
+    d.log()
+        .iter()
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+        })
+        .count()
+}
+
+/// How long a node stays quiet in [`a_container_that_dies_while_the_node_was_quiet_is_noticed`]:
+/// more than twice the deadline the event call once had (5 s), after which the daemon
+/// reconnected and backed off again and again, and missed what died in between.
+const QUIET: Duration = Duration::from_secs(12);
+
+#[tokio::test]
+async fn a_container_that_dies_while_the_node_was_quiet_is_noticed() {
+    let Some(lab) = Lab::get() else { return };
+    let mut c = cluster_with(&lab, "node-e2e", &relist_args(&lab)).await;
+    let name = unique("quiet");
+    let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), true).await;
+    wait_meta(&c.api, &name, |m| m.containers.len() == 2).await;
+    if lab.runtime.has_events() {
+        c.daemon
+            .wait_for_log("following the runtime's container events", LIMIT)
+            .await;
+    } else {
+        c.daemon
+            .wait_for_log("the runtime sends no container events", LIMIT)
+            .await;
+    }
+    // the scenario, not a synchronisation: nothing happens on the node for a while
+    tokio::time::sleep(QUIET).await;
+    if lab.runtime.has_events() {
+        assert_eq!(
+            count_logged(&c.daemon, "following the runtime's container events"),
+            1,
+            "one stream, for as long as the node was quiet: {:#?}",
+            c.daemon.log()
+        );
+        assert_eq!(count_logged(&c.daemon, "container event stream broke"), 0);
+    } else {
+        assert_eq!(
+            count_logged(&c.daemon, "the runtime sends no container events"),
+            1,
+            "said once"
+        );
+    }
+
+    // the container dies and the kubelet starts it again; the pod's status does not say so
+    // yet: the runtime's events (or the relist where it has none) must
+    let old = running.container("main").to_string();
+    within(
+        LIMIT,
+        "container stop",
+        c.kubelet.runtime().stop_container(&old, Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let new = within(
+        LIMIT,
+        "recreate",
+        c.kubelet.recreate(&mut running, "main", None),
+    )
+    .await;
+    wait_meta(&c.api, &name, |m| {
+        m.container("main").unwrap().container_id == support::kubelet_id(&new)
+    })
+    .await;
+
+    within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
+    c.daemon.terminate();
+    assert!(c.daemon.wait_exit(LIMIT).await.success());
+}
+
+#[tokio::test]
+async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
+    let Some(lab) = Lab::get() else { return };
+    if lab.runtime != support::LabRuntime::Crio {
+        return;
+    }
+    // the lab's second CRI-O, with its default enable_pod_events = false
+    let socket = lab.dir.join("crio-noevents.sock");
+    assert!(
+        socket.exists(),
+        "the CRI-O pass needs the lab's crio-noevents (CRI_LAB_RUNTIMES)"
+    );
+    let lab = Lab { socket, ..lab };
+    let mut c = cluster_with(&lab, "node-e2e", &["--relist-interval", "2s"]).await;
+    let name = unique("noevents");
+    let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), true).await;
+    wait_meta(&c.api, &name, |m| m.containers.len() == 2).await;
+    c.daemon
+        .wait_for_log("the runtime sends no container events", LIMIT)
+        .await;
+
+    let old = running.container("main").to_string();
+    within(
+        LIMIT,
+        "container stop",
+        c.kubelet.runtime().stop_container(&old, Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let new = within(
+        LIMIT,
+        "recreate",
+        c.kubelet.recreate(&mut running, "main", None),
+    )
+    .await;
+    wait_meta(&c.api, &name, |m| {
+        m.container("main").unwrap().container_id == support::kubelet_id(&new)
+    })
+    .await;
+    assert_eq!(
+        count_logged(&c.daemon, "the runtime sends no container events"),
+        1,
+        "said once: {:#?}",
+        c.daemon.log()
+    );
+    assert_eq!(
+        count_logged(&c.daemon, "following the runtime's container events"),
+        0
+    );
     within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
     c.daemon.terminate();
     assert!(c.daemon.wait_exit(LIMIT).await.success());

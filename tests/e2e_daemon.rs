@@ -18,7 +18,7 @@ const START: Duration = Duration::from_secs(30);
 const DRAIN: Duration = Duration::from_secs(3);
 
 #[tokio::test]
-async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm() {
+async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm_within_a_second() {
     let Some(lab) = Lab::get() else { return };
     let plane = Plane::start().await;
     plane
@@ -29,7 +29,15 @@ async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm() {
             "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "busybox"}]}}),
         )
         .unwrap();
-    let mut d = plane.start_daemon(&lab, "node-a", &[], START).await;
+    // a drain deadline of one second: with no work in flight, SIGTERM must end the daemon
+    // before it (the container event stream, open on a quiet node, once held it to the end)
+    let mut d = plane
+        .start_daemon(&lab, "node-a", &["--drain-timeout", "1s"], START)
+        .await;
+    if lab.runtime.has_events() {
+        d.wait_for_log("following the runtime's container events", START)
+            .await;
+    }
 
     let (code, body) = http_get(d.admin, "/readyz").await;
     assert_eq!((code, body.trim()), (200, "ok"));
@@ -67,6 +75,7 @@ async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm() {
         d.log()
     );
     assert!(d.logged("drained"), "log: {:#?}", d.log());
+    assert!(!d.logged("drain deadline passed"), "log: {:#?}", d.log());
 }
 
 #[tokio::test]

@@ -41,6 +41,9 @@ use support::{Lab, Plane, unique, within};
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-faults";
 
+/// The tests of this binary kill the lab's runtime: one at a time.
+static RUNTIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Seed(u64);
 
 impl Drop for Seed {
@@ -142,6 +145,7 @@ impl Figures {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes() {
     let Some(lab) = Lab::get() else { return };
+    let _alone = RUNTIME.lock().await;
     let seed = Seed(
         std::env::var("KRUISED_FAULTS_SEED")
             .ok()
@@ -429,6 +433,101 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
     for p in [&env_pod, &crr_pod, &probe_pod] {
         kubelet.remove_pod(p).await;
     }
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+/// Whether the pod's annotation comes to name container `id` as its `main`, within `LIMIT`.
+async fn annotated(api: &Handle, pod: &str, id: &str) -> bool {
+    let want = support::kubelet_id(id);
+    api.wait_for_value(LIMIT, |v| {
+        v.get("pods", "default", pod)
+            .and_then(|o| meta_of(&o))
+            .filter(|m| m.container("main").is_some_and(|c| c.container_id == want))
+    })
+    .await
+    .is_ok()
+}
+
+/// The process ID of a running container, from the runtime's verbose status.
+async fn container_pid(kubelet: &Kubelet, id: &str) -> i32 {
+    let status = kubelet.runtime().container_status(id, true).await.unwrap();
+    let info: Value = serde_json::from_str(&status.info["info"]).unwrap();
+    i32::try_from(info["pid"].as_i64().expect("the runtime reports the pid")).unwrap()
+}
+
+#[tokio::test]
+async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_back() {
+    let Some(lab) = Lab::get() else { return };
+    let _alone = RUNTIME.lock().await;
+    let plane = Plane::start().await;
+    let api = &plane.api;
+    let kubelet = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
+    let image = lab.image("busybox:v1");
+    kubelet.pull(std::slice::from_ref(&image), LIMIT).await;
+    // where the runtime sends events, no relist within the test: only the stream (its
+    // catch-up once it is back) can notice; where it sends none, the relist
+    let relist = if lab.runtime.has_events() { "1h" } else { "2s" };
+    // (started first: pods found at start are written only once they change)
+    let mut d = plane
+        .start_daemon(&lab, NODE, &["--relist-interval", relist], LIMIT)
+        .await;
+    let name = unique("down");
+    let created = api
+        .create(
+            "pods",
+            json!({
+                "metadata": {"name": name, "namespace": "default",
+                    "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                                         "name": "demo", "uid": "cs-1", "controller": true}]},
+                "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": image}]}
+            }),
+        )
+        .unwrap();
+    let pod: Pod = serde_json::from_value(created).unwrap();
+    let mut spec = PodSpec::new(&name, vec![ContainerSpec::of_pod(&pod, "main")]);
+    spec.uid = pod.metadata.uid.clone().unwrap();
+    let mut running = within(LIMIT, "pod start", kubelet.run_pod(spec)).await;
+    report(api, &name, &running);
+    let old = running.container("main").to_string();
+    assert!(annotated(api, &name, &old).await, "first annotation");
+    if lab.runtime.has_events() {
+        d.wait_for_log("following the runtime's container events", LIMIT)
+            .await;
+    }
+
+    // the runtime goes away; the daemon's stream breaks and it backs off; the container dies
+    let pid = container_pid(&kubelet, &old).await;
+    let l = lab.clone();
+    tokio::task::spawn_blocking(move || l.script("kill-runtime"))
+        .await
+        .unwrap();
+    if lab.runtime.has_events() {
+        d.wait_for_log("container event stream broke", LIMIT).await;
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {pid}");
+    let l = lab.clone();
+    tokio::task::spawn_blocking(move || l.script("start-runtime"))
+        .await
+        .unwrap();
+
+    // back: the kubelet starts it again, and reports nothing yet
+    let new = within(
+        LIMIT,
+        "recreate",
+        kubelet.recreate(&mut running, "main", None),
+    )
+    .await;
+    assert!(
+        annotated(api, &name, &new).await,
+        "the annotation names the new container {new}: log {:#?}",
+        d.log()
+    );
+    within(LIMIT, "pod removal", kubelet.remove_pod(&running)).await;
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }

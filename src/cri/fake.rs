@@ -120,6 +120,8 @@ struct Shared {
     /// Bumped after every call, so tests wait on the state instead of polling it.
     changed: Arc<tokio::sync::watch::Sender<u64>>,
     events: broadcast::Sender<ContainerEvent>,
+    /// Bumped to break every open event stream (with an error, as a runtime that goes away).
+    break_events: Arc<tokio::sync::watch::Sender<u64>>,
     runtime_name: String,
 }
 
@@ -194,6 +196,7 @@ impl FakeRuntime {
             state: Arc::new(Mutex::new(FakeState::default())),
             changed: Arc::new(tokio::sync::watch::channel(0).0),
             events,
+            break_events: Arc::new(tokio::sync::watch::channel(0).0),
             runtime_name: runtime_name.to_string(),
         };
         let (tx, rx) = oneshot::channel::<()>();
@@ -246,6 +249,12 @@ impl FakeRuntime {
             }
         })
         .await
+    }
+
+    /// Breaks every open container event stream with an error (`Unavailable`), as a runtime
+    /// that restarts does; the calls made after it stream again.
+    pub fn break_event_streams(&self) {
+        self.shared.break_events.send_modify(|n| *n += 1);
     }
 
     /// The next `n` calls of `rpc` fail with `code`.
@@ -893,16 +902,36 @@ impl RuntimeRpc for Svc {
                 }
             }
         }
+        let mut broken = self.0.break_events.subscribe();
+        broken.mark_unchanged();
         // as a Go gRPC server (containerd, CRI-O) does, answer the call only with its first
         // message: on a quiet runtime the client waits for the response headers
-        let first = next(&mut rx).await;
-        let stream = futures::stream::unfold((first, rx), |(first, mut rx)| async move {
-            let e = match first {
-                Some(e) => e,
-                None => next(&mut rx).await?,
-            };
-            Some((Ok(convert::container_event_message(&e)), (None, rx)))
-        });
+        let first = tokio::select! {
+            e = next(&mut rx) => e,
+            _ = broken.changed() => return Err(Status::unavailable("event stream broken by the test")),
+        };
+        let stream = futures::stream::unfold(
+            (first, rx, broken, false),
+            |(first, mut rx, mut broken, done)| async move {
+                if done {
+                    return None;
+                }
+                let e = match first {
+                    Some(e) => e,
+                    None => tokio::select! {
+                        e = next(&mut rx) => e?,
+                        _ = broken.changed() => {
+                            let err = Status::unavailable("event stream broken by the test");
+                            return Some((Err(err), (None, rx, broken, true)));
+                        }
+                    },
+                };
+                Some((
+                    Ok(convert::container_event_message(&e)),
+                    (None, rx, broken, false),
+                ))
+            },
+        );
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -215,8 +215,9 @@ impl Plane {
         self.dir.path().join("kubeconfig")
     }
 
-    /// Starts `kruised run` for `node` against this plane and the lab's containerd (drain
-    /// deadline 3 s), with `extra` arguments, and waits until it logs that it is ready.
+    /// Starts `kruised run` for `node` against this plane and the lab's runtime (drain
+    /// deadline 3 s unless `extra` sets one), with `extra` arguments, and waits until it logs
+    /// that it is ready.
     pub async fn start_daemon(
         &self,
         lab: &Lab,
@@ -225,6 +226,13 @@ impl Plane {
         limit: Duration,
     ) -> daemon::Daemon {
         let mut args = daemon_args(&self.kubeconfig(), &lab.endpoint().to_string());
+        // an explicit drain deadline replaces the tests' default (clap takes each flag once)
+        if extra.contains(&"--drain-timeout") {
+            let at = args.iter().position(|a| a == "--drain-timeout");
+            if let Some(i) = at {
+                args.drain(i..=i + 1);
+            }
+        }
         args.extend(extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut d = daemon::Daemon::start(node, &args);

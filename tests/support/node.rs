@@ -189,6 +189,27 @@ impl FakeNode {
     /// it again (attempt + 1) from the pod's current spec and metadata, and reports the new
     /// container in the pod's status. Returns the new container ID.
     pub fn recreate(&self, pod_name: &str, container: &str) -> String {
+        let (id, attempt) = self.recreate_unreported(pod_name, container);
+        self.api
+            .modify("pods", "default", pod_name, |p| {
+                for s in p["status"]["containerStatuses"]
+                    .as_array_mut()
+                    .into_iter()
+                    .flatten()
+                {
+                    if s["name"] == container {
+                        *s = status(container, &id, attempt);
+                    }
+                }
+            })
+            .expect("update pod status");
+        id
+    }
+
+    /// The runtime's part of [`FakeNode::recreate`] alone, as it is before the kubelet
+    /// reports it: the old container exits and a new one runs, the pod's status is as before.
+    /// Returns the new container's ID and attempt.
+    pub fn recreate_unreported(&self, pod_name: &str, container: &str) -> (String, u32) {
         let obj = self
             .api
             .get("pods", "default", pod_name)
@@ -222,20 +243,7 @@ impl FakeNode {
         }
         let sandbox = &self.sandboxes[pod_name];
         let id = self.start_container(&pod, sandbox, &spec, attempt, true, true);
-        self.api
-            .modify("pods", "default", pod_name, |p| {
-                for s in p["status"]["containerStatuses"]
-                    .as_array_mut()
-                    .into_iter()
-                    .flatten()
-                {
-                    if s["name"] == container {
-                        *s = status(container, &id, attempt);
-                    }
-                }
-            })
-            .expect("update pod status");
-        id
+        (id, attempt)
     }
 
     /// The pod's current `runtime-containers-meta`, parsed.
