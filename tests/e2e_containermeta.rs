@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
-use kruised::cri::{ContainerState, RuntimeService};
+use kruised::cri::{ContainerState, ImageService, RuntimeService};
 use kruised::hash::kubelet::parse_hash;
 use kruised::k8s::keys;
 use serde_json::{Value, json};
@@ -550,4 +550,136 @@ async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
     within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
     c.daemon.terminate();
     assert!(c.daemon.wait_exit(LIMIT).await.success());
+}
+
+/// `kruised explain -o json` of pod `name` on the lab's runtime.
+async fn explain(c: &Cluster, lab: &Lab, name: &str) -> Value {
+    let kubeconfig = c._dir.path().join("kubeconfig");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
+        .args([
+            "explain",
+            &format!("default/{name}"),
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .args(["--runtime-endpoint", &lab.endpoint().to_string()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn explain_gives_the_same_answer_for_the_same_pod_on_every_runtime() {
+    let Some(lab) = Lab::get() else { return };
+    let mut c = cluster(&lab, "node-e2e").await;
+    // explain alone: no daemon acts on the pod while it is asked about
+    c.daemon.terminate();
+    assert!(c.daemon.wait_exit(LIMIT).await.success());
+    let name = unique("explain");
+    let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), false).await;
+    // `main` carries a hash of neither kubelet formula (as one of another version would
+    // record), so whether the kubelet recreates it is decided by its image: the runtime's
+    // image identity, which each runtime reports its own way
+    let mut main = ContainerSpec::of_pod(&spec_of(&c.api, &name), "main");
+    main.hash = "1a2b3c4d".into();
+    within(
+        LIMIT,
+        "stop",
+        c.kubelet
+            .runtime()
+            .stop_container(running.container("main"), Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    within(
+        LIMIT,
+        "recreate",
+        c.kubelet.recreate(&mut running, "main", Some(main)),
+    )
+    .await;
+    report(&c.api, &name, &running, false);
+    // the update: a new value for the env, the pod out of service (InPlaceUpdateReady=False)
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["metadata"]["annotations"]["role"] = json!("green")
+        })
+        .unwrap();
+    let v1 = c
+        .kubelet
+        .runtime()
+        .image_status(&lab.image("busybox:v1"))
+        .await
+        .unwrap()
+        .unwrap();
+    let v1_id = format!("sha256:{}", v1.id.trim_start_matches("sha256:"));
+
+    // what differs between runtimes is left out: the container IDs
+    let answer = |mut v: Value| {
+        for c in v["containers"].as_array_mut().unwrap() {
+            assert!(
+                c["containerId"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{}://", lab.runtime.cri_name()))
+            );
+            c.as_object_mut().unwrap().remove("containerId");
+        }
+        v
+    };
+    let same_image = answer(explain(&c, &lab, &name).await);
+    let role = |v: &str| {
+        kruised::hash::env::expected_env_hash(
+            &spec_of(&c.api, &name).spec.unwrap().containers[0],
+            &Default::default(),
+            &[("role".to_string(), v.to_string())].into_iter().collect(),
+        )
+    };
+    let (blue, green) = (role("blue"), role("green"));
+    assert_eq!(
+        same_image,
+        json!({
+            "pod": format!("default/{name}"),
+            "managed": true,
+            "inPlaceUpdatePending": true,
+            "inPlaceUpdateState": null,
+            "containers": [
+                {"name": "main", "specImage": lab.image("busybox:v1"), "runningImage": v1_id,
+                 "recordedHash": "1a2b3c4d",
+                 "specHash": same_image["containers"][0]["specHash"],
+                 "specHashLegacy": same_image["containers"][0]["specHashLegacy"],
+                 "expectedEnvHash": green, "currentEnvHash": blue, "annotatedEnvHash": null,
+                 "decision": "restart due (env-from-metadata): env from metadata is stale"},
+                {"name": "side", "specImage": lab.image("busybox:v1"), "runningImage": v1_id,
+                 "recordedHash": same_image["containers"][1]["specHash"],
+                 "specHash": same_image["containers"][1]["specHash"],
+                 "specHashLegacy": same_image["containers"][1]["specHashLegacy"],
+                 "expectedEnvHash": same_image["containers"][1]["expectedEnvHash"],
+                 "currentEnvHash": same_image["containers"][1]["expectedEnvHash"],
+                 "annotatedEnvHash": null,
+                 "decision": "up to date"}
+            ]
+        }),
+        "{lab:?}"
+    );
+
+    // the spec's image changes too: another image, so the kubelet recreates the container
+    c.api
+        .modify("pods", "default", &name, |p| {
+            p["spec"]["containers"][0]["image"] = json!(lab.image("busybox:v2"))
+        })
+        .unwrap();
+    let other_image = answer(explain(&c, &lab, &name).await);
+    assert_eq!(
+        other_image["containers"][0]["decision"],
+        "stale, but its spec changed too: the kubelet recreates it with the new env"
+    );
+    within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
 }
