@@ -146,10 +146,15 @@ cluster_patch_pod() {
   kubectl -n demo patch pod web-0 "${sub[@]}" --type="$1" -p "$2" > /dev/null
 }
 cluster_make_owner() {
-  # the real garbage collector deletes a pod whose owner does not exist
-  kubectl apply -f tests/fixtures/cluster/cloneset-crd.yaml > /dev/null
+  # the real garbage collector deletes a pod whose owner does not exist; kruise's own CloneSet
+  # CRD where the cluster has it (the stand-in may not replace it), else the stand-in
+  if ! kubectl get crd clonesets.apps.kruise.io > /dev/null 2>&1; then
+    kubectl apply -f tests/fixtures/cluster/cloneset-crd.yaml > /dev/null
+  fi
   kubectl wait --for=condition=Established crd/clonesets.apps.kruise.io --timeout=60s > /dev/null
-  kubectl -n demo apply -f - > /dev/null <<< '{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "web"}, "spec": {"replicas": 0}}'
+  kubectl -n demo apply -f - > /dev/null <<< '{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "web"},
+    "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+             "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}'
   kubectl wait -n demo --for=create serviceaccount/default --timeout=60s > /dev/null
   kubectl -n demo get cloneset web -o jsonpath='{.metadata.uid}'
 }

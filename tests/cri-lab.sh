@@ -16,11 +16,11 @@
 #
 # Runtimes (CRI_LAB_RUNTIMES, space-separated; default "containerd"):
 #   containerd   Debian's containerd 1.6.20: socket $LAB/containerd.sock, no container events
-#   containerd2  containerd 2.3.4: socket $LAB/containerd2.sock, container events
-#   crio         CRI-O 1.36.3 with conmon: socket $LAB/crio.sock, container events on
+#   containerd2  containerd 2.3.4: socket $LAB/containerd2/containerd.sock, container events
+#   crio         CRI-O 1.36.3 with conmon: socket $LAB/crio/crio.sock, container events on
 #                (enable_pod_events = true)
 #   crio-noevents  the same with CRI-O's default, enable_pod_events = false (GetContainerEvents
-#                ends at once, status OK): socket $LAB/crio-noevents.sock, state of its own
+#                ends at once, status OK): socket $LAB/crio-noevents/crio.sock, state of its own
 # containerd2 and crio are unpacked (xz, sha256-checked) from KRUISED_RUNTIMES_ASSETS (default
 # ../shared/runtimes beside the repository, when present) into $LAB/bin, with that folder's
 # crictl; the lab refuses to start them without it.
@@ -300,12 +300,13 @@ build_images() {
 }
 
 # ---------------------------------------------------------------- the runtimes
-rt_socket() { # $1 runtime: its CRI socket
+rt_socket() { # $1 runtime: its CRI socket. Those of containerd 2 and CRI-O have their packages'
+  # names, each in a folder of its own, which a test can mount as a host's /var/run
   case "$1" in
     containerd) echo "$LAB/containerd.sock" ;;
-    containerd2) echo "$LAB/containerd2.sock" ;;
-    crio) echo "$LAB/crio.sock" ;;
-    crio-noevents) echo "$LAB/crio-noevents.sock" ;;
+    containerd2) echo "$LAB/containerd2/containerd.sock" ;;
+    crio) echo "$LAB/crio/crio.sock" ;;
+    crio-noevents) echo "$LAB/crio-noevents/crio.sock" ;;
     *) log "unknown runtime '$1' (containerd, containerd2, crio, crio-noevents)"; exit 2 ;;
   esac
 }
@@ -384,9 +385,9 @@ state = "$d/state"
 oom_score = 0
 
 [grpc]
-  address = "$LAB/containerd2.sock"
+  address = "$d/containerd.sock"
 [ttrpc]
-  address = "$LAB/containerd2.sock.ttrpc"
+  address = "$d/containerd.sock.ttrpc"
 [debug]
   level = "info"
 [metrics]
@@ -500,7 +501,7 @@ internal_wipe = true
 internal_repair = false
 
 [crio.api]
-listen = "$LAB/$1.sock"
+listen = "$d/crio.sock"
 stream_address = "127.0.0.1"
 stream_port = "0"
 
@@ -728,7 +729,7 @@ cmd_stop() {
 
 cmd_clean() {
   cmd_stop
-  rm -rf "${LAB:?}"/{containerd,containerd2,crio,crio-noevents,c2s,bin,registry,registry-auth,oci,stage,pods,logs,certs.d,cni,runtimes}
+  rm -rf "${LAB:?}"/{containerd,containerd2,crio,crio-noevents,c2s,bin,registry,registry-auth,oci,stage,pods,logs,certs.d,cni,runtimes,seccomp}
   log "state removed"
 }
 

@@ -505,7 +505,7 @@ async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
         return;
     }
     // the lab's second CRI-O, with its default enable_pod_events = false
-    let socket = lab.dir.join("crio-noevents.sock");
+    let socket = lab.dir.join("crio-noevents/crio.sock");
     assert!(
         socket.exists(),
         "the CRI-O pass needs the lab's crio-noevents (CRI_LAB_RUNTIMES)"

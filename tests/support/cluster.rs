@@ -37,8 +37,11 @@ pub struct KubeLab {
     pub kubeconfig: PathBuf,
     /// The node's name.
     pub node: String,
-    /// The CRI socket of the cluster's own containerd.
+    /// The CRI socket of the cluster's own runtime (containerd 2.3 in `tests/run.sh`).
     pub socket: PathBuf,
+    /// The `tests/cri-lab.sh` lab of that runtime (`KRUISED_KUBE_LAB_CRI_LAB`; kube-lab's own
+    /// is `$KLAB/cri`).
+    pub cri_lab: PathBuf,
     /// The registry of that containerd's lab (`host:port`).
     pub registry: String,
     /// Its registry that requires a login.
@@ -63,6 +66,9 @@ impl KubeLab {
                 socket: env("KRUISED_KUBE_LAB_CRI")
                     .map(PathBuf::from)
                     .unwrap_or_else(|| dir.join("cri/containerd.sock")),
+                cri_lab: env("KRUISED_KUBE_LAB_CRI_LAB")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| dir.join("cri")),
                 registry: env("KRUISED_KUBE_LAB_REGISTRY")
                     .unwrap_or_else(|| "127.0.0.1:16500".into()),
                 auth_registry: env("KRUISED_KUBE_LAB_AUTH_REGISTRY")
@@ -104,12 +110,12 @@ impl KubeLab {
         client_from(&self.kubeconfig).await
     }
 
-    /// A client of the cluster's containerd.
+    /// A client of the cluster's runtime.
     pub fn runtime(&self) -> RemoteRuntime {
         RemoteRuntime::new(Endpoint::unix(&self.socket), None, Timeouts::default())
     }
 
-    /// `unix://` endpoint of the cluster's containerd.
+    /// `unix://` endpoint of the cluster's runtime.
     pub fn endpoint(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
@@ -121,7 +127,7 @@ impl KubeLab {
 
     /// User and password of the authenticated registry.
     pub fn auth_credentials(&self) -> (String, String) {
-        let text = std::fs::read_to_string(self.dir.join("cri/registry-auth/credentials"))
+        let text = std::fs::read_to_string(self.cri_lab.join("registry-auth/credentials"))
             .expect("the cluster lab's registry-auth/credentials");
         let (user, password) = text.trim().split_once(':').expect("user:password");
         (user.to_string(), password.to_string())
@@ -379,8 +385,9 @@ pub fn assert_never_forbidden(daemon: &Daemon) {
 
 // === scenes: what the kruise-manager side of a test needs ===
 
-/// A stand-in for kruise's CloneSet CRD: pods need a real controller owner in `apps.kruise.io`
-/// (kruised manages only those), and the garbage collector deletes pods whose owner is gone.
+/// A stand-in for kruise's CloneSet CRD where the lab has none: pods need a real controller
+/// owner in `apps.kruise.io` (kruised manages only those), and the garbage collector deletes
+/// pods whose owner is gone.
 const CLONESET_CRD: &str = include_str!("../fixtures/cluster/cloneset-crd.yaml");
 
 /// A container of [`Scene::kruise_pod`]: name, image, and env variables with the annotation
@@ -399,9 +406,18 @@ pub struct Scene {
 impl Scene {
     pub async fn new(lab: &KubeLab, prefix: &str) -> Scene {
         let admin = lab.admin().await;
-        apply_yaml(&admin, CLONESET_CRD).await;
         let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
             Api::all(admin.clone());
+        // kruise's own CloneSet CRD where the lab installed it (it serves v1alpha1 too, and
+        // stores v1beta1: the stand-in may not replace it)
+        if crds
+            .get_opt("clonesets.apps.kruise.io")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            apply_yaml(&admin, CLONESET_CRD).await;
+        }
         wait_for(
             &crds,
             "clonesets.apps.kruise.io",
@@ -416,8 +432,12 @@ impl Scene {
         let ns = TestNamespace::create(&admin, prefix).await;
         apply_object(
             &admin,
+            // valid for kruise's own CRD too; no controller acts on it (replicas 0)
             json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
-                   "metadata": {"name": "demo", "namespace": ns.name}, "spec": {"replicas": 0}}),
+                   "metadata": {"name": "demo", "namespace": ns.name},
+                   "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "demo"}},
+                            "template": {"metadata": {"labels": {"app": "demo"}},
+                                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}),
         )
         .await;
         let ar = kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(

@@ -32,7 +32,7 @@ pub enum LabRuntime {
 }
 
 impl LabRuntime {
-    /// Its name in the lab (`CRI_LAB_RUNTIME`, and its socket `$LAB/<name>.sock`).
+    /// Its name in the lab (`CRI_LAB_RUNTIME`).
     pub fn lab_name(self) -> &'static str {
         match self {
             LabRuntime::Containerd => "containerd",
@@ -71,6 +71,15 @@ impl LabRuntime {
                     || m.contains("authorization failed")
             }
             LabRuntime::Crio => m.contains("authentication required"),
+        }
+    }
+
+    /// Its socket in the lab's directory (`cri-lab.sh socket`).
+    pub fn socket_in(self, lab: &std::path::Path) -> PathBuf {
+        match self {
+            LabRuntime::Containerd => lab.join("containerd.sock"),
+            LabRuntime::Containerd2 => lab.join("containerd2/containerd.sock"),
+            LabRuntime::Crio => lab.join("crio/crio.sock"),
         }
     }
 
@@ -121,7 +130,7 @@ impl Lab {
         let runtime = LabRuntime::current();
         let dir = std::env::var_os("KRUISED_LAB").map(PathBuf::from);
         let lab = dir.and_then(|dir| {
-            let socket = dir.join(format!("{}.sock", runtime.lab_name()));
+            let socket = runtime.socket_in(&dir);
             socket.exists().then(|| Lab {
                 registry: std::env::var("KRUISED_LAB_REGISTRY")
                     .unwrap_or_else(|_| "127.0.0.1:5000".to_string()),
