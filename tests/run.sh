@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
 # The whole test suite, four layers: unit tests, integration tests against the in-process
-# doubles, end-to-end tests against a real containerd + runc + registry, and cluster tests
-# against a real Kubernetes (kube-apiserver with RBAC, etcd, controller-manager, scheduler, and
-# a kubelet on a containerd of its own). This script installs what they need (Debian
-# packages), starts both labs in fresh directories, and stops them again, whatever happens.
+# doubles, end-to-end tests against real runtimes (containerd 1.6, containerd 2.3 and CRI-O,
+# each with runc and a registry), and cluster tests against a real Kubernetes (kube-apiserver
+# with RBAC, etcd, controller-manager, scheduler, and a kubelet on a containerd 2.3 of its own).
+# It installs what they need (Debian packages), starts every lab in fresh directories, and
+# stops them again, whatever happens.
 #
 #   tests/run.sh                 everything
-#   tests/run.sh -- NAME         only tests whose name contains NAME (cargo test filter)
+#   tests/run.sh -- ARGS         ARGS to every test binary (a name filter, --nocapture, ...)
 #
-# The end-to-end layer runs once per runtime: Debian's containerd 1.6 (with every other layer),
-# then containerd 2.3 and CRI-O 1.36. The cluster layer's kubelet runs on containerd 2.3 (what
-# new clusters run). Both need builds this repository does not ship:
+# How it runs, on two cores: the labs start in the background while the tests build; then the
+# unit and integration tests; then, at once (each is mostly waiting on real processes): the
+# end-to-end layer on each runtime (its own lab and registry; `tests/e2e`, then the tests that
+# kill the runtime, `tests/e2e_faults`) and the cluster layer (`tests/cluster`; the tests that
+# deploy the shipped image last, once `scripts/build-image.sh` has built it in the background).
+# Each part's output goes to a log of its own, printed when it fails; a table of what took how
+# long ends the run (KRUISED_PHASES=FILE appends it there too).
+#
+# Builds this repository does not ship, found through one variable each:
 #   KRUISED_RUNTIMES_ASSETS  containerd 2.3, CRI-O 1.36, crictl 1.36 (default ../shared/runtimes)
 #   KRUISED_KUBE_ASSETS      the Kubernetes binaries (default ../shared/kube; its kube-lab.sh is
 #                            ../tools/kube-lab.sh beside it)
-# Without them the passes that need them are skipped with a message, except in CI (CI=true) or
+# Without them the parts that need them are skipped with a message, except in CI (CI=true) or
 # with KRUISED_REQUIRE_LAB=1, where the run fails.
 #
-# Needs root (containerd, runc, kubelet, apt-get). Extra arguments go to `cargo test`.
+# Needs root (runtimes, runc, kubelet, apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
 log() { printf '[tests/run.sh] %s\n' "$*" >&2; }
+T0=$(now)
+PHASES=()
+# phase NAME START: records how long NAME took, from START to now
+phase() { PHASES+=("$(printf '%-44s %7ss' "$1" "$(since "$2")")"); }
 
-require_kube=${KRUISED_REQUIRE_LAB:-0}
-case "${CI:-}" in true | 1) require_kube=1 ;; esac
+TEST_ARGS=()
+if [ "${1:-}" = -- ]; then shift; TEST_ARGS=("$@"); elif [ $# -gt 0 ]; then
+  echo "usage: tests/run.sh [-- TEST_ARGS...]" >&2; exit 2
+fi
+
+require=${KRUISED_REQUIRE_LAB:-0}
+case "${CI:-}" in true | 1) require=1 ;; esac
 
 # ---- the Kubernetes binaries of the cluster layer
 assets=${KRUISED_KUBE_ASSETS:-}
@@ -40,7 +56,7 @@ if [ -n "$assets" ]; then
   fi
 fi
 if [ -z "$kube_lab" ]; then
-  if [ "$require_kube" = 1 ]; then
+  if [ "$require" = 1 ]; then
     log "ERROR: the cluster layer is required (CI or KRUISED_REQUIRE_LAB=1) but no Kubernetes binaries were found: set KRUISED_KUBE_ASSETS"
     exit 1
   fi
@@ -59,104 +75,225 @@ E2E_RUNTIMES=(containerd)
 if [ -n "$runtimes" ]; then
   export KRUISED_RUNTIMES_ASSETS=$runtimes
   E2E_RUNTIMES=(containerd containerd2 crio)
-elif [ "$require_kube" = 1 ]; then
-  log "ERROR: the end-to-end passes on containerd 2.3 and CRI-O are required (CI or KRUISED_REQUIRE_LAB=1) but no runtime builds were found: set KRUISED_RUNTIMES_ASSETS"
+elif [ "$require" = 1 ]; then
+  log "ERROR: the end-to-end layer on containerd 2.3 and CRI-O is required (CI or KRUISED_REQUIRE_LAB=1) but no runtime builds were found: set KRUISED_RUNTIMES_ASSETS"
   exit 1
 else
-  log "SKIPPING the end-to-end passes on containerd 2.3 and CRI-O: no runtime builds (set KRUISED_RUNTIMES_ASSETS, default ../shared/runtimes)"
+  log "SKIPPING the end-to-end layer on containerd 2.3 and CRI-O: no runtime builds (set KRUISED_RUNTIMES_ASSETS, default ../shared/runtimes)"
 fi
-# the end-to-end tests, by test binary: run again for each runtime after the first
-E2E_TESTS=()
-for f in tests/e2e_*.rs; do E2E_TESTS+=(--test "$(basename "$f" .rs)"); done
 
-# ---- labs: each in a fresh directory, stopped whatever happens
-export LAB
-LAB=$(mktemp -d "${TMPDIR:-/tmp}/kruised-lab.XXXXXX")
+# ---- labs, each in a fresh directory, stopped whatever happens
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/kruised-run.XXXXXX")
+declare -A E2E_LAB E2E_REG E2E_AUTH LAB_PID PART_PID
+i=0
+for rt in "${E2E_RUNTIMES[@]}"; do
+  # a registry pair of its own per runtime: the pull tests read the registry's access log
+  E2E_LAB[$rt]=$RUN/lab-$rt
+  E2E_REG[$rt]=127.0.0.1:$((5000 + 10 * i)) E2E_AUTH[$rt]=127.0.0.1:$((5001 + 10 * i))
+  i=$((i + 1))
+done
+lab() { # lab RUNTIME COMMAND: tests/cri-lab.sh COMMAND on that runtime's lab
+  local rt=$1; shift
+  local which=$rt
+  if [ "$rt" = crio ]; then which="crio crio-noevents"; fi
+  LAB=${E2E_LAB[$rt]} REG_ADDR=${E2E_REG[$rt]} REG_AUTH_ADDR=${E2E_AUTH[$rt]} \
+    CRI_LAB_RUNTIMES=$which bash tests/cri-lab.sh "$@"
+}
 KLAB=""
 # the cluster's own runtime (containerd 2.3 from tests/cri-lab.sh under $KLAB.cri) and
-# registries, on ports apart from the end-to-end lab's: a real kubelet kills every pod of its
+# registries, on ports apart from the end-to-end labs': a real kubelet kills every pod of its
 # runtime it did not make. Without the runtime builds: kube-lab's own containerd 1.6.
 KCRI=""
 KREG=127.0.0.1:16500 KREG_AUTH=127.0.0.1:16501
 KUBE_ENV=(KLAB_CRI_LAB="$ROOT/tests/cri-lab.sh" REG_AUTH_ADDR="$KREG_AUTH" KLAB_REG_ADDR="$KREG"
   KLAB_CRDS="${assets:-}/kruise-crds")
+JOBS=()
+kill_tree() { # a background job and everything it started (cargo, test binaries, daemons)
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2> /dev/null); do kill_tree "$child"; done
+  kill "$1" 2> /dev/null || true
+}
 cleanup() {
-  local rc=$?
+  local rc=$? rt pid
+  for pid in "${JOBS[@]}"; do kill_tree "$pid"; done
+  wait 2> /dev/null || true
   if [ -n "$KLAB" ]; then
-    env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" clean > "$LAB.kube-lab-stop.log" 2>&1 ||
-      log "kube-lab.sh clean failed (log: $LAB.kube-lab-stop.log)"
+    env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" clean > "$RUN/kube-lab-stop.log" 2>&1 ||
+      log "kube-lab.sh clean failed (log: $RUN/kube-lab-stop.log)"
   fi
   if [ -n "$KCRI" ]; then
     LAB=$KCRI REG_ADDR=$KREG REG_AUTH_ADDR=$KREG_AUTH bash tests/cri-lab.sh clean > /dev/null 2>&1 || true
-    rm -rf "$KCRI"
   fi
-  bash tests/cri-lab.sh clean || true
-  rm -rf "$LAB"
+  for rt in "${E2E_RUNTIMES[@]}"; do lab "$rt" clean > /dev/null 2>&1 || true; done
+  if [ "$rc" = 0 ] || [ -z "${KRUISED_KEEP_LOGS:-}" ]; then rm -rf "$RUN"; fi
   exit "$rc"
 }
 trap cleanup EXIT
+t=$(now)
 bash tests/cri-lab.sh install
+phase "install packages" "$t"
 
+# started in the background while the tests build
+t_labs=$(now)
+for rt in "${E2E_RUNTIMES[@]}"; do
+  lab "$rt" start > "$RUN/lab-$rt.log" 2>&1 &
+  LAB_PID[$rt]=$!
+done
 kube_pid=""
 if [ -n "$kube_lab" ]; then
-  KLAB=$(mktemp -d "${TMPDIR:-/tmp}/kruised-kube-lab.XXXXXX")
+  KLAB=$RUN/kube
+  mkdir -p "$KLAB"
   if [ -n "$runtimes" ]; then
-    KCRI=$KLAB.cri
+    KCRI=$RUN/kcri
     KUBE_ENV+=(KLAB_CRI_SOCKET="$KCRI/containerd2/containerd.sock" KLAB_CNI_CONF_DIR="$KCRI/containerd2/cni")
   fi
-  # started in the background while the end-to-end lab starts and the tests build
-  t_kube=$(now)
   (
     if [ -n "$KCRI" ]; then
       LAB=$KCRI REG_ADDR=$KREG REG_AUTH_ADDR=$KREG_AUTH CRI_LAB_RUNTIMES=containerd2 bash tests/cri-lab.sh start
     fi
     env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" start
-  ) > "$KLAB.start.log" 2>&1 &
+  ) > "$RUN/kube-lab.log" 2>&1 &
   kube_pid=$!
 fi
 
-CRI_LAB_RUNTIMES="${E2E_RUNTIMES[*]}" bash tests/cri-lab.sh start
-if [ -n "$runtimes" ]; then CRI_LAB_RUNTIME=crio-noevents bash tests/cri-lab.sh start-runtime; fi
-export KRUISED_LAB=$LAB KRUISED_REQUIRE_LAB=1
+# ---- build: the test binaries, listed by name for the parts below
+t=$(now)
+cargo test --workspace --all-targets --locked --no-run
+cargo test --workspace --all-targets --locked --no-run --message-format=json 2> /dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])' > "$RUN/binaries"
+bin() { awk -v n="$1" '$1 == n {print $2; exit}' "$RUN/binaries"; }
+phase "build the tests" "$t"
 
-t_build=$(now)
-cargo test --workspace --all-targets --locked --no-run "$@"
-log "tests built in $(since "$t_build")s"
-
-# the shipped binary and image (the cluster layer deploys it): static, runs, and the image's
-# digest is the same when built again from the same source
+# the shipped binary and image (the cluster layer deploys it), built in the background at a
+# lower priority while the tests run: static, runs, and the image's digest is the same when
+# built again from the same source
 t_image=$(now)
-digest=$(bash scripts/build-image.sh)
-target/dist/kruised version --client-only
-[ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
-  { log "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
-log "release binary and image ($digest) built in $(since "$t_image")s"
+(
+  digest=$(nice -n 19 bash scripts/build-image.sh)
+  target/dist/kruised version --client-only
+  [ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
+    { echo "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
+  echo "built in $(since "$t_image")s"
+  echo "image $digest"
+) > "$RUN/image.log" 2>&1 &
+image_pid=$!
+JOBS+=("$image_pid")
 
-if [ -n "$kube_pid" ]; then
+# ---- the labs of the end-to-end layer
+t=$(now)
+for rt in "${E2E_RUNTIMES[@]}"; do
+  if ! wait "${LAB_PID[$rt]}"; then
+    tail -30 "$RUN/lab-$rt.log" >&2
+    log "ERROR: the $rt lab did not start (log above)"
+    exit 1
+  fi
+done
+phase "labs ready (after the build)" "$t"
+phase "labs ready (since they started)" "$t_labs"
+
+# ---- the end-to-end layer on each runtime, and the cluster layer, beside each other
+run_part() { # run_part NAME COMMAND...: in the background, output to $RUN/NAME.log
+  local name=$1; shift
+  (
+    t=$(now)
+    if "$@" > "$RUN/$name.log" 2>&1; then
+      echo "ok $(since "$t")" > "$RUN/$name.status"
+    else
+      echo "FAILED $(since "$t")" > "$RUN/$name.status"
+    fi
+  ) &
+  PART_PID[$name]=$!
+  JOBS+=("$!")
+}
+e2e_part() { # the end-to-end binaries, one after the other, on one runtime's lab
+  local rt=$1
+  export KRUISED_LAB=${E2E_LAB[$rt]} KRUISED_LAB_RUNTIME=$rt
+  export KRUISED_LAB_REGISTRY=${E2E_REG[$rt]} KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[$rt]}
+  "$(bin e2e)" "${TEST_ARGS[@]}" && "$(bin e2e_faults)" "${TEST_ARGS[@]}" || return 1
+  if [ "$rt" = containerd ]; then "$(bin prepull)"; fi
+}
+cluster_part() { # once the cluster lab is up
+  local t
+  # what the cluster tests need, under our own names (the kube-lab's KUBECONFIG and
+  # CONTAINER_RUNTIME_ENDPOINT must not leak into the other layers)
+  local kenv
+  kenv=$(env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" env)
+  get() { sed -n "s/^export $1=//p" <<< "$kenv" | tr -d '"'; }
+  export KRUISED_KUBE_LAB=$KLAB KRUISED_KUBE_LAB_NODE KRUISED_KUBE_LAB_CRI
+  KRUISED_KUBE_LAB_NODE=$(get KLAB_NODE)
+  KRUISED_KUBE_LAB_CRI=$(get KLAB_CRI_SOCKET)
+  export KRUISED_KUBE_LAB_REGISTRY=$KREG KRUISED_KUBE_LAB_AUTH_REGISTRY=$KREG_AUTH
+  export KRUISED_KUBE_LAB_CRI_LAB=${KCRI:-$KLAB/cri}
+  echo "kubelet on the runtime at $KRUISED_KUBE_LAB_CRI"
+  # the tests that deploy the shipped image (ship::) once it is built; the rest first
+  "$(bin cluster)" --skip ship:: "${TEST_ARGS[@]}" || return 1
+  t=$(now)
+  wait_for_image || return 1
+  echo "waited $(since "$t")s for the image"
+  "$(bin cluster)" ship:: "${TEST_ARGS[@]}" || return 1
+  "$(bin inplace)"
+}
+wait_for_image() { # the image job is not this subshell's child: it writes its last line last
+  while kill -0 "$image_pid" 2> /dev/null; do sleep 1; done
+  grep -q '^image sha256:' "$RUN/image.log" || { cat "$RUN/image.log"; return 1; }
+}
+
+# the cluster layer is the longest part (its tests share the node: one at a time), so it starts
+# first, beside the unit and integration tests; the end-to-end layer follows them
+t_parts=$(now)
+if [ -n "$kube_lab" ]; then
+  t=$(now)
   if ! wait "$kube_pid"; then
-    tail -30 "$KLAB.start.log" >&2
+    tail -30 "$RUN/kube-lab.log" >&2
     log "ERROR: the cluster lab did not start (log above, logs in $KLAB/logs)"
     exit 1
   fi
-  log "cluster lab ready ($(since "$t_kube")s after its start)"
-  # what the cluster tests need, under our own names (the kube-lab's KUBECONFIG and
-  # CONTAINER_RUNTIME_ENDPOINT must not leak into the other layers)
-  kenv=$(env "${KUBE_ENV[@]}" KLAB="$KLAB" "$kube_lab" env)
-  get() { sed -n "s/^export $1=//p" <<< "$kenv" | tr -d '"'; }
-  export KRUISED_KUBE_LAB=$KLAB
-  KRUISED_KUBE_LAB_NODE=$(get KLAB_NODE)
-  KRUISED_KUBE_LAB_CRI=$(get KLAB_CRI_SOCKET)
-  export KRUISED_KUBE_LAB_NODE KRUISED_KUBE_LAB_CRI
-  export KRUISED_KUBE_LAB_REGISTRY=$KREG KRUISED_KUBE_LAB_AUTH_REGISTRY=$KREG_AUTH
-  export KRUISED_KUBE_LAB_CRI_LAB=${KCRI:-$KLAB/cri}
-  log "cluster layer: kubelet on the runtime at $KRUISED_KUBE_LAB_CRI"
+  phase "cluster lab ready (after the build)" "$t"
+  run_part cluster cluster_part
 fi
+# unit and integration tests, and the benchmarks' smoke runs that need no lab
+t=$(now)
+export KRUISED_REQUIRE_LAB=1
+KRUISED_LAB=${E2E_LAB[containerd]} KRUISED_LAB_REGISTRY=${E2E_REG[containerd]} \
+  KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[containerd]} \
+  cargo test --workspace --locked --lib --bins --test integration --test api \
+  --bench reaction --bench podprobe -- "${TEST_ARGS[@]}"
+phase "unit and integration tests" "$t"
 
-t_test=$(now)
-KRUISED_LAB_RUNTIME=${E2E_RUNTIMES[0]} cargo test --workspace --all-targets --locked "$@"
-log "all layers passed in $(since "$t_test")s (end-to-end on ${E2E_RUNTIMES[0]})"
-for rt in "${E2E_RUNTIMES[@]:1}"; do
-  t_test=$(now)
-  KRUISED_LAB_RUNTIME=$rt cargo test --locked "${E2E_TESTS[@]}" "$@"
-  log "end-to-end layer on $rt passed in $(since "$t_test")s"
+for rt in "${E2E_RUNTIMES[@]}"; do run_part "e2e-$rt" e2e_part "$rt"; done
+failed=0
+parts=()
+for rt in "${E2E_RUNTIMES[@]}"; do parts+=("e2e-$rt"); done
+if [ -n "$kube_lab" ]; then parts+=(cluster); fi
+for p in "${parts[@]}"; do
+  wait "${PART_PID[$p]}" || true
+  read -r status secs < "$RUN/$p.status"
+  PHASES+=("$(printf '%-44s %7ss  %s' "  $p" "$secs" "$status")")
+  if [ "$status" != ok ]; then
+    failed=1
+    log "$p FAILED: its log follows"
+    cat "$RUN/$p.log" >&2
+  else
+    grep -E '^test result|^(image|cluster lab|waited|kubelet)' "$RUN/$p.log" | sed "s/^/[$p] /" >&2 || true
+  fi
 done
+phase "the layers (the parts above overlap)" "$t_parts"
+if ! wait "$image_pid"; then failed=1; cat "$RUN/image.log" >&2; fi
+cat "$RUN/image.log" >&2
+PHASES+=("$(printf '%-44s %7ss' "  shipped binary and image (background)" "$(sed -n 's/^built in \(.*\)s$/\1/p' "$RUN/image.log")")")
+
+phase "tests/run.sh" "$T0"
+{
+  echo "[tests/run.sh] what took how long (wall clock; the parts below overlap):"
+  for p in "${PHASES[@]}"; do echo "  $p"; done
+} | tee -a "${KRUISED_PHASES:-/dev/null}" >&2
+if [ "$failed" = 1 ]; then
+  log "FAILED"
+  exit 1
+fi
+log "every layer passed"

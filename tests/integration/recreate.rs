@@ -2,20 +2,13 @@
 //! side of the manager's contract (first phase, serialisation) and what only a double can make
 //! happen on demand (the manager ending a request while its kill is in progress).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
 use std::time::Duration;
 
+use crate::support::daemon::Daemon;
+use crate::support::node::{FakeNode, NODE};
 use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
-use support::daemon::Daemon;
-use support::node::{FakeNode, NODE};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

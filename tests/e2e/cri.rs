@@ -1,24 +1,17 @@
 //! End-to-end tests of the CRI layer against real containerd + runc and a real registry
 //! (`tests/cri-lab.sh`, started by `tests/run.sh`).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use crate::support::events::Events;
+use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
+use crate::support::{Lab, unique, within};
 use kruised::cri::{
     ContainerEventKind, ContainerFilter, ContainerState, CriError, EndpointSource, ImageService,
     PullRequest, RuntimeService, Runtimes, SandboxFilter, Timeouts, dialect,
 };
 use kruised::k8s::keys;
-use support::events::Events;
-use support::kubelet::{ContainerSpec, Kubelet, PodSpec};
-use support::{Lab, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

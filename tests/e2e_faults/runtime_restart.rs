@@ -1,28 +1,21 @@
-//! The CRI client across a containerd restart (its own test binary: restarting containerd would
-//! disturb the other end-to-end tests, and cargo runs test binaries one at a time).
-
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
+//! The CRI client across a restart of the lab's runtime.
 
 use std::time::{Duration, Instant};
 
+use crate::support::{Lab, within};
 use kruised::cri::{CriError, RuntimeService};
-use support::{Lab, within};
 
 #[tokio::test]
-async fn the_client_answers_again_as_soon_as_containerd_is_back() {
+async fn the_client_answers_again_as_soon_as_the_runtime_is_back() {
     let Some(lab) = Lab::get() else { return };
+    let _alone = super::RUNTIME.lock().await;
     let rt = lab.runtime();
     let before = rt
         .version()
         .await
-        .expect("containerd answers before the restart");
+        .expect("the runtime answers before the restart");
 
-    // take containerd away under the client; the established connection breaks
+    // take the runtime away under the client; the established connection breaks
     let lab2 = lab.clone();
     tokio::task::spawn_blocking(move || lab2.script("stop-runtime"))
         .await
@@ -35,7 +28,7 @@ async fn the_client_answers_again_as_soon_as_containerd_is_back() {
     tokio::task::spawn_blocking(move || lab2.script("start-runtime"))
         .await
         .unwrap();
-    // the script returns once containerd's CRI plugin answers: the very next call must succeed,
+    // the script returns once the runtime answers CRI: the very next call must succeed,
     // with no reconnect backoff in the way
     let back = Instant::now();
     let after = within(
@@ -44,9 +37,9 @@ async fn the_client_answers_again_as_soon_as_containerd_is_back() {
         rt.version(),
     )
     .await
-    .expect("the first call after containerd is back succeeds");
+    .expect("the first call after the runtime is back succeeds");
     eprintln!(
-        "first call after containerd came back answered in {:?}",
+        "first call after the runtime came back answered in {:?}",
         back.elapsed()
     );
     assert_eq!(after.runtime_name, before.runtime_name);

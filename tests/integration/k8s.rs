@@ -1,12 +1,7 @@
 //! The daemon's Kubernetes side against the API-server double, reached over HTTP by the real kube
 //! client: the node's pod cache, the writers, readiness.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

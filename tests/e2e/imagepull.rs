@@ -6,24 +6,17 @@
 //! `imagepull/present`; `test/busybox` is only pulled, never removed; on the authenticated
 //! registry `secure/busybox`.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
-#[path = "pull_support/mod.rs"]
-mod pull_support;
+use crate::pull_support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use crate::pull_support::{CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, owner, tag};
+use crate::support::{Lab, Plane};
 use kruised::cri::{ImageService, PullRequest};
 use kruised::k8s::crd::ImagePullPhase;
-use pull_support::{CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, owner, tag};
 use serde_json::json;
-use support::{Lab, Plane};
 
 /// The lab registry's access log.
 fn registry_log(lab: &Lab, name: &str) -> String {

@@ -13,25 +13,18 @@
 //! `KRUISED_FAULTS_RATE` the chance of a fault before each change (default 0.3; 0 gives the
 //! figures without faults).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::Daemon;
+use crate::support::node::{FakeNode, NODE, meta_of};
 use apiserver_double::Fault;
 use kruised::cri::ContainerState;
 use kruised::hash::env::expected_env_hash;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use support::daemon::Daemon;
-use support::node::{FakeNode, NODE, meta_of};
 
 /// Bound of one change's convergence (faults include 429s with `Retry-After: 1` and watch
 /// restarts with backoff, so a change may take seconds; none should take this long).

@@ -2,22 +2,17 @@
 //! the API-server double as control plane, this test as the kubelet (host-network pods through
 //! CRI) and as kruise-manager (it writes the NodePodProbe spec).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::daemon::free_addr;
+use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
+use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use kruised::cri::RuntimeService;
 use kruised::k8s::crd::{NodePodProbe, ProbeState};
 use serde_json::{Value, json};
-use support::daemon::free_addr;
-use support::kubelet::{ContainerSpec, Kubelet, PodSpec};
-use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-probe";

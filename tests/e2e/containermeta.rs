@@ -2,25 +2,20 @@
 //! containerd + runc (the lab), the API-server double as control plane, and this test as the
 //! kubelet (it creates and recreates containers through CRI and reports them in the pod status).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::daemon::Daemon;
+use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
+use crate::support::node::meta_of;
+use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ContainerState, ImageService, RuntimeService};
 use kruised::hash::kubelet::parse_hash;
 use kruised::k8s::keys;
 use serde_json::{Value, json};
-use support::daemon::Daemon;
-use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
-use support::node::meta_of;
-use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

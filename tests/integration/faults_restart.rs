@@ -12,16 +12,11 @@
 //! a run's choices (printed at the start and on failure); `KRUISED_FAULTS_ROUNDS` sets the rounds
 //! per test (default 8).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::Daemon;
+use crate::support::node::{FakeNode, NODE};
 use kruised::cri::ContainerState;
 use kruised::k8s::crd::{
     ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase, ImagePullPhase,
@@ -31,8 +26,6 @@ use kruised::k8s::keys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use support::daemon::Daemon;
-use support::node::{FakeNode, NODE};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -2,24 +2,14 @@
 //! protocols: NodeImage statuses, counters, versions, events, concurrency, pull secrets and the
 //! next-batch pre-pull.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
 use std::ops::Deref;
 use std::time::Duration;
 
+use crate::pull_support::{CONFIG_NS, NODE, PullNode, b64, fast, occurrences, owner, tag};
 use kruised::controller::imagepull::Settings;
 use kruised::cri::fake::{FakeRuntime, FakeState};
 use kruised::k8s::crd::ImagePullPhase;
-use pull_support::{CONFIG_NS, NODE, PullNode, b64, fast, occurrences, owner, tag};
 use serde_json::{Value, json};
-
-#[path = "pull_support/mod.rs"]
-mod pull_support;
 
 /// The puller over the fake runtime.
 struct Node {

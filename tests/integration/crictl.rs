@@ -2,11 +2,6 @@
 //! runtime at all: clear errors with exit status 1 within `--timeout`, crictl.yaml refusing
 //! unknown keys by name, crictl's layouts, and `exec -s` returning the command's status.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};

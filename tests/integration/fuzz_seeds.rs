@@ -3,12 +3,7 @@
 //! added to the seeds, so it stays found. Long fuzzing is `fuzz/run.sh SECONDS`
 //! (docs/RELIABILITY.md).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 #[allow(dead_code, reason = "each property is one target's")]
 mod properties;
 

@@ -1,17 +1,12 @@
 //! `kruised run` as a process, against the API-server double and the real containerd lab.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, http_get};
+use crate::support::{Lab, Plane};
 use serde_json::json;
-use support::daemon::{Daemon, http_get};
-use support::{Lab, Plane};
 
 const START: Duration = Duration::from_secs(30);
 /// The daemon's drain deadline in these tests, and the margin allowed over it.

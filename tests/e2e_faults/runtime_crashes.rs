@@ -1,14 +1,14 @@
-//! containerd killed (SIGKILL) and started again 10 times while kruised has work in every
-//! capability: an image pull (a NodeImage version bump), an env-from-metadata restart, a
+//! The lab's runtime killed (SIGKILL) and started again 10 times while kruised has work in
+//! every capability: an image pull (a NodeImage version bump), an env-from-metadata restart, a
 //! ContainerRecreateRequest and an exec probe. The `kruised` binary against the lab's real
-//! containerd + runc (its own test binary: killing containerd would disturb the other end-to-end
-//! tests, and cargo runs test binaries one at a time), the API-server double as control plane,
-//! and this test as the kubelet and kruise-manager.
+//! runtime (containerd 1.6, containerd 2.3 or CRI-O) + runc, the API-server double as control
+//! plane, and this test as the kubelet and kruise-manager. And a container that dies while the
+//! runtime is down.
 //!
 //! What must hold: kruised never exits, and every piece of work issued around each crash ends in
 //! its right state (the pull Succeeded at the new version, the container running the new env
 //! value and annotated, the request Completed with its container recreated once, the probe
-//! reporting the state the container is in now). The time from containerd answering again to
+//! reporting the state the container is in now). The time from the runtime answering again to
 //! each piece of work being done is printed as a measured figure (the goal is within 1 s); it is
 //! not asserted.
 //!
@@ -16,16 +16,14 @@
 //! `KRUISED_FAULTS_SEED=<u64>` replays the choices (printed at the start and on failure),
 //! `KRUISED_FAULTS_CYCLES` sets the number of crashes (default 10).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
+use crate::support::node::meta_of;
+use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ContainerState, RuntimeService};
@@ -34,15 +32,11 @@ use kruised::k8s::keys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
-use support::node::meta_of;
-use support::{Lab, Plane, unique, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-faults";
 
-/// The tests of this binary kill the lab's runtime: one at a time.
-static RUNTIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use super::RUNTIME;
 
 struct Seed(u64);
 
@@ -50,14 +44,14 @@ impl Drop for Seed {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "e2e_faults_containerd FAILED with KRUISED_FAULTS_SEED={} (set it to replay)",
+                "e2e_faults runtime_crashes FAILED with KRUISED_FAULTS_SEED={} (set it to replay)",
                 self.0
             );
         }
     }
 }
 
-/// A CRI call of the test's kubelet, retried while containerd is away (the real kubelet's
+/// A CRI call of the test's kubelet, retried while the runtime is away (the real kubelet's
 /// sync loop retries the same way).
 macro_rules! cri {
     ($what:expr, $call:expr) => {{
@@ -132,7 +126,7 @@ impl Figures {
             let mut v = v.clone();
             v.sort();
             eprintln!(
-                "e2e_faults_containerd: {what}: done after containerd answered again: \
+                "runtime_crashes: {what}: done after the runtime answered again: \
                  median {:?}, max {:?}, all {:?}",
                 v[v.len() / 2],
                 v[v.len() - 1],
@@ -143,7 +137,7 @@ impl Figures {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes() {
+async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes() {
     let Some(lab) = Lab::get() else { return };
     let _alone = RUNTIME.lock().await;
     let seed = Seed(
@@ -152,7 +146,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(rand::random),
     );
-    eprintln!("e2e_faults_containerd: KRUISED_FAULTS_SEED={}", seed.0);
+    eprintln!("runtime_crashes: KRUISED_FAULTS_SEED={}", seed.0);
     let cycles: u32 = std::env::var("KRUISED_FAULTS_CYCLES")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -244,7 +238,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
     let mut figures = Figures::default();
     let mut env_stops_expected = 0;
     for cycle in 1..=cycles {
-        // the work, issued while containerd runs
+        // the work, issued while the runtime runs
         let role = format!("r{cycle}");
         api.modify("pods", "default", &env_name, |p| {
             p["metadata"]["annotations"]["role"] = json!(role)
@@ -400,8 +394,8 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
         })
         .unwrap();
         eprintln!(
-            "e2e_faults_containerd: cycle {cycle}: crash {pause:?} after the work; done after \
-             containerd answered: env {:?}, pull {:?}, request {:?}, probe {:?}",
+            "runtime_crashes: cycle {cycle}: crash {pause:?} after the work; done after \
+             the runtime answered: env {:?}, pull {:?}, request {:?}, probe {:?}",
             t_env.unwrap(),
             t_pull.unwrap(),
             t_crr.unwrap(),
@@ -426,7 +420,7 @@ async fn containerd_killed_ten_times_during_pulls_restarts_recreates_and_probes(
         })
         .count();
     eprintln!(
-        "e2e_faults_containerd: {stops} stops logged for {env_stops_expected} env changes and \
+        "runtime_crashes: {stops} stops logged for {env_stops_expected} env changes and \
          {cycles} requests; main attempts {}",
         env_pod.attempts["main"]
     );

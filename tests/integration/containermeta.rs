@@ -1,21 +1,14 @@
 //! Container meta and env-from-metadata restarts: the `kruised` binary against the API-server
 //! double and the fake runtime, with the test playing the kubelet.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
-mod support;
-
 use std::time::Duration;
 
+use crate::support::daemon::Daemon;
+use crate::support::node::{FakeNode, NODE};
 use kruised::cri::ContainerState;
 use kruised::hash::env::expected_env_hash;
 use kruised::hash::kubelet::hash_container;
 use serde_json::{Value, json};
-use support::daemon::Daemon;
-use support::node::{FakeNode, NODE};
 
 const LIMIT: Duration = Duration::from_secs(20);
 

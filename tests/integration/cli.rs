@@ -1,10 +1,5 @@
 //! The command line as an operator meets it: no runtime around, bad flags.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
 use std::process::Command;
 
 fn kruised() -> Command {

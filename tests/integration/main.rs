@@ -1,0 +1,30 @@
+//! The integration layer: the `kruised` binary and library against in-process doubles that
+//! speak the real protocols (the API-server double, the fake CRI runtime), the command line,
+//! the module layering, and the fuzz targets' seeds. Fast: no lab needed.
+//!
+//! One test binary for the layer (modules, not one binary per file): each binary links the
+//! whole crate, and linking was most of the edit-test loop.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../pull_support/mod.rs"]
+mod pull_support;
+
+mod admin;
+mod cli;
+mod containermeta;
+mod crds;
+mod crictl;
+mod faults_api;
+mod faults_restart;
+mod fuzz_seeds;
+mod imagepull;
+mod k8s;
+mod layers;
+mod recreate;
