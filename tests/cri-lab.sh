@@ -33,7 +33,8 @@
 # imagepull/busybox:v1 and :v2 (the same shape as test/pull, with layers of their own) and
 # imagepull/present:v1, crictl/busybox:v1 and :alias (one image of its own, for the crictl tests'
 # pull and rmi), and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1,
-# secure/plugin:v1 (the credential-provider test's own) and crictl/busybox:v1.
+# secure/plugin:v1 (the credential-provider test's own; both one image of their own) and
+# crictl/busybox:v1.
 #
 # A second registry on $REG_AUTH_ADDR requires a login (htpasswd, bcrypt); its user and password
 # are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
@@ -243,7 +244,7 @@ build_images() {
   echo v1 > "$st/v1"; echo v2 > "$st/v2"
   echo pull > "$st/pull"; echo pull-v1 > "$st/pv1"; echo pull-v2 > "$st/pv2"
   echo imagepull > "$st/ip"; echo imagepull-v1 > "$st/ipv1"; echo imagepull-v2 > "$st/ipv2"
-  echo crictl > "$st/crictl"
+  echo crictl > "$st/crictl"; echo secure > "$st/secure"
   find "$st" -exec touch -h -d @946684800 {} +
   umoci init --layout "$oci"
   umoci new --image "$oci:base"
@@ -271,6 +272,10 @@ build_images() {
   # tests that pull and remove images
   umoci insert --image "$oci:base" --tag crictl "$H" "$st/crictl" /etc/crictl-test
   umoci config --image "$oci:crictl" --created=$T --no-history
+  # secure: the images of the registry that wants a login, with a layer of their own (tests
+  # remove them; were they test/busybox:v1 under another name, that would go too)
+  umoci insert --image "$oci:base" --tag secure "$H" "$st/secure" /etc/secure-test
+  umoci config --image "$oci:secure" --created=$T --no-history
   # noenv: busybox without its env applet: the env-from-metadata tests show the daemon does not
   # need `env` in the image
   rm -rf "$st/noenv-bundle"
@@ -291,8 +296,8 @@ build_images() {
     log "pushed $REG_ADDR/$d $(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REG_ADDR/$d")"
   done
   local creds; creds=$(cat "$LAB/registry-auth/credentials")
-  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/busybox:v1"
-  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:v1" "docker://$REG_AUTH_ADDR/secure/plugin:v1"
+  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:secure" "docker://$REG_AUTH_ADDR/secure/busybox:v1"
+  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:secure" "docker://$REG_AUTH_ADDR/secure/plugin:v1"
   log "pushed $REG_AUTH_ADDR/secure/busybox:v1 and secure/plugin:v1 (login required)"
   skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:crictl" "docker://$REG_AUTH_ADDR/crictl/busybox:v1"
   log "pushed $REG_AUTH_ADDR/crictl/busybox:v1 (login required)"

@@ -156,6 +156,24 @@ if [ -n "$kube_lab" ]; then
   kube_pid=$!
 fi
 
+# the shipped binary and image (the cluster layer deploys it), built in the background at the
+# lowest priority, from now on: it takes the CPU the tests' build and the tests leave (its own
+# profile and target directory: no build lock shared with them). Static, runs, and the image's
+# digest is the same when built again from the same source. Not linted again (RUSTC_WORKSPACE_
+# WRAPPER is CI's clippy, which the tests' build runs).
+t_image=$(now)
+(
+  unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+  digest=$(nice -n 19 bash scripts/build-image.sh)
+  target/dist/kruised version --client-only
+  [ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
+    { echo "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
+  echo "built in $(since "$t_image")s"
+  echo "image $digest"
+) > "$RUN/image.log" 2>&1 &
+image_pid=$!
+JOBS+=("$image_pid")
+
 # ---- build: the test binaries, listed by name for the parts below
 t=$(now)
 cargo test --workspace --all-targets --locked --no-run
@@ -168,21 +186,6 @@ for line in sys.stdin:
         print(m["target"]["name"], m["executable"])' > "$RUN/binaries"
 bin() { awk -v n="$1" '$1 == n {print $2; exit}' "$RUN/binaries"; }
 phase "build the tests" "$t"
-
-# the shipped binary and image (the cluster layer deploys it), built in the background at a
-# lower priority while the tests run: static, runs, and the image's digest is the same when
-# built again from the same source
-t_image=$(now)
-(
-  digest=$(nice -n 19 bash scripts/build-image.sh)
-  target/dist/kruised version --client-only
-  [ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
-    { echo "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
-  echo "built in $(since "$t_image")s"
-  echo "image $digest"
-) > "$RUN/image.log" 2>&1 &
-image_pid=$!
-JOBS+=("$image_pid")
 
 # ---- the labs of the end-to-end layer
 t=$(now)

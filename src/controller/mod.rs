@@ -78,7 +78,7 @@ impl Backoff {
     }
 
     /// The next pause; each call doubles the one after it, up to the maximum.
-    pub fn next(&mut self) -> Duration {
+    pub fn pause(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         jitter(d)
@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_its_maximum_and_starts_again_after_a_reset() {
         let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
-        let pauses: Vec<Duration> = (0..6).map(|_| b.next()).collect();
+        let pauses: Vec<Duration> = (0..6).map(|_| b.pause()).collect();
         let nominal = [500, 1000, 2000, 4000, 4000, 4000];
         for (got, want) in pauses.iter().zip(nominal) {
             let want = Duration::from_millis(want);
@@ -107,6 +107,6 @@ mod tests {
             );
         }
         b.reset();
-        assert!(b.next() <= Duration::from_millis(600));
+        assert!(b.pause() <= Duration::from_millis(600));
     }
 }

@@ -60,7 +60,7 @@ fn request(pod: &RunningPod, containers: &[(&str, Option<Value>)], strategy: Val
             let mut v = json!({"name": c});
             if let Some(id) = pod.containers.get(*c) {
                 v["statusContext"] =
-                    json!({"containerID": support::kubelet_id(&id), "restartCount": 0});
+                    json!({"containerID": support::kubelet_id(id), "restartCount": 0});
             }
             if let Some(h) = pre_stop {
                 v["preStop"] = h.clone();

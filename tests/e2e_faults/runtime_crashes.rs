@@ -78,7 +78,7 @@ fn report(api: &Handle, name: &str, running: &RunningPod) {
         .containers
         .iter()
         .map(|(n, id)| {
-            json!({"name": n, "containerID": support::kubelet_id(&id), "image": "busybox",
+            json!({"name": n, "containerID": support::kubelet_id(id), "image": "busybox",
                    "imageID": "sha256:x", "ready": true, "restartCount": running.attempts[n],
                    "started": true})
         })

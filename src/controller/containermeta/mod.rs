@@ -449,7 +449,7 @@ async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) {
                 EVENTS_RETRY
             }
             Followed::Ended(StreamEnd::Broken(why)) => {
-                let pause = backoff.next();
+                let pause = backoff.pause();
                 tracing::warn!(error = %why, retry_in = ?pause, "container event stream broke; reconnecting");
                 pause
             }
@@ -457,7 +457,7 @@ async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) {
                 ever_up = true;
                 said_no_events = false;
                 backoff.reset();
-                let pause = backoff.next();
+                let pause = backoff.pause();
                 match end {
                     StreamEnd::NoEvents(why) | StreamEnd::Broken(why) => tracing::warn!(
                         error = %why,
