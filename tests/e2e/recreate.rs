@@ -194,7 +194,8 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
     assert_eq!(
         hooks.count(&pod.spec.name, "a"),
         1,
-        "the preStop hook ran before the stop"
+        "the preStop hook ran before the stop; the daemon's log: {:#?}",
+        e.daemon.log()
     );
     // ordered: b waits until a is Succeeded
     let r = wait_crr(&e.plane.api, &name, "a succeeded", |r| {
