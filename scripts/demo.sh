@@ -23,7 +23,8 @@
 #
 # Needs root (containerd, apt-get for Debian's containerd, runc, registry). Ports: 17000 and up
 # (KRUISED_DEMO_PORT_BASE), admin 127.0.0.1:17221. Everything lives under one temp directory,
-# removed at the end.
+# removed at the end. KRUISED_DEMO_BINARIES=DIR runs kruised, apiserver-double and
+# kubelet-stand-in from DIR instead of building them (CI: as the test build made them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -100,14 +101,23 @@ wait_until() {
   done
 }
 
-step "building kruised"
-if ! command -v cargo > /dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
-  # shellcheck disable=SC1091
-  source "$HOME/.cargo/env"
+bin=$ROOT/target/debug
+if [ -n "${KRUISED_DEMO_BINARIES:-}" ]; then
+  # CI: kruised, apiserver-double and kubelet-stand-in as the test build made them
+  bin=$KRUISED_DEMO_BINARIES
+  for b in kruised apiserver-double kubelet-stand-in; do
+    [ -x "$bin/$b" ] || fail "KRUISED_DEMO_BINARIES=$bin has no $b"
+  done
+else
+  step "building kruised"
+  if ! command -v cargo > /dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck disable=SC1091
+    source "$HOME/.cargo/env"
+  fi
+  command -v cargo > /dev/null 2>&1 || fail "no cargo: install a Rust toolchain (https://rustup.rs), 1.89 or later"
+  cargo build --locked --quiet --workspace --bins
 fi
-command -v cargo > /dev/null 2>&1 || fail "no cargo: install a Rust toolchain (https://rustup.rs), 1.89 or later"
-cargo build --locked --quiet --workspace --bins
-kruised=$ROOT/target/debug/kruised
+kruised=$bin/kruised
 
 # Each control plane defines: node, image, cri (socket), api_get PATH, api_post PATH (body on
 # stdin), patch_pod [status] merge|strategic BODY, kruised_kubeconfig, admin_kubeconfig,
@@ -175,12 +185,12 @@ start_double() {
     { tail -20 "$DEMO/start.log" >&2; fail "containerd and the registry did not start"; }
   node=demo-node image=$REG_ADDR/test/busybox cri=$LAB/containerd.sock
   admin_kubeconfig=$DEMO/kubeconfig kruised_kubeconfig=$DEMO/kubeconfig
-  "$ROOT/target/debug/apiserver-double" --listen 127.0.0.1:0 --kubeconfig "$DEMO/kubeconfig" \
+  "$bin/apiserver-double" --listen 127.0.0.1:0 --kubeconfig "$DEMO/kubeconfig" \
     --ready-file "$DEMO/apiserver.ready" > "$DEMO/apiserver.log" 2>&1 &
   pids=("$!" "${pids[@]}")
   wait_until 30 "the API-server double starting" test -s "$DEMO/apiserver.ready"
   api=$(cat "$DEMO/apiserver.ready")
-  "$ROOT/target/debug/kubelet-stand-in" --kubeconfig "$DEMO/kubeconfig" --node-name "$node" \
+  "$bin/kubelet-stand-in" --kubeconfig "$DEMO/kubeconfig" --node-name "$node" \
     --runtime-endpoint "unix://$cri" --log-dir "$LAB/pods" > "$DEMO/kubelet.log" 2>&1 &
   pids=("$!" "${pids[@]}")
   say "containerd $(containerd --version | awk '{print $3}') at $cri, registry $REG_ADDR (test/busybox:v1, :v2)"

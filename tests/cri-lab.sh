@@ -9,6 +9,7 @@
 #                       $CRI_LAB_RUNTIMES, wait until each answers CRI (pids in $LAB/*.pid)
 #   cri-lab.sh status   show pids / sockets
 #   cri-lab.sh socket   the CRI socket of $CRI_LAB_RUNTIME (the lab need not run)
+#   cri-lab.sh unpack   only unpack the builds $CRI_LAB_RUNTIMES needs (into $CRI_LAB_BIN)
 #   cri-lab.sh stop     kill exactly the recorded pids (+ the shims / conmons of our runtimes),
 #                       unmount leftovers, rmdir our cgroups. Remove CRI pods through CRI first
 #                       (StopPodSandbox + RemovePodSandbox), or containers keep running.
@@ -22,8 +23,8 @@
 #   crio-noevents  the same with CRI-O's default, enable_pod_events = false (GetContainerEvents
 #                ends at once, status OK): socket $LAB/crio-noevents/crio.sock, state of its own
 # containerd2 and crio are unpacked (xz, sha256-checked) from KRUISED_RUNTIMES_ASSETS (default
-# ../shared/runtimes beside the repository, when present) into $LAB/bin, with that folder's
-# crictl; the lab refuses to start them without it.
+# ../shared/runtimes beside the repository, when present) into $LAB/bin (or CRI_LAB_BIN, which
+# labs may share), with that folder's crictl; the lab refuses to start them without it.
 #
 # Images pushed: $REG_ADDR/test/busybox:v1 and :v2 (same base layer, one small layer each that differs:
 # /etc/image-version), test/pull:v1 and :v2 (the same base, then a marker layer and a top layer found
@@ -68,7 +69,8 @@ CRI_LAB_RUNTIME=${CRI_LAB_RUNTIME:-${CRI_LAB_RUNTIMES%% *}}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RUNTIMES_ASSETS=${KRUISED_RUNTIMES_ASSETS:-}
 if [ -z "$RUNTIMES_ASSETS" ] && [ -d "$REPO/../shared/runtimes" ]; then RUNTIMES_ASSETS=$REPO/../shared/runtimes; fi
-BIN=$LAB/bin
+# the builds of containerd 2.x / CRI-O and crictl, unpacked; several labs may share them
+BIN=${CRI_LAB_BIN:-$LAB/bin}
 if [ "$CRI_RUNTIME" = crun ]; then MOUNT_HUGETLB=${MOUNT_HUGETLB:-1}; else MOUNT_HUGETLB=${MOUNT_HUGETLB:-0}; fi
 SOCK=$LAB/containerd.sock
 CTR=(ctr --address "$SOCK" -n k8s.io)
@@ -771,6 +773,7 @@ case "${1:-}" in
   clean) cmd_clean ;;
   status) cmd_status ;;
   socket) rt_socket "$CRI_LAB_RUNTIME" ;;
+  unpack) unpack_runtimes ;;
   stop-runtime) kill_pidfile "$LAB/$CRI_LAB_RUNTIME.pid" "$CRI_LAB_RUNTIME" TERM ;;
   kill-runtime) kill_pidfile "$LAB/$CRI_LAB_RUNTIME.pid" "$CRI_LAB_RUNTIME" KILL ;;
   start-runtime) start_runtime "$CRI_LAB_RUNTIME" ;;

@@ -483,10 +483,17 @@ async fn a_container_that_dies_while_the_node_was_quiet_is_noticed() {
         c.kubelet.recreate(&mut running, "main", None),
     )
     .await;
+    let started = std::time::Instant::now();
     wait_meta(&c.api, &name, |m| {
         m.container("main").unwrap().container_id == support::kubelet_id(&new)
     })
     .await;
+    // a figure, not asserted (docs/PERFORMANCE.md)
+    eprintln!(
+        "{:?}: the annotation named the new container {:?} after it started",
+        lab.runtime,
+        started.elapsed()
+    );
 
     within(LIMIT, "pod removal", c.kubelet.remove_pod(&running)).await;
     c.daemon.terminate();

@@ -401,12 +401,19 @@ const EVENTS_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How one event stream ended.
 #[derive(Debug)]
 enum StreamEnd {
-    /// The runtime has no container events: the call is unimplemented (containerd 1.6), or it
-    /// ended cleanly at once without an event (CRI-O without `enable_pod_events`).
-    NoEvents(String),
+    /// The runtime does not implement the call (containerd 1.6).
+    Unsupported(String),
+    /// The call ended cleanly at once, without an event: CRI-O without `enable_pod_events`,
+    /// or a runtime shutting down.
+    EndedAtOnce,
     /// The stream failed, or ended after it had been established (the runtime went away).
     Broken(String),
 }
+
+/// How many streams in a row must end at once, on a runtime that sent events before, before it
+/// counts as one without them (it may have been restarted with them off; more likely it was
+/// shutting down for a restart).
+const ENDED_AT_ONCE_LIMIT: u32 = 3;
 
 /// Follows the runtime's container events (CRI `GetContainerEvents`) where it offers them:
 /// a container that stops or starts re-checks its pod at once. A stream that breaks is
@@ -426,46 +433,55 @@ async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) {
     };
     let mut backoff = crate::controller::Backoff::new(EVENTS_BACKOFF_MIN, EVENTS_BACKOFF_MAX);
     // whether a stream was ever up (the first needs no catch-up: start-up looks at every pod),
-    // and whether "no events" was said (said once, then quietly retried)
+    // whether "no events" was said (said once, then quietly retried), and how many streams in
+    // a row ended at once
     let mut ever_up = false;
     let mut said_no_events = false;
+    let mut ended_at_once = 0;
     loop {
         let Some(end) = follow_events(&shared, &runtime, ever_up).await else {
             return;
         };
+        let no_events = |why: &str, said: &mut bool| {
+            if *said {
+                tracing::debug!(reason = %why, "still no container events");
+            } else {
+                *said = true;
+                tracing::info!(
+                    reason = %why,
+                    relist_every = ?relist_every,
+                    retry_in = ?EVENTS_RETRY,
+                    "the runtime sends no container events; relisting instead"
+                );
+            }
+            EVENTS_RETRY
+        };
+        let broke = |why: &str, pause: Duration| {
+            tracing::warn!(error = %why, retry_in = ?pause, "container event stream broke; reconnecting");
+            pause
+        };
         let pause = match end {
-            Followed::Ended(StreamEnd::NoEvents(why)) => {
-                if said_no_events {
-                    tracing::debug!(reason = %why, "still no container events");
+            Followed::Ended(StreamEnd::Unsupported(why)) => no_events(&why, &mut said_no_events),
+            Followed::Ended(StreamEnd::EndedAtOnce) => {
+                ended_at_once += 1;
+                let why = "the runtime ended the stream at once, without an event";
+                if ever_up && ended_at_once < ENDED_AT_ONCE_LIMIT {
+                    broke(why, backoff.pause())
                 } else {
-                    said_no_events = true;
-                    tracing::info!(
-                        reason = %why,
-                        relist_every = ?relist_every,
-                        retry_in = ?EVENTS_RETRY,
-                        "the runtime sends no container events; relisting instead"
-                    );
+                    no_events(why, &mut said_no_events)
                 }
-                EVENTS_RETRY
             }
-            Followed::Ended(StreamEnd::Broken(why)) => {
-                let pause = backoff.pause();
-                tracing::warn!(error = %why, retry_in = ?pause, "container event stream broke; reconnecting");
-                pause
-            }
+            Followed::Ended(StreamEnd::Broken(why)) => broke(&why, backoff.pause()),
             Followed::WasUp(end) => {
                 ever_up = true;
                 said_no_events = false;
+                ended_at_once = 0;
                 backoff.reset();
-                let pause = backoff.pause();
-                match end {
-                    StreamEnd::NoEvents(why) | StreamEnd::Broken(why) => tracing::warn!(
-                        error = %why,
-                        retry_in = ?pause,
-                        "container event stream broke; reconnecting"
-                    ),
-                }
-                pause
+                let why = match end {
+                    StreamEnd::Unsupported(why) | StreamEnd::Broken(why) => why,
+                    StreamEnd::EndedAtOnce => "the runtime ended the stream".into(),
+                };
+                broke(&why, backoff.pause())
             }
         };
         tokio::select! {
@@ -516,12 +532,10 @@ async fn follow_events(
                 }
                 continue;
             }
-            Some(Err(e @ CriError::Unsupported { .. })) => StreamEnd::NoEvents(e.to_string()),
+            Some(Err(e @ CriError::Unsupported { .. })) => StreamEnd::Unsupported(e.to_string()),
             Some(Err(e)) => StreamEnd::Broken(e.to_string()),
             None if up => StreamEnd::Broken("the runtime ended the stream".into()),
-            None => {
-                StreamEnd::NoEvents("the runtime ended the stream at once, without an event".into())
-            }
+            None => StreamEnd::EndedAtOnce,
         };
         return Some(if up {
             Followed::WasUp(end)
