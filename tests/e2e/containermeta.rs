@@ -455,8 +455,8 @@ async fn a_container_that_dies_while_the_node_was_quiet_is_noticed() {
         assert_eq!(
             count_logged(&c.daemon, "following the runtime's container events"),
             1,
-            "one stream, for as long as the node was quiet: {:#?}",
-            c.daemon.log()
+            "one stream, for as long as the node was quiet:\n{}",
+            c.daemon.log_text()
         );
         assert_eq!(count_logged(&c.daemon, "container event stream broke"), 0);
     } else {
@@ -542,8 +542,8 @@ async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
     assert_eq!(
         count_logged(&c.daemon, "the runtime sends no container events"),
         1,
-        "said once: {:#?}",
-        c.daemon.log()
+        "said once:\n{}",
+        c.daemon.log_text()
     );
     assert_eq!(
         count_logged(&c.daemon, "following the runtime's container events"),

@@ -69,8 +69,12 @@ async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm_within_a_seco
         "exit status {status}; log: {:#?}",
         d.log()
     );
-    assert!(d.logged("drained"), "log: {:#?}", d.log());
-    assert!(!d.logged("drain deadline passed"), "log: {:#?}", d.log());
+    assert!(d.logged("drained"), "log:\n{}", d.log_text());
+    assert!(
+        !d.logged("drain deadline passed"),
+        "log:\n{}",
+        d.log_text()
+    );
 }
 
 #[tokio::test]

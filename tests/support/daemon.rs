@@ -112,6 +112,11 @@ impl Daemon {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The log so far as the daemon wrote it, a JSON line each: for a failing test's message.
+    pub fn log_text(&self) -> String {
+        self.log().iter().map(|v| format!("{v}\n")).collect()
+    }
+
     /// Waits for a line whose message contains `needle` (or returns one already logged), at
     /// most `limit`. Panics with the log if it does not come.
     pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> serde_json::Value {
@@ -130,12 +135,12 @@ impl Daemon {
         match found {
             Ok(Some(v)) => v,
             Ok(None) => panic!(
-                "kruised exited before logging {needle:?}; log: {:#?}",
-                self.log()
+                "kruised exited before logging {needle:?}; log:\n{}",
+                self.log_text()
             ),
             Err(_) => panic!(
-                "kruised did not log {needle:?} within {limit:?}; log: {:#?}",
-                self.log()
+                "kruised did not log {needle:?} within {limit:?}; log:\n{}",
+                self.log_text()
             ),
         }
     }
@@ -162,12 +167,12 @@ impl Daemon {
         match found {
             Ok(Some(v)) => v,
             Ok(None) => panic!(
-                "kruised exited before logging {what}; log: {:#?}",
-                self.log()
+                "kruised exited before logging {what}; log:\n{}",
+                self.log_text()
             ),
             Err(_) => panic!(
-                "kruised did not log {what} within {limit:?}; log: {:#?}",
-                self.log()
+                "kruised did not log {what} within {limit:?}; log:\n{}",
+                self.log_text()
             ),
         }
     }
@@ -244,8 +249,8 @@ impl Daemon {
             .await
             .unwrap_or_else(|_| {
                 panic!(
-                    "kruised did not exit within {limit:?}; log: {:#?}",
-                    self.log()
+                    "kruised did not exit within {limit:?}; log:\n{}",
+                    self.log_text()
                 )
             })
             .expect("wait for kruised");

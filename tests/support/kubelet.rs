@@ -165,6 +165,22 @@ impl Kubelet {
         &self.runtime
     }
 
+    /// Waits until the container `id` has exited, as the kubelet's relist would see it: for
+    /// a stop that somebody else (the daemon) makes, hook first. Fails the test after `limit`.
+    pub async fn wait_exited(&self, id: &str, limit: Duration) {
+        super::within(limit, "the container exiting", async {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                let status = self.runtime.container_status(id, false).await;
+                if status.is_ok_and(|s| s.state == kruised::cri::ContainerState::Exited) {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
     /// Pulls each image through CRI, each within `limit`.
     pub async fn pull(&self, images: &[String], limit: Duration) {
         for image in images {

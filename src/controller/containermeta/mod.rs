@@ -938,6 +938,7 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
                 Ok(outcome) => {
                     metrics.restarted(reason.as_str());
                     if let Some(Err(hook)) = outcome.pre_stop {
+                        tracing::warn!(container = %name, error = %hook, "preStop hook failed; the container was stopped all the same");
                         events.record(EventSpec {
                             regarding,
                             warning: true,

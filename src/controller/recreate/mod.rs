@@ -475,6 +475,7 @@ async fn kill_one(
         Ok(o) => {
             shared.metrics.killed();
             if let Some(Err(hook)) = o.pre_stop {
+                tracing::warn!(request = %r.name_any(), %container, error = %hook, "preStop hook failed; the container was stopped all the same");
                 shared.events.record(EventSpec {
                     regarding,
                     warning: true,
