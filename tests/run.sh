@@ -287,6 +287,7 @@ phase "unit and integration tests" "$t"
 
 for rt in "${E2E_RUNTIMES[@]}"; do run_part "e2e-$rt" e2e_part "$rt"; done
 failed=0
+failed_parts=()
 parts=()
 for rt in "${E2E_RUNTIMES[@]}"; do parts+=("e2e-$rt"); done
 if [ -n "$kube_lab" ]; then parts+=(cluster); fi
@@ -296,6 +297,7 @@ for p in "${parts[@]}"; do
   PHASES+=("$(printf '%-44s %7ss  %s' "  $p" "$secs" "$status")")
   if [ "$status" != ok ]; then
     failed=1
+    failed_parts+=("$p")
     log "$p FAILED: its log follows"
     cat "$RUN/$p.log" >&2
   else
@@ -313,6 +315,15 @@ phase "tests/run.sh" "$T0"
   for p in "${PHASES[@]}"; do echo "  $p"; done
 } | tee -a "${KRUISED_PHASES:-/dev/null}" >&2
 if [ "$failed" = 1 ]; then
+  # the gist last, where a truncated log still shows it: each failing test's first lines
+  for p in "${failed_parts[@]}"; do
+    log "$p: what failed"
+    # the message, then the backtrace's frames in the tests (RUST_BACKTRACE may be set)
+    awk '/^---- .* stdout ----$/ {n = 25; bt = 0}
+      /^stack backtrace:$/ {bt = 4; n = 0}
+      bt > 0 && /^ +at \.\/tests\// {print "  " $0; bt--}
+      n > 0 {print "  " substr($0, 1, 300); n--}' "$RUN/$p.log" >&2
+  done
   log "FAILED"
   exit 1
 fi

@@ -79,6 +79,40 @@ fn norm(text: &str, table: bool) -> String {
     lines.join("\n") + "\n"
 }
 
+/// Fails with the lines where `ours` (kruised crictl's) and `theirs` (crictl's) first differ,
+/// three lines either side, rather than both texts whole.
+#[track_caller]
+fn assert_same_text(ours: &str, theirs: &str, what: &str) {
+    if ours == theirs {
+        return;
+    }
+    let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), theirs.lines().collect());
+    let first = (0..a.len().max(b.len()))
+        .find(|&i| a.get(i) != b.get(i))
+        .unwrap_or(0);
+    let window = |l: &[&str]| -> String {
+        let from = first.saturating_sub(3);
+        let to = (first + 4).min(l.len());
+        l.get(from..to).unwrap_or_default().iter().enumerate().fold(
+            String::new(),
+            |mut out, (i, line)| {
+                let mark = if from + i == first { ">" } else { " " };
+                out.push_str(&format!("{mark}{:4} {line}\n", from + i + 1));
+                out
+            },
+        )
+    };
+    panic!(
+        "{what}: kruised crictl and crictl differ from line {} on ({} and {} lines)\n\
+         kruised crictl:\n{}crictl:\n{}",
+        first + 1,
+        a.len(),
+        b.len(),
+        window(&a),
+        window(&b)
+    );
+}
+
 /// Images no test removes: listings are compared on them alone.
 const STABLE_IMAGES: [&str; 3] = ["/test/busybox:v1", "/test/busybox:v2", "/test/pause:v1"];
 
@@ -181,10 +215,7 @@ impl Scenario {
         assert!(ours.status.success() && real.status.success(), "{args:?}");
         let ours = stable_items(&norm(&String::from_utf8_lossy(&ours.stdout), table), table);
         let real = stable_items(&norm(&String::from_utf8_lossy(&real.stdout), table), table);
-        assert_eq!(
-            ours, real,
-            "{args:?}: kruised crictl (left) and crictl (right) differ"
-        );
+        assert_same_text(&ours.join("\n"), &real.join("\n"), &format!("{args:?}"));
         assert!(ours.len() > STABLE_IMAGES.len(), "{args:?}: {ours:?}");
     }
 
@@ -198,10 +229,10 @@ impl Scenario {
             String::from_utf8_lossy(&ours.stderr)
         );
         assert_eq!(ours.status.code(), real.status.code(), "{args:?}");
-        assert_eq!(
-            norm(&String::from_utf8_lossy(&ours.stdout), table),
-            norm(&String::from_utf8_lossy(&real.stdout), table),
-            "{args:?}: kruised crictl (left) and crictl (right) differ"
+        assert_same_text(
+            &norm(&String::from_utf8_lossy(&ours.stdout), table),
+            &norm(&String::from_utf8_lossy(&real.stdout), table),
+            &format!("{args:?}"),
         );
     }
 }
@@ -444,10 +475,10 @@ async fn listings_and_inspections_are_crictls() {
     for args in [&["imagefsinfo"][..], &["imagefsinfo", "-o", "yaml"]] {
         let ours = sc.crictl(args).await;
         let real = sc.real(args).await;
-        assert_eq!(
-            value.replace_all(&norm(&String::from_utf8_lossy(&ours.stdout), false), "$1 N"),
-            value.replace_all(&norm(&String::from_utf8_lossy(&real.stdout), false), "$1 N"),
-            "{args:?}"
+        assert_same_text(
+            &value.replace_all(&norm(&String::from_utf8_lossy(&ours.stdout), false), "$1 N"),
+            &value.replace_all(&norm(&String::from_utf8_lossy(&real.stdout), false), "$1 N"),
+            &format!("{args:?}"),
         );
     }
 
@@ -461,8 +492,13 @@ async fn listings_and_inspections_are_crictls() {
         let ours = sc.crictl(args).await;
         let real = sc.real(args).await;
         assert!(ours.status.success());
-        assert_eq!(ours.stdout, real.stdout, "{args:?}");
-        assert_eq!(ours.stderr, real.stderr, "{args:?}");
+        for (a, b) in [(&ours.stdout, &real.stdout), (&ours.stderr, &real.stderr)] {
+            assert_same_text(
+                &String::from_utf8_lossy(a),
+                &String::from_utf8_lossy(b),
+                &format!("{args:?}"),
+            );
+        }
     }
     let out = sc.crictl(&["logs", sc.id("L")]).await;
     assert_eq!(

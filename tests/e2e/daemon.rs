@@ -70,11 +70,7 @@ async fn daemon_becomes_ready_serves_metrics_and_drains_on_sigterm_within_a_seco
         d.log()
     );
     assert!(d.logged("drained"), "log:\n{}", d.log_text());
-    assert!(
-        !d.logged("drain deadline passed"),
-        "log:\n{}",
-        d.log_text()
-    );
+    assert!(!d.logged("drain deadline passed"), "log:\n{}", d.log_text());
 }
 
 #[tokio::test]
