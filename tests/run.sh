@@ -21,6 +21,9 @@
 #   KRUISED_RUNTIMES_ASSETS  containerd 2.3, CRI-O 1.36, crictl 1.36 (default ../shared/runtimes)
 #   KRUISED_KUBE_ASSETS      the Kubernetes binaries (default ../shared/kube; its kube-lab.sh is
 #                            ../tools/kube-lab.sh beside it)
+#   KRUISED_KRUISE_ASSETS    OpenKruise's kruise-manager (and kruise-daemon, for the benchmark) with
+#                            the manifests the manager needs (default ../shared/kruise): the cluster
+#                            layer runs the real manager beside its kubelet
 # Without them the parts that need them are skipped with a message, except in CI (CI=true) or
 # with KRUISED_REQUIRE_LAB=1, where the run fails.
 #
@@ -80,6 +83,23 @@ elif [ "$require" = 1 ]; then
   exit 1
 else
   log "SKIPPING the end-to-end layer on containerd 2.3 and CRI-O: no runtime builds (set KRUISED_RUNTIMES_ASSETS, default ../shared/runtimes)"
+fi
+
+# ---- OpenKruise's own manager, for the cluster layer
+kruise=${KRUISED_KRUISE_ASSETS:-}
+if [ -z "$kruise" ] && [ -d ../shared/kruise ]; then kruise=$(cd ../shared/kruise && pwd); fi
+if [ -n "$kruise" ] && { [ ! -f "$kruise/SHA256SUMS" ] || [ ! -f "$kruise/kruise-manager.xz" ] ||
+  [ ! -f "$kruise/manifests.yaml" ]; }; then
+  log "KRUISED_KRUISE_ASSETS=$kruise has no SHA256SUMS, kruise-manager.xz or manifests.yaml"
+  kruise=""
+fi
+if [ -z "$kruise" ] && [ -n "$kube_lab" ]; then
+  if [ "$require" = 1 ]; then
+    log "ERROR: the cluster layer runs the real kruise-manager in CI (or with KRUISED_REQUIRE_LAB=1) but none was found: set KRUISED_KRUISE_ASSETS"
+    exit 1
+  fi
+  log "SKIPPING the cluster tests with the real kruise-manager: none found (set KRUISED_KRUISE_ASSETS, default ../shared/kruise)"
+  export KRUISED_KRUISE_MANAGER_SKIPPED=1
 fi
 
 # ---- labs, each in a fresh directory, stopped whatever happens
@@ -143,6 +163,15 @@ if [ -n "$runtimes" ]; then
   export CRI_LAB_BIN=$RUN/bin KRUISED_CRICTL=$RUN/bin/crictl
   CRI_LAB_RUNTIMES="containerd2 crio" LAB=$RUN bash tests/cri-lab.sh unpack
   phase "unpack containerd 2.3, CRI-O, crictl" "$t"
+fi
+
+if [ -n "$kruise" ] && [ -n "$kube_lab" ]; then
+  t=$(now)
+  mkdir -p "$RUN/kruise"
+  xz -dc "$kruise/kruise-manager.xz" > "$RUN/kruise/kruise-manager"
+  chmod +x "$RUN/kruise/kruise-manager"
+  (cd "$RUN/kruise" && sha256sum -c --ignore-missing --quiet "$kruise/SHA256SUMS")
+  phase "unpack kruise-manager" "$t"
 fi
 
 # started in the background while the tests build
@@ -263,6 +292,41 @@ wait_for_image() { # the image job is not this subshell's child: it writes its l
   grep -q '^image sha256:' "$RUN/image.log" || { cat "$RUN/image.log"; return 1; }
 }
 
+# kruise-manager out of the cluster, as ../shared/kruise/README.md runs it: its webhooks on
+# loopback with certificates of its own, every feature gate the node daemon serves. Its objects
+# first (the namespaces, the webhook configurations it rewrites to its address; created, never
+# applied again) and stand-ins for the CRDs of the kinds no test uses (without them it waits
+# about 16 s for each before its controllers start), then the manager; ready once its own
+# webhook answers.
+KRUISE_MANAGER_HEALTH=127.0.0.1:19001
+start_kruise_manager() {
+  local dir=$RUN/kruise kubectl=$KLAB/bin/kubectl
+  mkdir -p "$dir/certs" "$dir/protection"
+  {
+    KUBECONFIG=$KLAB/kubeconfig "$kubectl" create -f "$kruise/manifests.yaml" &&
+      KUBECONFIG=$KLAB/kubeconfig "$kubectl" create -f tests/fixtures/cluster/kruise-stand-in-crds.yaml &&
+      KUBECONFIG=$KLAB/kubeconfig "$kubectl" wait --for=condition=Established crd --all --timeout=60s
+  } > "$dir/create.log" 2>&1 ||
+    { cat "$dir/create.log" >&2; log "ERROR: kruise-manager's objects could not be created"; exit 1; }
+  WEBHOOK_HOST=127.0.0.1 WEBHOOK_PORT=19000 WEBHOOK_CERT_DIR=$dir/certs POD_NAMESPACE=kruise-system \
+    "$dir/kruise-manager" --kubeconfig="$KLAB/kubeconfig" --enable-leader-election=false \
+    --metrics-addr=127.0.0.1:19002 --health-probe-addr=$KRUISE_MANAGER_HEALTH --enable-pprof=false \
+    --protection-log-path="$dir/protection" --nodeimage-creation-delay=0s \
+    --feature-gates=ImagePullJobGate=true,PodProbeMarkerGate=true,InPlaceUpdateEnvFromMetadata=true,KruiseDaemon=true \
+    --logtostderr=true --v=2 > "$dir/manager.log" 2>&1 &
+  JOBS+=("$!")
+  local deadline=$((SECONDS + 90))
+  until curl -sf "http://$KRUISE_MANAGER_HEALTH/readyz" > /dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ] || ! kill -0 "${JOBS[-1]}" 2> /dev/null; then
+      tail -30 "$dir/manager.log" >&2
+      log "ERROR: kruise-manager did not become ready within 90 s (log above: $dir/manager.log)"
+      exit 1
+    fi
+    sleep 0.5
+  done
+  export KRUISED_KRUISE_MANAGER=$KRUISE_MANAGER_HEALTH KRUISED_KRUISE_MANAGER_LOG=$dir/manager.log
+}
+
 # the cluster layer is the longest part (its tests share the node: one at a time), so it starts
 # first, beside the unit and integration tests; the end-to-end layer follows them
 t_parts=$(now)
@@ -274,6 +338,11 @@ if [ -n "$kube_lab" ]; then
     exit 1
   fi
   phase "cluster lab ready (after the build)" "$t"
+  if [ -n "$kruise" ]; then
+    t=$(now)
+    start_kruise_manager
+    phase "kruise-manager ready" "$t"
+  fi
   run_part cluster cluster_part
 fi
 # unit and integration tests, and the benchmarks' smoke runs that need no lab
@@ -318,11 +387,16 @@ if [ "$failed" = 1 ]; then
   # the gist last, where a truncated log still shows it: each failing test's first lines
   for p in "${failed_parts[@]}"; do
     log "$p: what failed"
-    # the message, then the backtrace's frames in the tests (RUST_BACKTRACE may be set)
-    awk '/^---- .* stdout ----$/ {n = 25; bt = 0}
-      /^stack backtrace:$/ {bt = 4; n = 0}
-      bt > 0 && /^ +at \.\/tests\// {print "  " $0; bt--}
-      n > 0 {print "  " substr($0, 1, 300); n--}' "$RUN/$p.log" >&2
+    # the message, then the backtrace's frames in the tests (RUST_BACKTRACE may be set); where
+    # no test failed (a part's own step did), the log's end
+    if grep -q '^---- .* stdout ----$' "$RUN/$p.log"; then
+      awk '/^---- .* stdout ----$/ {n = 25; bt = 0}
+        /^stack backtrace:$/ {bt = 4; n = 0}
+        bt > 0 && /^ +at \.\/tests\// {print "  " $0; bt--}
+        n > 0 {print "  " substr($0, 1, 300); n--}' "$RUN/$p.log" >&2
+    else
+      tail -n 15 "$RUN/$p.log" | cut -c1-300 | sed 's/^/  /' >&2
+    fi
   done
   log "FAILED"
   exit 1

@@ -1,6 +1,8 @@
 //! kruised as a drop-in for kruise-daemon on the real cluster: run under the name
 //! `kruise-daemon` with exactly the arguments and RBAC of kruise's Helm chart, the runtime found
 //! through a `/hostvarrun`-style directory; and env restarts under load, exactly once per change.
+//! The test plays kruise-manager: the NodeImage of the chart's test is one the manager would
+//! write, and the load test makes fifty changes in waves, at a pace of its own.
 
 use std::time::Duration;
 

@@ -164,6 +164,44 @@ async fn pods_present_at_start_are_not_written_until_they_change() {
     assert!(d.wait_exit(LIMIT).await.success());
 }
 
+/// Seen with the real kruise-manager: it starts an in-place update (the pod out of service, the
+/// new annotation) on a node where no daemon runs yet, a rollout or a reboot of it. Left alone as
+/// the patch-storm rule would leave it, the update never finishes: nothing else changes the pod.
+#[tokio::test]
+async fn an_in_place_update_begun_before_the_daemon_started_is_finished_when_it_starts() {
+    let mut node = FakeNode::start().await;
+    node.add_pod("waiting", containers(), json!({"role": "blue"}), true);
+    node.add_pod("idle", containers(), json!({"role": "blue"}), true);
+    set_role(&node, "waiting", "green", Some("False"));
+    let status = node.api.get("pods", "default", "waiting").unwrap();
+    let main = status["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let mut d = start(&node).await;
+    node.cri
+        .wait_for(LIMIT, |s| !s.stops.is_empty())
+        .await
+        .expect("the stale container of the waiting pod is stopped");
+    assert_eq!(stops(&node), vec![main], "that container only");
+    let new_id = node.recreate("waiting", "main");
+    wait_meta(
+        &node,
+        "waiting",
+        "the annotation of the new container",
+        |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
+    )
+    .await;
+    assert!(
+        node.meta("idle").is_none(),
+        "a pod present at start and not waiting is still left alone"
+    );
+    assert_eq!(stops(&node).len(), 1, "stopped once");
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
 #[tokio::test]
 async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is_pending() {
     let mut node = FakeNode::start().await;

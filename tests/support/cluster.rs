@@ -1,7 +1,8 @@
 //! The cluster test layer: a real Kubernetes (kube-apiserver with RBAC, etcd, controller-manager,
 //! scheduler and a kubelet on its own containerd), started by `tests/run.sh` with
-//! `kube-lab.sh` from the binaries named by `KRUISED_KUBE_ASSETS`. The tests play only
-//! kruise-manager's part; the kubelet does its own.
+//! `kube-lab.sh` from the binaries named by `KRUISED_KUBE_ASSETS`, with OpenKruise's
+//! kruise-manager beside it (`KRUISED_KRUISE_ASSETS`). The kubelet and the manager do their own
+//! parts; a [`Scene`] is for the tests that play the manager by hand.
 //!
 //! The daemon under test never runs as cluster-admin: [`Identity`] gives it a ServiceAccount
 //! token bound to exactly the RBAC of `deploy/` or of kruise's Helm chart.
@@ -385,17 +386,17 @@ pub fn assert_never_forbidden(daemon: &Daemon) {
 
 // === scenes: what the kruise-manager side of a test needs ===
 
-/// A stand-in for kruise's CloneSet CRD where the lab has none: pods need a real controller
-/// owner in `apps.kruise.io` (kruised manages only those), and the garbage collector deletes
-/// pods whose owner is gone.
-const CLONESET_CRD: &str = include_str!("../fixtures/cluster/cloneset-crd.yaml");
+/// The owner kind of the pods of the tests that play kruise-manager: of kruise's API group (kruised
+/// manages only pods with such an owner), run by no controller, so the real kruise-manager, when it
+/// runs beside these tests, leaves the pods to them.
+const TESTWORKLOAD_CRD: &str = include_str!("../fixtures/cluster/testworkload-crd.yaml");
 
 /// A container of [`Scene::kruise_pod`]: name, image, and env variables with the annotation
 /// each reads.
 pub type ContainerDef<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
-/// What every scenario needs: the lab, an admin client, a namespace of its own and a CloneSet
-/// in it to own the pods.
+/// What every scenario where the test plays kruise-manager needs: the lab, an admin client, a
+/// namespace of its own and a [`TESTWORKLOAD_CRD`] owner in it for the pods.
 pub struct Scene {
     pub lab: KubeLab,
     pub admin: Client,
@@ -408,20 +409,11 @@ impl Scene {
         let admin = lab.admin().await;
         let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
             Api::all(admin.clone());
-        // kruise's own CloneSet CRD where the lab installed it (it serves v1alpha1 too, and
-        // stores v1beta1: the stand-in may not replace it)
-        if crds
-            .get_opt("clonesets.apps.kruise.io")
-            .await
-            .unwrap()
-            .is_none()
-        {
-            apply_yaml(&admin, CLONESET_CRD).await;
-        }
+        apply_yaml(&admin, TESTWORKLOAD_CRD).await;
         wait_for(
             &crds,
-            "clonesets.apps.kruise.io",
-            "the CloneSet CRD established",
+            "testworkloads.apps.kruise.io",
+            "the TestWorkload CRD established",
             |c: Option<&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>| {
                 c.and_then(|c| c.status.as_ref())
                     .and_then(|s| s.conditions.as_ref())
@@ -432,21 +424,17 @@ impl Scene {
         let ns = TestNamespace::create(&admin, prefix).await;
         apply_object(
             &admin,
-            // valid for kruise's own CRD too; no controller acts on it (replicas 0)
-            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
-                   "metadata": {"name": "demo", "namespace": ns.name},
-                   "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "demo"}},
-                            "template": {"metadata": {"labels": {"app": "demo"}},
-                                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}),
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "TestWorkload",
+                   "metadata": {"name": "demo", "namespace": ns.name}}),
         )
         .await;
         let ar = kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
             "apps.kruise.io",
             "v1alpha1",
-            "CloneSet",
+            "TestWorkload",
         ));
-        let sets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &ar);
-        let owner_uid = sets.get("demo").await.unwrap().uid().unwrap();
+        let owners: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &ar);
+        let owner_uid = owners.get("demo").await.unwrap().uid().unwrap();
         Scene {
             lab: lab.clone(),
             admin,
@@ -459,7 +447,7 @@ impl Scene {
         self.ns.pods()
     }
 
-    /// A pod as a CloneSet makes it: owned by the CloneSet, with the `InPlaceUpdateReady`
+    /// A pod as a CloneSet makes it, owned by the scene's TestWorkload, with the `InPlaceUpdateReady`
     /// readiness gate, host network, on the lab's node. Each container is `(name, image, env)`
     /// where `env` maps a variable to the annotation it reads. The containers exit at once on
     /// SIGTERM.
@@ -483,7 +471,7 @@ impl Scene {
             "metadata": {"name": name, "namespace": self.ns.name,
                 "labels": {"app": "demo"},
                 "annotations": {"app-config": "v1"},
-                "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "TestWorkload",
                     "name": "demo", "uid": self.owner_uid, "controller": true,
                     "blockOwnerDeletion": true}]},
             "spec": {"nodeName": self.lab.node, "hostNetwork": true,

@@ -201,14 +201,17 @@ impl Shared {
     }
 
     /// The event filter: should this version of the pod (the store's) be reconciled? A pod
-    /// without the annotation is left alone while it is as the first list found it.
+    /// without the annotation is left alone while it is as the first list found it (no patch
+    /// storm on start), unless an in-place update waits for the node: kruise-manager started it
+    /// while no daemon ran, and nothing else would finish it.
     fn wants(&self, pod: &Pod, start: Start<'_>) -> bool {
         if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(pod) {
             return false;
         }
         let annotations = pod.metadata.annotations.as_ref();
         let has_meta = annotations.is_some_and(|a| a.contains_key(keys::RUNTIME_CONTAINERS_META));
-        if !has_meta {
+        let waits_for_node = self.with_env && decide::in_place_update_pending(pod);
+        if !has_meta && !waits_for_node {
             let uid = pod.uid().unwrap_or_default();
             let rv = pod.resource_version().unwrap_or_default();
             if lock(&self.seen_at_start).unchanged_since_start(&uid, &rv, start) {

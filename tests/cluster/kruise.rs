@@ -1,0 +1,634 @@
+//! The real kruise-manager drives kruised. The tests act only as a user does (kubectl-level
+//! objects: a CloneSet, an ImagePullJob, a ContainerRecreateRequest, a PodProbeMarker); the manager
+//! (started by `tests/run.sh` beside the cluster, `KRUISED_KRUISE_MANAGER`) does its part, its
+//! webhooks included; kruised, a process with `deploy/`'s RBAC, does the node's; the real kubelet
+//! its own. The other modules play the manager by hand, where they do what it cannot (faults,
+//! exact timing, v1alpha1-only clusters).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kruised::cri::{ImageService, RuntimeService};
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::containermeta::stops_logged;
+use super::support::cluster::{self, Identity, KubeLab, LIMIT, Rbac, TestNamespace, wait_for};
+use super::support::daemon::Daemon;
+use super::support::restarts::HookServer;
+use super::{runtime_id, status_of};
+
+/// The real kruise-manager runs beside the cluster (`KRUISED_KRUISE_MANAGER`, its health
+/// address). Without it the test is skipped with a message, except where the cluster layer is
+/// required (CI, `KRUISED_REQUIRE_LAB=1`) and `tests/run.sh` did not say it found no manager
+/// (`KRUISED_KRUISE_MANAGER_SKIPPED`): there it fails.
+fn manager_runs() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
+    if set("KRUISED_KRUISE_MANAGER") {
+        return true;
+    }
+    let required = !set("KRUISED_KRUISE_MANAGER_SKIPPED")
+        && (std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+            || std::env::var("KRUISED_REQUIRE_LAB").is_ok_and(|v| v == "1"));
+    assert!(
+        !required,
+        "the real kruise-manager is required here but KRUISED_KRUISE_MANAGER is not set: run \
+         the tests with tests/run.sh, with OpenKruise's binaries in KRUISED_KRUISE_ASSETS \
+         (default ../shared/kruise)"
+    );
+    eprintln!(
+        "SKIPPED: no kruise-manager (run the tests with tests/run.sh and KRUISED_KRUISE_ASSETS)"
+    );
+    false
+}
+
+/// The manager's log so far, its last lines: for a failing test's message.
+fn manager_log_tail() -> String {
+    let Ok(path) = std::env::var("KRUISED_KRUISE_MANAGER_LOG") else {
+        return String::new();
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+fn kind(group: &str, version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// A namespace of the test's, an admin client (the user), and kruised.
+struct User {
+    lab: KubeLab,
+    admin: Client,
+    ns: TestNamespace,
+    identity: Identity,
+}
+
+impl User {
+    async fn new(lab: &KubeLab, prefix: &str) -> User {
+        let admin = lab.admin().await;
+        let ns = TestNamespace::create(&admin, prefix).await;
+        let identity = cluster::identity(lab, &admin, Rbac::Deploy).await;
+        User {
+            lab: lab.clone(),
+            admin,
+            ns,
+            identity,
+        }
+    }
+
+    async fn kruised(&self) -> Daemon {
+        let mut daemon = cluster::start_daemon(&self.lab, &self.identity, &[]);
+        daemon
+            .wait_for_log("daemon ready", Duration::from_secs(60))
+            .await;
+        daemon
+    }
+
+    fn api(&self, r: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.admin.clone(), &self.ns.name, r)
+    }
+
+    fn clonesets(&self) -> Api<DynamicObject> {
+        self.api(&kind("apps.kruise.io", "v1beta1", "CloneSet"))
+    }
+
+    async fn create(&self, r: &ApiResource, obj: Value) -> DynamicObject {
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        self.api(r)
+            .create(&Default::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", r.kind))
+    }
+
+    /// A CloneSet of one pod that updates in place; `containers` as in [`container`].
+    async fn cloneset(&self, containers: Vec<Value>) {
+        self.create(
+            &kind("apps.kruise.io", "v1beta1", "CloneSet"),
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet",
+                "metadata": {"name": "web"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}, "annotations": {"app-config": "v1"}},
+                        "spec": {"hostNetwork": true, "terminationGracePeriodSeconds": 5,
+                                 "containers": containers}},
+                    "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}}}}),
+        )
+        .await;
+    }
+
+    /// Waits until the CloneSet has updated and ready every replica of its current spec;
+    /// returns its one pod.
+    async fn cloneset_updated(&self, what: &str) -> Pod {
+        let sets = self.clonesets();
+        let done = |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                let (spec, status) = (&o.data["spec"], &o.data["status"]);
+                status["observedGeneration"].as_i64() == o.metadata.generation
+                    && status["updatedReadyReplicas"] == spec["replicas"]
+                    && status["readyReplicas"] == spec["replicas"]
+                    && status["replicas"] == spec["replicas"]
+            })
+        };
+        let found = tokio::time::timeout(
+            LIMIT,
+            kube::runtime::wait::await_condition(sets.clone(), "web", done),
+        )
+        .await;
+        if !matches!(found, Ok(Ok(Some(_)))) {
+            let status = sets
+                .get_opt("web")
+                .await
+                .ok()
+                .flatten()
+                .map(|o| o.data["status"].to_string());
+            let pods: Vec<String> = self
+                .pods_now()
+                .await
+                .iter()
+                .map(|p| {
+                    json!({"name": p.name_any(), "annotations": p.annotations(),
+                           "status": p.status})
+                    .to_string()
+                })
+                .collect();
+            panic!(
+                "{what}: the CloneSet did not finish within {LIMIT:?}; its status {status:?}\n\
+                 pods:\n{}\nkruise-manager's log:\n{}",
+                pods.join("\n"),
+                manager_log_tail()
+            );
+        }
+        let pods = self.pods_now().await;
+        assert_eq!(pods.len(), 1, "{pods:#?}");
+        pods.into_iter().next().unwrap()
+    }
+
+    async fn pods_now(&self) -> Vec<Pod> {
+        self.ns
+            .pods()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Changes the CloneSet's template as a user's `kubectl patch --type merge` does.
+    async fn patch_template(&self, template: Value) {
+        self.clonesets()
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"template": template}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn cleanup(self) {
+        // the CloneSet first: the manager would make its pod again
+        let _ = self.clonesets().delete("web", &Default::default()).await;
+        self.ns.delete().await;
+    }
+}
+
+/// A container that ends at once on SIGTERM; `env` maps variables to the annotation each reads.
+fn container(name: &str, image: &str, env: &[(&str, &str)]) -> Value {
+    let env: Vec<Value> = env
+        .iter()
+        .map(|(var, key)| {
+            json!({"name": var, "valueFrom": {"fieldRef":
+                {"fieldPath": format!("metadata.annotations['{key}']")}}})
+        })
+        .collect();
+    json!({"name": name, "image": image, "env": env,
+           "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]})
+}
+
+/// What `echo $VAR` prints in the running container of `name`.
+async fn echo(lab: &KubeLab, pod: &Pod, name: &str, var: &str) -> String {
+    let id = runtime_id(status_of(pod, name).container_id.as_deref().unwrap()).to_string();
+    let out = lab
+        .runtime()
+        .exec_sync(
+            &id,
+            vec!["sh".into(), "-c".into(), format!("echo ${var}")],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The pod's in-place update is finished as the manager records it: its state names the
+/// CloneSet's update revision with nothing left for a next batch, and `InPlaceUpdateReady` is
+/// true again.
+async fn assert_in_place_finished(user: &User, pod: &Pod) {
+    let set = user.clonesets().get("web").await.unwrap();
+    let revision = set.data["status"]["updateRevision"].as_str().unwrap();
+    let state: Value = serde_json::from_str(
+        pod.annotations()
+            .get(kruised::k8s::keys::INPLACE_UPDATE_STATE)
+            .expect("the manager's in-place update state"),
+    )
+    .unwrap();
+    assert_eq!(state["revision"], revision, "{state}");
+    assert!(
+        state.get("nextContainerRefMetadata").is_none()
+            && state.get("nextContainerImages").is_none(),
+        "nothing left for a next batch: {state}"
+    );
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == kruised::k8s::keys::INPLACE_UPDATE_READY)
+        })
+        .map(|c| c.status.clone());
+    assert_eq!(ready.as_deref(), Some("True"));
+}
+
+#[tokio::test]
+async fn a_cloneset_updates_env_in_place_by_one_restart_of_kruised_and_image_and_env_by_the_kubelets()
+ {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kcloneset").await;
+    let mut daemon = user.kruised().await;
+    let v1 = lab.image("busybox:v1");
+    user.cloneset(vec![
+        container("main", &v1, &[("APP_CONFIG", "app-config")]),
+        container("side", &v1, &[]),
+    ])
+    .await;
+    let before = user.cloneset_updated("the first pod").await;
+    let uid = before.uid().unwrap();
+    assert_eq!(echo(&lab, &before, "main", "APP_CONFIG").await, "v1");
+
+    // the env of one container of two reads the changed annotation: kruised restarts it once
+    user.patch_template(json!({"metadata": {"annotations": {"app-config": "v2"}}}))
+        .await;
+    let after = user.cloneset_updated("the annotation v2 in place").await;
+    assert_eq!(after.uid().unwrap(), uid, "updated in place: the same pod");
+    assert_eq!(status_of(&after, "main").restart_count, 1);
+    assert_eq!(echo(&lab, &after, "main", "APP_CONFIG").await, "v2");
+    assert_eq!(
+        status_of(&after, "side").container_id,
+        status_of(&before, "side").container_id,
+        "side untouched"
+    );
+    assert_eq!(stops_logged(&daemon), 1, "kruised stopped main once");
+    assert_in_place_finished(&user, &after).await;
+
+    // image and annotation together: the kubelet recreates main for its new image with the new
+    // value; kruised stops nothing
+    let v2 = lab.image("busybox:v2");
+    user.patch_template(json!({
+        "metadata": {"annotations": {"app-config": "v3"}},
+        "spec": {"containers": [container("main", &v2, &[("APP_CONFIG", "app-config")]),
+                                container("side", &v1, &[])]}}))
+        .await;
+    let last = user.cloneset_updated("image and annotation in place").await;
+    assert_eq!(last.uid().unwrap(), uid);
+    let main = status_of(&last, "main");
+    assert_eq!(main.restart_count, 2, "one more restart, the kubelet's");
+    assert!(main.image.contains("busybox:v2"), "{}", main.image);
+    assert_eq!(echo(&lab, &last, "main", "APP_CONFIG").await, "v3");
+    assert_eq!(stops_logged(&daemon), 1, "kruised stopped nothing more");
+    assert_in_place_finished(&user, &last).await;
+
+    daemon.terminate();
+    assert!(daemon.wait_exit(LIMIT).await.success());
+    cluster::assert_never_forbidden(&daemon);
+    user.cleanup().await;
+}
+
+#[tokio::test]
+async fn without_kruised_the_managers_env_update_waits_and_kruised_finishes_it_when_it_starts() {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "knodaemon").await;
+    let v1 = lab.image("busybox:v1");
+    user.cloneset(vec![container(
+        "main",
+        &v1,
+        &[("APP_CONFIG", "app-config")],
+    )])
+    .await;
+    let before = user.cloneset_updated("the first pod").await;
+    user.patch_template(json!({"metadata": {"annotations": {"app-config": "v2"}}}))
+        .await;
+    // the manager starts the update: the pod out of service, the new annotation on it
+    let pods = user.ns.pods();
+    let name = before.name_any();
+    let waiting = wait_for(
+        &pods,
+        &name,
+        "the manager starting the update",
+        |p: Option<&Pod>| {
+            p.is_some_and(|p| {
+                p.annotations().get("app-config").map(String::as_str) == Some("v2")
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| {
+                                c.type_ == kruised::k8s::keys::INPLACE_UPDATE_READY
+                                    && c.status == "False"
+                            })
+                        })
+            })
+        },
+    )
+    .await;
+    // the scenario, not a synchronisation: nobody on the node acts for a while
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let still = pods.get(&name).await.unwrap();
+    assert_eq!(
+        status_of(&still, "main").restart_count,
+        0,
+        "nothing restarted it"
+    );
+    assert_eq!(
+        status_of(&still, "main").container_id,
+        status_of(&waiting, "main").container_id
+    );
+    let set = user.clonesets().get("web").await.unwrap();
+    assert_eq!(
+        set.data["status"]["updatedReadyReplicas"],
+        json!(0),
+        "the update is not finished without the daemon: {:#?}",
+        set.data["status"]
+    );
+
+    let daemon = user.kruised().await;
+    let after = user.cloneset_updated("the update, once kruised runs").await;
+    assert_eq!(status_of(&after, "main").restart_count, 1);
+    assert_eq!(echo(&lab, &after, "main", "APP_CONFIG").await, "v2");
+    assert_in_place_finished(&user, &after).await;
+    assert_eq!(stops_logged(&daemon), 1);
+    daemon.terminate();
+    user.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_image_pull_job_is_pulled_by_kruised_and_succeeds_with_and_without_a_pull_secret() {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kpulljob").await;
+    let daemon = user.kruised().await;
+    let public = format!("{}/imagepull/busybox:v1", lab.registry);
+    let (u, p) = lab.auth_credentials();
+    let private = format!("{}/secure/busybox:v1", lab.auth_registry);
+    // images the node lacks
+    let images = lab.runtime();
+    for image in [&public, &private] {
+        if let Ok(Some(found)) = images.image_status(image).await {
+            images.remove_image(&found.id).await.unwrap();
+        }
+    }
+    let config =
+        json!({"auths": {lab.auth_registry.clone(): {"username": u, "password": p}}}).to_string();
+    let secrets: Api<Secret> = Api::namespaced(user.admin.clone(), &user.ns.name);
+    secrets
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "regcred"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": config}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let jobs = kind("apps.kruise.io", "v1beta1", "ImagePullJob");
+    for (name, image, secrets) in [
+        ("public", &public, json!([])),
+        ("private", &private, json!(["regcred"])),
+    ] {
+        user.create(
+            &jobs,
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "ImagePullJob",
+                "metadata": {"name": name},
+                "spec": {"image": image, "pullSecrets": secrets, "parallelism": 1,
+                         "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 120},
+                         "pullPolicy": {"backoffLimit": 1, "timeoutSeconds": 60}}}),
+        )
+        .await;
+    }
+    for name in ["public", "private"] {
+        let found = tokio::time::timeout(
+            LIMIT,
+            kube::runtime::wait::await_condition(
+                user.api(&jobs),
+                name,
+                |o: Option<&DynamicObject>| {
+                    o.is_some_and(|o| o.data["status"]["completionTime"].is_string())
+                },
+            ),
+        )
+        .await;
+        let job = user.api(&jobs).get(name).await.unwrap();
+        assert!(
+            matches!(found, Ok(Ok(Some(_)))),
+            "job {name} did not complete within {LIMIT:?}: {:#?}\nkruise-manager's log:\n{}",
+            job.data["status"],
+            manager_log_tail()
+        );
+        let status = &job.data["status"];
+        assert_eq!(status["succeeded"], json!(1), "{name}: {status:#}");
+        assert_eq!(
+            status["failed"].as_i64().unwrap_or(0),
+            0,
+            "{name}: {status:#}"
+        );
+    }
+    for image in [&public, &private] {
+        assert!(
+            images.image_status(image).await.unwrap().is_some(),
+            "{image} is on the node"
+        );
+    }
+    // the password never reaches the log
+    assert!(!daemon.log_text().contains(&p));
+    cluster::assert_never_forbidden(&daemon);
+    user.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_users_recreate_request_is_filled_by_the_webhook_and_carried_out_by_kruised() {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kcrr").await;
+    let daemon = user.kruised().await;
+    let v1 = lab.image("busybox:v1");
+    // a's preStop hook calls the test (host network): the webhook copies it into the request
+    let hooks = HookServer::start().await;
+    let mut a = container("a", &v1, &[]);
+    a["lifecycle"] = json!({"preStop": {"exec": {"command": ["sh", "-c",
+        format!("wget -q -O /dev/null http://127.0.0.1:{}/hook/web/a", hooks.port)]}}});
+    user.cloneset(vec![a, container("b", &v1, &[])]).await;
+    let pod = user.cloneset_updated("the pod").await;
+
+    let crrs = kind("apps.kruise.io", "v1beta1", "ContainerRecreateRequest");
+    let made = user
+        .create(
+            &crrs,
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "ContainerRecreateRequest",
+                "metadata": {"name": "again"},
+                "spec": {"podName": pod.name_any(), "containers": [{"name": "a"}, {"name": "b"}],
+                         "strategy": {"orderedRecreate": true}}}),
+        )
+        .await;
+    // the manager's webhook filled in what a user leaves out
+    let spec = &made.data["spec"];
+    for (i, c) in ["a", "b"].iter().enumerate() {
+        assert_eq!(
+            spec["containers"][i]["statusContext"]["containerID"].as_str(),
+            status_of(&pod, c).container_id.as_deref(),
+            "{spec:#}"
+        );
+    }
+    assert_eq!(
+        made.labels().get(kruised::k8s::keys::CRR_NODE_NAME_LABEL),
+        Some(&lab.node)
+    );
+    let found = tokio::time::timeout(
+        LIMIT,
+        kube::runtime::wait::await_condition(
+            user.api(&crrs),
+            "again",
+            |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Completed"),
+        ),
+    )
+    .await;
+    let crr = user.api(&crrs).get("again").await.unwrap();
+    assert!(
+        matches!(found, Ok(Ok(Some(_)))),
+        "not Completed within {LIMIT:?}: {:#?}\nkruise-manager's log:\n{}",
+        crr.data["status"],
+        manager_log_tail()
+    );
+    let states = crr.data["status"]["containerRecreateStates"]
+        .as_array()
+        .unwrap();
+    assert_eq!(states.len(), 2, "{states:#?}");
+    assert!(
+        states.iter().all(|s| s["phase"] == "Succeeded"),
+        "{states:#?}"
+    );
+    let after = user.ns.pods().get(&pod.name_any()).await.unwrap();
+    for c in ["a", "b"] {
+        assert_eq!(status_of(&after, c).restart_count, 1, "{c} recreated once");
+    }
+    assert_eq!(hooks.count("web", "a"), 1, "a's preStop hook ran once");
+    cluster::assert_never_forbidden(&daemon);
+    user.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_pod_probe_markers_exec_tcp_and_http_probes_set_the_pods_conditions_and_labels_and_follow_them()
+ {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kprobe").await;
+    let daemon = user.kruised().await;
+    let v1 = lab.image("busybox:v1");
+    // a TCP port of the pod's own (host network): one the test picks free
+    let port = super::support::daemon::free_addr().port();
+    let mut srv = container("srv", &v1, &[]);
+    srv["command"] = json!([
+        "sh",
+        "-c",
+        format!(
+            "mkdir -p /www && echo up > /www/index.html && exec httpd -f -p 127.0.0.1:{port} -h /www"
+        )
+    ]);
+    user.cloneset(vec![container("main", &v1, &[]), srv]).await;
+    let pod = user.cloneset_updated("the pod").await;
+
+    let markers = kind("apps.kruise.io", "v1alpha1", "PodProbeMarker");
+    user.create(
+        &markers,
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "PodProbeMarker",
+            "metadata": {"name": "marker"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "probes": [
+                {"name": "healthy", "containerName": "main",
+                 "probe": {"exec": {"command": ["test", "!", "-e", "/tmp/sick"]},
+                           "periodSeconds": 1, "failureThreshold": 1},
+                 "podConditionType": "example.com/healthy",
+                 "markerPolicy": [{"state": "Succeeded", "labels": {"example.com/healthy": "yes"}},
+                                  {"state": "Failed", "labels": {"example.com/healthy": "no"}}]},
+                {"name": "serving", "containerName": "srv",
+                 "probe": {"tcpSocket": {"port": port}, "periodSeconds": 1, "failureThreshold": 1},
+                 "podConditionType": "example.com/serving",
+                 "markerPolicy": [{"state": "Succeeded", "labels": {"example.com/serving": "yes"}}]},
+                {"name": "page", "containerName": "srv",
+                 "probe": {"httpGet": {"port": port, "path": "/index.html", "scheme": "HTTP"},
+                           "periodSeconds": 1, "failureThreshold": 1},
+                 "podConditionType": "example.com/page"}]}}),
+    )
+    .await;
+    let pods = user.ns.pods();
+    let name = pod.name_any();
+    let marked = |healthy: &'static str| {
+        move |p: Option<&Pod>| {
+            p.is_some_and(|p| {
+                let label = |k: &str| p.labels().get(k).cloned();
+                let condition = |t: &str| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+                        .map(|c| c.status.clone())
+                };
+                label("example.com/healthy").as_deref() == Some(healthy)
+                    && condition("example.com/healthy").as_deref()
+                        == Some(if healthy == "yes" { "True" } else { "False" })
+                    && label("example.com/serving").as_deref() == Some("yes")
+                    && condition("example.com/serving").as_deref() == Some("True")
+                    && condition("example.com/page").as_deref() == Some("True")
+            })
+        }
+    };
+    wait_for(&pods, &name, "both probes succeeded, marked", marked("yes")).await;
+
+    // the exec probe fails from now on: the marker follows
+    let main = runtime_id(status_of(&pod, "main").container_id.as_deref().unwrap()).to_string();
+    let out = lab
+        .runtime()
+        .exec_sync(
+            &main,
+            vec!["touch".into(), "/tmp/sick".into()],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    wait_for(&pods, &name, "the exec probe failed, marked", marked("no")).await;
+    cluster::assert_never_forbidden(&daemon);
+    let _ = user
+        .api(&markers)
+        .delete("marker", &Default::default())
+        .await;
+    user.cleanup().await;
+}
