@@ -145,6 +145,26 @@ impl Daemon {
         }
     }
 
+    /// Waits until `times` lines whose message contains `needle` have been logged, at most
+    /// `limit`. Panics with the log if they do not come.
+    pub async fn wait_for_logged_times(&mut self, needle: &str, times: usize, limit: Duration) {
+        let count = |d: &Daemon| d.log().iter().filter(|v| message_has(v, needle)).count();
+        let found = tokio::time::timeout(limit, async {
+            while count(self) < times {
+                if self.lines.changed().await.is_err() {
+                    return count(self) >= times;
+                }
+            }
+            true
+        })
+        .await;
+        assert!(
+            found == Ok(true),
+            "kruised did not log {needle:?} {times} times within {limit:?}; log:\n{}",
+            self.log_text()
+        );
+    }
+
     /// Waits for a line for which `pred` holds (or returns one already logged), at most
     /// `limit`. Panics with the log if none comes.
     pub async fn wait_for_line(
