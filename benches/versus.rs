@@ -1,0 +1,365 @@
+//! kruise-daemon and kruised side by side, one after the other, on the cluster of the test layer
+//! (real kube-apiserver, kubelet, containerd 2.3) with the same idle pods, each run as its
+//! DaemonSet pod would run it: kruise-daemon with the RBAC of kruise's chart, its runtime socket
+//! under `/hostvarrun` (a private mount namespace), `NODE_NAME`; kruised with `deploy/`'s RBAC.
+//! Figures only, no assertion on them; both columns and their ratio:
+//!
+//! - resident memory when ready with the idle pods, and after the changes;
+//! - CPU and API requests per minute while idle (the API server's `apiserver_request_total`,
+//!   minus the cluster's own rate measured right before, with no daemon);
+//! - start to ready (kruised: `/readyz`; kruise-daemon: `/healthz`, it has no readiness);
+//! - env-from-metadata changes during in-place updates, a fresh pod each (two containers, exec
+//!   and HTTP preStop hooks), in waves of 10 as kruise-manager makes them: restarts per
+//!   container (exactly one is right) and change to both containers running with the new
+//!   value, p50 and p99;
+//! - one pod changed 10 times in a row (back-off carried over), each change given 60 s.
+//!
+//! Run:
+//!
+//!     # the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported), and
+//!     # kruise-daemon unpacked from ../shared/kruise:
+//!     KRUISED_KRUISE_DAEMON=/path/to/kruise-daemon KRUISED_TEST_BIN=target/dist/kruised \
+//!     cargo bench --bench versus
+//!     # KRUISED_BENCH_IDLE_PODS (100), KRUISED_BENCH_CHANGES (50), KRUISED_BENCH_IDLE_SECS (60)
+//!
+//! Under `cargo test` (no `--bench` argument) a smoke run (5 idle pods, 2 changes, 10 s idle,
+//! 2 changes in a row) checks that the harness still works; without kruise-daemon it is skipped
+//! with a message.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "benchmark code: a failed unwrap is a failed run"
+)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use support::cluster::{self, KubeLab, Rbac, Scene};
+use support::daemon::{Daemon, http_get};
+use support::restarts::{self, ChangeResult, HookServer};
+
+/// kruise's default admin port, which `Daemon::start_exe` expects.
+const KRUISE_DAEMON_ADDR: &str = "127.0.0.1:10221";
+
+struct Sizes {
+    idle_pods: usize,
+    changes: usize,
+    idle: Duration,
+    in_a_row: usize,
+}
+
+#[derive(Default)]
+struct Figures {
+    ready_after: Duration,
+    rss_ready: Option<u64>,
+    rss_after: Option<u64>,
+    cpu_per_min_idle: Duration,
+    api_per_min_idle: f64,
+    changes: Vec<ChangeResult>,
+    /// Each change of the one pod, `None` from the first that did not finish within 60 s.
+    in_a_row: Vec<Option<Duration>>,
+}
+
+/// The sum of the API server's `apiserver_request_total`, every series.
+async fn api_requests(admin: &Client) -> f64 {
+    let text = admin
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// The cluster's own API requests per minute over `window`, with no node daemon.
+async fn baseline_api_rate(admin: &Client, window: Duration) -> f64 {
+    let before = api_requests(admin).await;
+    tokio::time::sleep(window).await;
+    (api_requests(admin).await - before) * 60.0 / window.as_secs_f64()
+}
+
+async fn start_kruised(lab: &KubeLab, scene: &Scene) -> (Daemon, Duration) {
+    let identity = cluster::identity(lab, &scene.admin, Rbac::Deploy).await;
+    let started = Instant::now();
+    let mut d = cluster::start_daemon(lab, &identity, &[]);
+    d.wait_for_log("daemon ready", Duration::from_secs(60))
+        .await;
+    (d, started.elapsed())
+}
+
+async fn start_kruise_daemon(
+    lab: &KubeLab,
+    scene: &Scene,
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+) -> (Daemon, Duration) {
+    let identity = cluster::identity(lab, &scene.admin, Rbac::KruiseChart).await;
+    // its DaemonSet mounts the host's /var/run at /hostvarrun: the lab's socket there
+    let varrun = dir.join("varrun");
+    std::fs::create_dir_all(varrun.join("containerd")).unwrap();
+    let _ = std::fs::remove_file(varrun.join("containerd/containerd.sock"));
+    std::os::unix::fs::symlink(&lab.socket, varrun.join("containerd/containerd.sock")).unwrap();
+    let kubeconfig = dir.join("kruise-daemon.kubeconfig");
+    std::fs::copy(&identity.kubeconfig, &kubeconfig).unwrap();
+    let script = format!(
+        "mkdir -p /hostvarrun && mount --bind {} /hostvarrun && exec {} --addr={KRUISE_DAEMON_ADDR} \
+         --enable-pprof=false --socket-file=containerd/containerd.sock \
+         --feature-gates=ImagePullJobGate=true --logtostderr=true --v=2",
+        varrun.display(),
+        exe.display()
+    );
+    let started = Instant::now();
+    let d = Daemon::start_exe(
+        std::path::Path::new("unshare"),
+        &["-m", "--propagation", "private", "sh", "-c", &script],
+        &[
+            ("NODE_NAME", lab.node.as_str()),
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        ],
+    );
+    let addr = KRUISE_DAEMON_ADDR.parse().unwrap();
+    support::within(Duration::from_secs(60), "kruise-daemon healthy", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let up = tokio::net::TcpStream::connect(addr).await.is_ok();
+            if up && http_get(addr, "/healthz").await.0 == 200 {
+                return;
+            }
+        }
+    })
+    .await;
+    (d, started.elapsed())
+}
+
+/// One daemon's run: it starts beside the idle pods, idles, then the changes.
+async fn run(
+    lab: &KubeLab,
+    idle: &Scene,
+    which: Option<&std::path::Path>,
+    sizes: &Sizes,
+) -> Figures {
+    // the cluster's own rate right before, with no daemon: what the daemon's adds to
+    let baseline = baseline_api_rate(&idle.admin, sizes.idle).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut d, ready_after) = match which {
+        Some(exe) => start_kruise_daemon(lab, idle, exe, dir.path()).await,
+        None => start_kruised(lab, idle).await,
+    };
+    let mut f = Figures {
+        ready_after,
+        ..Default::default()
+    };
+    // the idle pods are in its cache once it is ready (neither daemon annotates a pod it
+    // found at start until the pod changes: no patch storm)
+    f.rss_ready = d.rss_bytes();
+    let (cpu, api) = (d.cpu_time().unwrap(), api_requests(&idle.admin).await);
+    tokio::time::sleep(sizes.idle).await;
+    let minutes = sizes.idle.as_secs_f64() / 60.0;
+    f.cpu_per_min_idle = (d.cpu_time().unwrap() - cpu).div_f64(minutes);
+    f.api_per_min_idle = (api_requests(&idle.admin).await - api) / minutes - baseline;
+
+    let changes = Scene::new(lab, "versus-change").await;
+    let hooks = HookServer::start().await;
+    let mut left = sizes.changes;
+    let mut wave = 0;
+    while left > 0 {
+        let n = left.min(10);
+        let names = restarts::create_pods(&changes, &hooks, &format!("w{wave}"), n).await;
+        f.changes
+            .extend(restarts::change_wave(&changes, &hooks, &names, "v2").await);
+        // gone before the next wave: 100 idle pods and a wave fill the node's 110
+        for name in &names {
+            let _ = changes.pods().delete(name, &Default::default()).await;
+        }
+        for name in &names {
+            cluster::wait_deleted(&changes.pods(), name, "a changed pod deleted").await;
+        }
+        left -= n;
+        wave += 1;
+    }
+    let row = restarts::create_pods(&changes, &hooks, "row", 1).await;
+    for i in 0..sizes.in_a_row {
+        let value = format!("r{i}");
+        let change = restarts::change_wave(&changes, &hooks, &row, &value);
+        match tokio::time::timeout(Duration::from_secs(60), change).await {
+            Ok(r) => f.in_a_row.push(Some(r[0].took)),
+            Err(_) => {
+                f.in_a_row.push(None);
+                break;
+            }
+        }
+    }
+    f.rss_after = d.rss_bytes();
+    d.terminate();
+    d.wait_exit(Duration::from_secs(30)).await;
+    // gone for good before the next daemon's idle window: its deletion is API traffic
+    let ns = changes.ns.name.clone();
+    changes.cleanup().await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(idle.admin.clone());
+    support::within(
+        Duration::from_secs(120),
+        "the namespace of the changes deleted",
+        async {
+            while namespaces.get_opt(&ns).await.unwrap().is_some() {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        },
+    )
+    .await;
+    f
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("n/a".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+fn report(sizes: &Sizes, theirs: &mut Figures, ours: &mut Figures) {
+    println!(
+        "kruise-daemon vs kruised: {} idle pods, {} changes, {:?} idle; {}",
+        sizes.idle_pods,
+        sizes.changes,
+        sizes.idle,
+        support::machine()
+    );
+    println!("| | kruise-daemon | kruised | kruised / kruise-daemon |\n|---|---|---|---|");
+    let b = |x: Option<u64>| x.unwrap_or(0) as f64;
+    println!(
+        "| resident memory, ready with the idle pods | {} | {} | {} |",
+        mib(theirs.rss_ready),
+        mib(ours.rss_ready),
+        ratio(b(ours.rss_ready), b(theirs.rss_ready))
+    );
+    println!(
+        "| resident memory after the changes | {} | {} | {} |",
+        mib(theirs.rss_after),
+        mib(ours.rss_after),
+        ratio(b(ours.rss_after), b(theirs.rss_after))
+    );
+    println!(
+        "| CPU a minute while idle | {:.0} ms | {:.0} ms | {} |",
+        theirs.cpu_per_min_idle.as_secs_f64() * 1000.0,
+        ours.cpu_per_min_idle.as_secs_f64() * 1000.0,
+        ratio(
+            ours.cpu_per_min_idle.as_secs_f64(),
+            theirs.cpu_per_min_idle.as_secs_f64()
+        )
+    );
+    println!(
+        "| API requests a minute while idle (over the cluster's own) | {:.1} | {:.1} | {} |",
+        theirs.api_per_min_idle,
+        ours.api_per_min_idle,
+        ratio(ours.api_per_min_idle, theirs.api_per_min_idle)
+    );
+    println!(
+        "| start to ready | {:.2} s | {:.2} s | {} |",
+        theirs.ready_after.as_secs_f64(),
+        ours.ready_after.as_secs_f64(),
+        ratio(
+            ours.ready_after.as_secs_f64(),
+            theirs.ready_after.as_secs_f64()
+        )
+    );
+    let once = |f: &Figures| {
+        let once = f.changes.iter().filter(|r| r.restarts == [1, 1]).count();
+        format!("{once} of {}", f.changes.len())
+    };
+    println!(
+        "| changes with exactly one restart per container | {} | {} | |",
+        once(theirs),
+        once(ours)
+    );
+    for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
+        let mut t: Vec<Duration> = theirs.changes.iter().map(|r| r.took).collect();
+        let mut o: Vec<Duration> = ours.changes.iter().map(|r| r.took).collect();
+        let (t, o) = (
+            restarts::percentile(&mut t, q).as_secs_f64(),
+            restarts::percentile(&mut o, q).as_secs_f64(),
+        );
+        println!(
+            "| change to running with the new value, {label} | {t:.2} s | {o:.2} s | {} |",
+            ratio(o, t)
+        );
+    }
+    let row = |f: &Figures| {
+        f.in_a_row
+            .iter()
+            .map(|t| t.map_or("no (60 s)".into(), |t| format!("{:.1}", t.as_secs_f64())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "| one pod changed {} times in a row, s each | {} | {} | |",
+        sizes.in_a_row,
+        row(theirs),
+        row(ours)
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let Some(lab) = KubeLab::get() else { return };
+    let Some(exe) = std::env::var_os("KRUISED_KRUISE_DAEMON").map(PathBuf::from) else {
+        eprintln!("SKIPPED: no kruise-daemon (KRUISED_KRUISE_DAEMON=path of the unpacked binary)");
+        return;
+    };
+    let num = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let sizes = if bench {
+        Sizes {
+            idle_pods: usize::try_from(num("KRUISED_BENCH_IDLE_PODS", 100)).unwrap(),
+            changes: usize::try_from(num("KRUISED_BENCH_CHANGES", 50)).unwrap(),
+            idle: Duration::from_secs(num("KRUISED_BENCH_IDLE_SECS", 60)),
+            in_a_row: 10,
+        }
+    } else {
+        Sizes {
+            idle_pods: 5,
+            changes: 2,
+            idle: Duration::from_secs(10),
+            in_a_row: 2,
+        }
+    };
+    let _serial = KubeLab::serial().await;
+    let idle = Scene::new(&lab, "versus-idle").await;
+    let image = lab.image("busybox:v1");
+    for i in 0..sizes.idle_pods {
+        let pod = idle.kruise_pod(&format!("idle-{i}"), &[("main", &image, &[])]);
+        idle.pods()
+            .create(&Default::default(), &serde_json::from_value(pod).unwrap())
+            .await
+            .unwrap();
+    }
+    for i in 0..sizes.idle_pods {
+        cluster::wait_for(
+            &idle.pods(),
+            &format!("idle-{i}"),
+            "an idle pod running",
+            cluster::all_running,
+        )
+        .await;
+    }
+    let mut theirs = run(&lab, &idle, Some(&exe), &sizes).await;
+    let mut ours = run(&lab, &idle, None, &sizes).await;
+    report(&sizes, &mut theirs, &mut ours);
+    idle.cleanup().await;
+}
