@@ -203,16 +203,7 @@ async fn run(
     changes.cleanup().await;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(idle.admin.clone());
-    support::within(
-        Duration::from_secs(120),
-        "the namespace of the changes deleted",
-        async {
-            while namespaces.get_opt(&ns).await.unwrap().is_some() {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        },
-    )
-    .await;
+    cluster::wait_deleted(&namespaces, &ns, "the namespace of the changes deleted").await;
     f
 }
 

@@ -32,7 +32,7 @@ pub fn stops_logged(d: &Daemon) -> usize {
 }
 
 /// What `echo $VAR` prints in the running container `id`.
-async fn echo(lab: &KubeLab, id: &str, var: &str) -> String {
+pub async fn echo(lab: &KubeLab, id: &str, var: &str) -> String {
     let out = lab
         .runtime()
         .exec_sync(

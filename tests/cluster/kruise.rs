@@ -14,8 +14,10 @@ use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::containermeta::stops_logged;
-use super::support::cluster::{self, Identity, KubeLab, LIMIT, Rbac, TestNamespace, wait_for};
+use super::containermeta::{self, stops_logged};
+use super::support::cluster::{
+    self, Identity, KubeLab, LIMIT, Rbac, TestNamespace, condition, container, wait_for,
+};
 use super::support::daemon::Daemon;
 use super::support::restarts::HookServer;
 use super::{runtime_id, status_of};
@@ -122,28 +124,14 @@ impl User {
     /// Waits until the CloneSet has updated and ready every replica of its current spec;
     /// returns its one pod.
     async fn cloneset_updated(&self, what: &str) -> Pod {
-        let sets = self.clonesets();
-        let done = |o: Option<&DynamicObject>| {
-            o.is_some_and(|o| {
-                let (spec, status) = (&o.data["spec"], &o.data["status"]);
-                status["observedGeneration"].as_i64() == o.metadata.generation
-                    && status["updatedReadyReplicas"] == spec["replicas"]
-                    && status["readyReplicas"] == spec["replicas"]
-                    && status["replicas"] == spec["replicas"]
-            })
+        let done = |o: &DynamicObject| {
+            let (spec, status) = (&o.data["spec"], &o.data["status"]);
+            status["observedGeneration"].as_i64() == o.metadata.generation
+                && status["updatedReadyReplicas"] == spec["replicas"]
+                && status["readyReplicas"] == spec["replicas"]
+                && status["replicas"] == spec["replicas"]
         };
-        let found = tokio::time::timeout(
-            LIMIT,
-            kube::runtime::wait::await_condition(sets.clone(), "web", done),
-        )
-        .await;
-        if !matches!(found, Ok(Ok(Some(_)))) {
-            let status = sets
-                .get_opt("web")
-                .await
-                .ok()
-                .flatten()
-                .map(|o| o.data["status"].to_string());
+        if let Err(status) = wait_kruise(&self.clonesets(), "web", done).await {
             let pods: Vec<String> = self
                 .pods_now()
                 .await
@@ -155,7 +143,7 @@ impl User {
                 })
                 .collect();
             panic!(
-                "{what}: the CloneSet did not finish within {LIMIT:?}; its status {status:?}\n\
+                "{what}: the CloneSet did not finish within {LIMIT:?}; its status {status}\n\
                  pods:\n{}\nkruise-manager's log:\n{}",
                 pods.join("\n"),
                 manager_log_tail()
@@ -194,32 +182,37 @@ impl User {
     }
 }
 
-/// A container that ends at once on SIGTERM; `env` maps variables to the annotation each reads.
-fn container(name: &str, image: &str, env: &[(&str, &str)]) -> Value {
-    let env: Vec<Value> = env
-        .iter()
-        .map(|(var, key)| {
-            json!({"name": var, "valueFrom": {"fieldRef":
-                {"fieldPath": format!("metadata.annotations['{key}']")}}})
-        })
-        .collect();
-    json!({"name": name, "image": image, "env": env,
-           "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]})
-}
-
 /// What `echo $VAR` prints in the running container of `name`.
 async fn echo(lab: &KubeLab, pod: &Pod, name: &str, var: &str) -> String {
-    let id = runtime_id(status_of(pod, name).container_id.as_deref().unwrap()).to_string();
-    let out = lab
-        .runtime()
-        .exec_sync(
-            &id,
-            vec!["sh".into(), "-c".into(), format!("echo ${var}")],
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let id = status_of(pod, name).container_id.as_deref().unwrap();
+    containermeta::echo(lab, runtime_id(id), var).await
+}
+
+/// Waits until `cond` holds for the object `name` of `api`, at most [`LIMIT`]; returns it, or
+/// its status as it is then.
+async fn wait_kruise(
+    api: &Api<DynamicObject>,
+    name: &str,
+    cond: impl Fn(&DynamicObject) -> bool + Send + 'static,
+) -> Result<DynamicObject, Value> {
+    let found = tokio::time::timeout(
+        LIMIT,
+        kube::runtime::wait::await_condition(
+            api.clone(),
+            name,
+            move |o: Option<&DynamicObject>| o.is_some_and(&cond),
+        ),
+    )
+    .await;
+    match found {
+        Ok(Ok(Some(o))) => Ok(o),
+        _ => Err(api
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .map_or(Value::Null, |o| o.data["status"].clone())),
+    }
 }
 
 /// The pod's in-place update is finished as the manager records it: its state names the
@@ -240,16 +233,10 @@ async fn assert_in_place_finished(user: &User, pod: &Pod) {
             && state.get("nextContainerImages").is_none(),
         "nothing left for a next batch: {state}"
     );
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_ == kruised::k8s::keys::INPLACE_UPDATE_READY)
-        })
-        .map(|c| c.status.clone());
-    assert_eq!(ready.as_deref(), Some("True"));
+    assert_eq!(
+        condition(pod, kruised::k8s::keys::INPLACE_UPDATE_READY),
+        Some("True")
+    );
 }
 
 #[tokio::test]
@@ -338,15 +325,7 @@ async fn without_kruised_the_managers_env_update_waits_and_kruised_finishes_it_w
         |p: Option<&Pod>| {
             p.is_some_and(|p| {
                 p.annotations().get("app-config").map(String::as_str) == Some("v2")
-                    && p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter().any(|c| {
-                                c.type_ == kruised::k8s::keys::INPLACE_UPDATE_READY
-                                    && c.status == "False"
-                            })
-                        })
+                    && condition(p, kruised::k8s::keys::INPLACE_UPDATE_READY) == Some("False")
             })
         },
     )
@@ -430,24 +409,16 @@ async fn an_image_pull_job_is_pulled_by_kruised_and_succeeds_with_and_without_a_
         .await;
     }
     for name in ["public", "private"] {
-        let found = tokio::time::timeout(
-            LIMIT,
-            kube::runtime::wait::await_condition(
-                user.api(&jobs),
-                name,
-                |o: Option<&DynamicObject>| {
-                    o.is_some_and(|o| o.data["status"]["completionTime"].is_string())
-                },
-            ),
-        )
-        .await;
-        let job = user.api(&jobs).get(name).await.unwrap();
-        assert!(
-            matches!(found, Ok(Ok(Some(_)))),
-            "job {name} did not complete within {LIMIT:?}: {:#?}\nkruise-manager's log:\n{}",
-            job.data["status"],
-            manager_log_tail()
-        );
+        let job = wait_kruise(&user.api(&jobs), name, |o| {
+            o.data["status"]["completionTime"].is_string()
+        })
+        .await
+        .unwrap_or_else(|status| {
+            panic!(
+                "job {name} did not complete within {LIMIT:?}: {status:#}\nkruise-manager's log:\n{}",
+                manager_log_tail()
+            )
+        });
         let status = &job.data["status"];
         assert_eq!(status["succeeded"], json!(1), "{name}: {status:#}");
         assert_eq!(
@@ -509,22 +480,16 @@ async fn a_users_recreate_request_is_filled_by_the_webhook_and_carried_out_by_kr
         made.labels().get(kruised::k8s::keys::CRR_NODE_NAME_LABEL),
         Some(&lab.node)
     );
-    let found = tokio::time::timeout(
-        LIMIT,
-        kube::runtime::wait::await_condition(
-            user.api(&crrs),
-            "again",
-            |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Completed"),
-        ),
-    )
-    .await;
-    let crr = user.api(&crrs).get("again").await.unwrap();
-    assert!(
-        matches!(found, Ok(Ok(Some(_)))),
-        "not Completed within {LIMIT:?}: {:#?}\nkruise-manager's log:\n{}",
-        crr.data["status"],
-        manager_log_tail()
-    );
+    let crr = wait_kruise(&user.api(&crrs), "again", |o| {
+        o.data["status"]["phase"] == "Completed"
+    })
+    .await
+    .unwrap_or_else(|status| {
+        panic!(
+            "not Completed within {LIMIT:?}: {status:#}\nkruise-manager's log:\n{}",
+            manager_log_tail()
+        )
+    });
     let states = crr.data["status"]["containerRecreateStates"]
         .as_array()
         .unwrap();
@@ -594,19 +559,13 @@ async fn a_pod_probe_markers_exec_tcp_and_http_probes_set_the_pods_conditions_an
         move |p: Option<&Pod>| {
             p.is_some_and(|p| {
                 let label = |k: &str| p.labels().get(k).cloned();
-                let condition = |t: &str| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .and_then(|cs| cs.iter().find(|c| c.type_ == t))
-                        .map(|c| c.status.clone())
-                };
+                let condition = |t: &str| condition(p, t);
                 label("example.com/healthy").as_deref() == Some(healthy)
-                    && condition("example.com/healthy").as_deref()
+                    && condition("example.com/healthy")
                         == Some(if healthy == "yes" { "True" } else { "False" })
                     && label("example.com/serving").as_deref() == Some("yes")
-                    && condition("example.com/serving").as_deref() == Some("True")
-                    && condition("example.com/page").as_deref() == Some("True")
+                    && condition("example.com/serving") == Some("True")
+                    && condition("example.com/page") == Some("True")
             })
         }
     };

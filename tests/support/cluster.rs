@@ -454,17 +454,7 @@ impl Scene {
     pub fn kruise_pod(&self, name: &str, containers: &[ContainerDef<'_>]) -> Value {
         let containers: Vec<Value> = containers
             .iter()
-            .map(|(c, image, env)| {
-                let env: Vec<Value> = env
-                    .iter()
-                    .map(|(var, key)| {
-                        json!({"name": var, "valueFrom": {"fieldRef":
-                            {"fieldPath": format!("metadata.annotations['{key}']")}}})
-                    })
-                    .collect();
-                json!({"name": c, "image": image, "env": env,
-                       "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]})
-            })
+            .map(|(c, image, env)| container(c, image, env))
             .collect();
         json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -523,6 +513,31 @@ impl Scene {
     pub async fn cleanup(self) {
         self.ns.delete().await;
     }
+}
+
+/// A container that ends at once on SIGTERM; `env` maps variables to the annotation each
+/// reads (`valueFrom.fieldRef`).
+pub fn container(name: &str, image: &str, env: &[(&str, &str)]) -> Value {
+    let env: Vec<Value> = env
+        .iter()
+        .map(|(var, key)| {
+            json!({"name": var, "valueFrom": {"fieldRef":
+                {"fieldPath": format!("metadata.annotations['{key}']")}}})
+        })
+        .collect();
+    json!({"name": name, "image": image, "env": env,
+           "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]})
+}
+
+/// The status of the pod's condition `type_`, if it has one.
+pub fn condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a str> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
 }
 
 /// Every container of the pod running, with an ID, as the kubelet reports it.
