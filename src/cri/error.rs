@@ -41,6 +41,15 @@ pub enum CriError {
         /// The time allowed.
         after: Duration,
     },
+    /// The runtime called the call off itself (gRPC `Cancelled` that this daemon did not ask
+    /// for): containerd 2 answers so for calls that meet it while it restarts.
+    #[error("{call} was called off by the runtime: {message}")]
+    Interrupted {
+        /// The RPC that was made.
+        call: &'static str,
+        /// The runtime's message.
+        message: String,
+    },
     /// The runtime failed the call for another reason.
     #[error("{call} failed: {code}: {message}")]
     Other {
@@ -75,7 +84,20 @@ impl CriError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            CriError::Unreachable { .. } | CriError::Timeout { .. } | CriError::Other { .. }
+            CriError::Unreachable { .. }
+                | CriError::Timeout { .. }
+                | CriError::Interrupted { .. }
+                | CriError::Other { .. }
+        )
+    }
+
+    /// Whether the call broke off for the runtime's state (away, restarting, too slow) rather
+    /// than for anything about the call: whether it took effect is unknown, and the same call
+    /// later is the way to find out.
+    pub fn is_interruption(&self) -> bool {
+        matches!(
+            self,
+            CriError::Unreachable { .. } | CriError::Timeout { .. } | CriError::Interrupted { .. }
         )
     }
 
@@ -115,6 +137,7 @@ impl CriError {
                 call,
                 after: Duration::ZERO,
             },
+            Code::Cancelled => CriError::Interrupted { call, message },
             code => CriError::Other {
                 call,
                 code: format!("{code:?}"),
@@ -173,6 +196,21 @@ mod tests {
             tonic::Status::unavailable("gone"),
         );
         assert!(matches!(e, CriError::Unreachable { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_call_the_runtime_cancelled_is_an_interruption_to_retry_not_a_failure() {
+        // what containerd 2.3 answered a StopContainer that met its restart
+        let status = tonic::Status::cancelled("operation was canceled");
+        let e = CriError::from_status("unix:///x", "StopContainer", status);
+        assert!(matches!(e, CriError::Interrupted { .. }), "{e}");
+        assert!(e.is_interruption());
+        let e = CriError::from_status(
+            "unix:///x",
+            "StopContainer",
+            tonic::Status::internal("permission denied"),
+        );
+        assert!(!e.is_interruption(), "{e}");
     }
 
     #[test]

@@ -136,9 +136,21 @@ async fn fifty_env_changes_under_load_restart_each_container_exactly_once_with_t
     }
     drop(_load);
     assert_eq!(results.len(), CHANGES);
+    // what kruised warned of (a hook that failed or ran out of time), for a failure's message
+    let warnings: String = d
+        .log()
+        .iter()
+        .filter(|v| v["level"] == "WARN")
+        .map(|v| format!("\n  {v}"))
+        .collect();
     for r in &results {
         assert_eq!(r.restarts, [1, 1], "{}: one restart per container", r.pod);
-        assert_eq!(r.hooks, [1, 1], "{}: one preStop run per container", r.pod);
+        assert_eq!(
+            r.hooks,
+            [1, 1],
+            "{}: one preStop run per container; kruised's warnings:{warnings}",
+            r.pod
+        );
         assert_eq!(
             r.seen,
             ["v2", "v2"],

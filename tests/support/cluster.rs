@@ -450,7 +450,8 @@ impl Scene {
     /// A pod as a CloneSet makes it, owned by the scene's TestWorkload, with the `InPlaceUpdateReady`
     /// readiness gate, host network, on the lab's node. Each container is `(name, image, env)`
     /// where `env` maps a variable to the annotation it reads. The containers exit at once on
-    /// SIGTERM.
+    /// SIGTERM; the grace period is the kubelet's default, 30 s, which is also what a preStop
+    /// hook may take (5 s cut exec hooks short on a loaded machine).
     pub fn kruise_pod(&self, name: &str, containers: &[ContainerDef<'_>]) -> Value {
         let containers: Vec<Value> = containers
             .iter()
@@ -465,7 +466,7 @@ impl Scene {
                     "name": "demo", "uid": self.owner_uid, "controller": true,
                     "blockOwnerDeletion": true}]},
             "spec": {"nodeName": self.lab.node, "hostNetwork": true,
-                "terminationGracePeriodSeconds": 5,
+                "terminationGracePeriodSeconds": 30,
                 "readinessGates": [{"conditionType": keys::INPLACE_UPDATE_READY}],
                 "containers": containers}
         })

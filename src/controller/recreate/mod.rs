@@ -490,11 +490,10 @@ async fn kill_one(
             tracing::info!(request = %r.name_any(), %container, "kill called off: the request ended");
             Ok(())
         }
-        // the runtime went away under the call (crashed, restarting): whether the container
-        // stopped is unknown, and a later pass finds out; the request has not failed
-        Err(kill::KillError::Cri(
-            e @ (crate::cri::CriError::Unreachable { .. } | crate::cri::CriError::Timeout { .. }),
-        )) => Err(PassError::Runtime(format!(
+        // the runtime went away under the call or called it off (crashed, restarting): whether
+        // the container stopped is unknown, and a later pass finds out; the request has not
+        // failed
+        Err(kill::KillError::Cri(e)) if e.is_interruption() => Err(PassError::Runtime(format!(
             "stopping container {container}: {e}"
         ))),
         Err(kill::KillError::Cri(e)) => {
