@@ -203,10 +203,13 @@ fi
 
 # the shipped binary and image (the cluster layer deploys it), built in the background from
 # now on, beside the tests' build (its own profile and target directory: no build lock shared
-# with it). Its last step, kruised with fat LTO in one codegen unit, runs on one core for about
-# five minutes: started at once it ends about when the tests that deploy it are due. Static,
-# runs, and the image's digest is the same when built again from the same source. Not linted
-# again (RUSTC_WORKSPACE_WRAPPER is CI's clippy, which the tests' build runs).
+# with it). It is the longest chain of the run: its dependencies (about 3.5 minutes on two
+# cores), then kruised in one codegen unit (1.5 minutes) and the fat-LTO link (3 minutes), each
+# on one core. So it goes first, and the tests' build (below, at a lower priority) takes what
+# it leaves: the core the chain does not use, instead of a core idle at the end while the last
+# link runs alone. Static, runs, and the image's digest is the same when built again from the
+# same source. Not linted again (RUSTC_WORKSPACE_WRAPPER is CI's clippy, which the tests'
+# build runs).
 t_image=$(now)
 (
   unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
@@ -220,9 +223,10 @@ t_image=$(now)
 image_pid=$!
 JOBS+=("$image_pid")
 
-# ---- build: the test binaries, listed by name for the parts below
+# ---- build: the test binaries, listed by name for the parts below; niced, so that the image's
+# chain keeps its core (see above)
 t=$(now)
-cargo test --workspace --all-targets --locked --no-run
+nice -n 10 cargo test --workspace --all-targets --locked --no-run
 cargo test --workspace --all-targets --locked --no-run --message-format=json 2> /dev/null |
   python3 -c '
 import json, sys
