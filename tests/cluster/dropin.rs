@@ -129,7 +129,7 @@ async fn fifty_env_changes_under_load_restart_each_container_exactly_once_with_t
     // one change per pod: the kubelet backs off a container restarted again within minutes,
     // which would measure its back-off, not the restart
     let pods = restarts::create_pods(&scene, &hooks, "w", CHANGES).await;
-    let _load = CpuLoad::start(2);
+    let _load = CpuLoad::top_up();
     let mut results = Vec::new();
     for wave in pods.chunks(CHANGES / WAVES) {
         results.extend(restarts::change_wave(&scene, &hooks, wave, "v2").await);

@@ -78,6 +78,20 @@ impl HookServer {
 pub struct CpuLoad(Vec<tokio::process::Child>);
 
 impl CpuLoad {
+    /// Loads every core: as many busy processes as the cores the machine's load average leaves
+    /// idle. Alone on the machine that is one per core; in CI, where the other layers already
+    /// keep the cores busy, it adds little or nothing instead of taking their time.
+    pub fn top_up() -> CpuLoad {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let load: f64 = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        let n = cores.saturating_sub(load.round() as usize);
+        eprintln!("CPU load: load average {load:.2} on {cores} cores; {n} busy loops added");
+        CpuLoad::start(n)
+    }
+
     /// `n` busy processes.
     pub fn start(n: usize) -> CpuLoad {
         CpuLoad(
