@@ -4,10 +4,12 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     const PROTO: &str = "proto/runtime/v1/api.proto";
     println!("cargo:rerun-if-changed={PROTO}");
+    println!("cargo:rerun-if-env-changed=CARGO_FEATURE_TEST_UTIL");
     let descriptors = protox::compile([PROTO], ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(true)
+        // server stubs only for the fake runtime of the tests (feature test-util)
+        .build_server(std::env::var_os("CARGO_FEATURE_TEST_UTIL").is_some())
         // maps as BTreeMap: deterministic order for output and comparisons
         .btree_map(".")
         // credentials must never reach a log through a derived Debug

@@ -1,9 +1,12 @@
 //! Conversions between the generated CRI messages and the domain types, in both directions
-//! (the fake runtime serves domain state as CRI messages).
+//! (the fake runtime of the tests serves domain state as CRI messages: those directions only
+//! with the `test-util` feature).
 
 use std::fmt;
 
-use super::convert_detail::{container_status_detail, image_spec_named, namespace_option_message};
+#[cfg(feature = "test-util")]
+use super::convert_detail::namespace_option_message;
+use super::convert_detail::{container_status_detail, image_spec_named};
 use super::detail::{NamespaceMode, SandboxStatusDetail};
 use super::proto;
 use super::types::*;
@@ -168,6 +171,7 @@ pub(crate) fn sandbox_status_of(
     })
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn sandbox_status_message(s: &PodSandboxStatus) -> proto::PodSandboxStatusResponse {
     let network_mode = if s.host_network {
         proto::NamespaceMode::Node
@@ -218,6 +222,7 @@ pub(crate) fn sandbox_filter(f: SandboxFilter) -> proto::PodSandboxFilter {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn sandbox_filter_from(f: Option<proto::PodSandboxFilter>) -> SandboxFilter {
     let Some(f) = f else {
         return SandboxFilter::default();
@@ -259,6 +264,7 @@ pub(crate) fn sandbox_config(c: SandboxConfig) -> proto::PodSandboxConfig {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn sandbox_config_from(c: proto::PodSandboxConfig) -> SandboxConfig {
     SandboxConfig {
         metadata: c.metadata.map(Into::into).unwrap_or_default(),
@@ -338,6 +344,7 @@ pub(crate) fn container_status_of(
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn container_status_message(s: &ContainerStatus) -> proto::ContainerStatusResponse {
     proto::ContainerStatusResponse {
         status: Some(proto::ContainerStatus {
@@ -373,6 +380,7 @@ pub(crate) fn container_filter(f: ContainerFilter) -> proto::ContainerFilter {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn container_filter_from(f: Option<proto::ContainerFilter>) -> ContainerFilter {
     let Some(f) = f else {
         return ContainerFilter::default();
@@ -418,6 +426,7 @@ pub(crate) fn container_config(c: ContainerConfig) -> proto::ContainerConfig {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn container_config_from(c: proto::ContainerConfig) -> ContainerConfig {
     ContainerConfig {
         metadata: c.metadata.map(Into::into).unwrap_or_default(),
@@ -469,6 +478,7 @@ pub(crate) fn container_event(e: proto::ContainerEventResponse) -> ContainerEven
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn container_event_message(e: &ContainerEvent) -> proto::ContainerEventResponse {
     let kind = match e.kind {
         ContainerEventKind::Created => proto::ContainerEventType::ContainerCreatedEvent,
@@ -590,6 +600,7 @@ pub(crate) fn pull_request(r: PullRequest) -> proto::PullImageRequest {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn pull_request_from(r: proto::PullImageRequest) -> PullRequest {
     PullRequest {
         image: image_name(r.image),

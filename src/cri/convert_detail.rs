@@ -172,6 +172,7 @@ pub(crate) fn namespace_mode(v: i32) -> NamespaceMode {
     }
 }
 
+#[cfg(feature = "test-util")]
 fn namespace_mode_value(m: NamespaceMode) -> i32 {
     match m {
         NamespaceMode::Pod => proto::NamespaceMode::Pod as i32,
@@ -198,6 +199,7 @@ impl From<proto::NamespaceOption> for NamespaceOption {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn namespace_option_message(o: &NamespaceOption) -> proto::NamespaceOption {
     let mapping = |m: &IdMapping| proto::IdMapping {
         host_id: m.host_id,

@@ -5,7 +5,8 @@
 //! - [`RemoteRuntime`]: the tonic client over a unix socket;
 //! - [`Runtimes`]: every runtime found on the node, keyed by the name that prefixes container IDs;
 //! - [`dialect`]: what containerd 1.6, containerd 2.x and CRI-O answer differently;
-//! - [`fake`]: an in-memory CRI server for tests, speaking the real protocol on a unix socket.
+//! - `fake`: an in-memory CRI server for tests, speaking the real protocol on a unix socket
+//!   (feature `test-util`: never in the shipped build).
 
 mod convert;
 mod convert_detail;
@@ -13,6 +14,7 @@ mod detail;
 pub mod dialect;
 pub mod endpoint;
 mod error;
+#[cfg(feature = "test-util")]
 pub mod fake;
 mod grpc;
 mod runtimes;

@@ -134,3 +134,32 @@ fn the_layer_table_has_no_circle() {
         visit(n, &graph, &mut Vec::new());
     }
 }
+
+/// The fake runtime is test machinery: compiled only with the `test-util` feature, which the
+/// shipped build does not have, and product code uses it nowhere (tests inside `src/` may: they
+/// follow the file's `#[cfg(test)]`).
+#[test]
+fn product_code_never_uses_the_fake_runtime_and_the_shipped_build_has_none() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let cri = std::fs::read_to_string(src.join("cri/mod.rs")).expect("read cri/mod.rs");
+    assert!(
+        cri.contains("#[cfg(feature = \"test-util\")]\npub mod fake;"),
+        "cri::fake is compiled only with the test-util feature"
+    );
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut users = Vec::new();
+    for file in files.iter().filter(|f| !f.ends_with("cri/fake.rs")) {
+        let text = std::fs::read_to_string(file).expect("read");
+        let product = text.split("#[cfg(test)]").next().unwrap_or_default();
+        if product.contains("fake::") {
+            users.push(
+                file.strip_prefix(&src)
+                    .expect("under src")
+                    .display()
+                    .to_string(),
+            );
+        }
+    }
+    assert!(users.is_empty(), "product code uses cri::fake: {users:?}");
+}
