@@ -331,6 +331,11 @@ async fn main() {
         }
     };
     let _serial = KubeLab::serial().await;
+    // what a run that panicked left on the lab (its pods would count against both daemons)
+    let left = cluster::remove_leftover_namespaces(&lab, &["versus-idle", "versus-change"]).await;
+    if !left.is_empty() {
+        eprintln!("versus: removed namespaces an earlier run left behind: {left:?}");
+    }
     let idle = Scene::new(&lab, "versus-idle").await;
     let image = lab.image("busybox:v1");
     for i in 0..sizes.idle_pods {

@@ -395,6 +395,34 @@ const TESTWORKLOAD_CRD: &str = include_str!("../fixtures/cluster/testworkload-cr
 /// each reads.
 pub type ContainerDef<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
+/// Deletes the namespaces an earlier run left behind when it panicked: those named
+/// `<prefix>-<pid>-<n>` (as [`TestNamespace::create`] names them) for one of `prefixes`, whose
+/// process is gone. Returns their names. The namespaces of a live process are left alone.
+pub async fn remove_leftover_namespaces(lab: &KubeLab, prefixes: &[&str]) -> Vec<String> {
+    let admin = lab.admin().await;
+    let api: Api<Namespace> = Api::all(admin);
+    let list = api
+        .list(&Default::default())
+        .await
+        .expect("list namespaces");
+    let mut removed = Vec::new();
+    for ns in list.items {
+        let name = ns.name_any();
+        let pid = prefixes.iter().find_map(|p| {
+            let rest = name.strip_prefix(p)?.strip_prefix('-')?;
+            rest.split('-').next()?.parse::<u32>().ok()
+        });
+        let Some(pid) = pid else { continue };
+        if ns.metadata.deletion_timestamp.is_some() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if api.delete(&name, &DeleteParams::default()).await.is_ok() {
+            removed.push(name);
+        }
+    }
+    removed
+}
+
 /// What every scenario where the test plays kruise-manager needs: the lab, an admin client, a
 /// namespace of its own and a [`TESTWORKLOAD_CRD`] owner in it for the pods.
 pub struct Scene {
