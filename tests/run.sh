@@ -9,12 +9,11 @@
 #   tests/run.sh                 everything
 #   tests/run.sh -- ARGS         ARGS to every test binary (a name filter, --nocapture, ...)
 #
-# How it runs, on two cores: the labs and the shipped image (`scripts/build-image.sh`, the
-# longest chain) start in the background while the tests build at a lower priority; the cluster
-# layer (`tests/cluster`, the longest part; the tests that deploy the image last) starts as soon
-# as its own binaries are built, while the rest build; then the unit and integration tests; then,
-# at once (each is mostly waiting on real processes), the end-to-end layer on each runtime (its
-# own lab and registry; `tests/e2e`, then the tests that kill the runtime, `tests/e2e_faults`).
+# How it runs, on two cores: the labs start in the background while the tests build; then the
+# unit and integration tests; then, at once (each is mostly waiting on real processes): the
+# end-to-end layer on each runtime (its own lab and registry; `tests/e2e`, then the tests that
+# kill the runtime, `tests/e2e_faults`) and the cluster layer (`tests/cluster`; the tests that
+# deploy the shipped image last, once `scripts/build-image.sh` has built it in the background).
 # Each part's output goes to a log of its own, printed when it fails; a table of what took how
 # long ends the run (KRUISED_PHASES=FILE appends it there too).
 #
@@ -224,25 +223,31 @@ t_image=$(now)
 image_pid=$!
 JOBS+=("$image_pid")
 
-# ---- build, niced, so that the image's chain keeps its core (see above): first what the
-# cluster layer runs (its part is the longest after the build, so it starts as soon as it can),
-# then, while it runs, everything else. The binaries are listed by name for the parts below.
-build_tests() { # build_tests CARGO_TEST_ARGS...: builds them, appends their binaries to the list
-  nice -n 10 cargo test --locked --no-run "$@"
-  cargo test --locked --no-run --message-format=json "$@" 2> /dev/null |
-    python3 -c '
+# ---- build: the test binaries, listed by name for the parts below; niced, so that the image's
+# chain keeps its core (see above)
+t=$(now)
+nice -n 10 cargo test --workspace --all-targets --locked --no-run
+cargo test --workspace --all-targets --locked --no-run --message-format=json 2> /dev/null |
+  python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])' >> "$RUN/binaries"
-}
+        print(m["target"]["name"], m["executable"])' > "$RUN/binaries"
 bin() { awk -v n="$1" '$1 == n {print $2; exit}' "$RUN/binaries"; }
-t_build=$(now)
-if [ -n "$kube_lab" ]; then
-  build_tests --test cluster --bench inplace
-  phase "build the cluster layer's tests" "$t_build"
-fi
+phase "build the tests" "$t"
+
+# ---- the labs of the end-to-end layer
+t=$(now)
+for rt in "${E2E_RUNTIMES[@]}"; do
+  if ! wait "${LAB_PID[$rt]}"; then
+    tail -30 "$RUN/lab-$rt.log" >&2
+    log "ERROR: the $rt lab did not start (log above)"
+    exit 1
+  fi
+done
+phase "labs ready (after the build)" "$t"
+phase "labs ready (since they started)" "$t_labs"
 
 # ---- the end-to-end layer on each runtime, and the cluster layer, beside each other
 run_part() { # run_part NAME COMMAND...: in the background, output to $RUN/NAME.log
@@ -344,21 +349,6 @@ if [ -n "$kube_lab" ]; then
   fi
   run_part cluster cluster_part
 fi
-build_tests --workspace --all-targets
-phase "build the tests (all)" "$t_build"
-
-# ---- the labs of the end-to-end layer
-t=$(now)
-for rt in "${E2E_RUNTIMES[@]}"; do
-  if ! wait "${LAB_PID[$rt]}"; then
-    tail -30 "$RUN/lab-$rt.log" >&2
-    log "ERROR: the $rt lab did not start (log above)"
-    exit 1
-  fi
-done
-phase "labs ready (after the build)" "$t"
-phase "labs ready (since they started)" "$t_labs"
-
 # unit and integration tests, and the benchmarks' smoke runs that need no lab
 t=$(now)
 export KRUISED_REQUIRE_LAB=1
