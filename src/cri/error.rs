@@ -91,16 +91,6 @@ impl CriError {
         )
     }
 
-    /// Whether the call broke off for the runtime's state (away, restarting, too slow) rather
-    /// than for anything about the call: whether it took effect is unknown, and the same call
-    /// later is the way to find out.
-    pub fn is_interruption(&self) -> bool {
-        matches!(
-            self,
-            CriError::Unreachable { .. } | CriError::Timeout { .. } | CriError::Interrupted { .. }
-        )
-    }
-
     /// Whether the object the call was about does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, CriError::NotFound { .. })
@@ -204,13 +194,7 @@ mod tests {
         let status = tonic::Status::cancelled("operation was canceled");
         let e = CriError::from_status("unix:///x", "StopContainer", status);
         assert!(matches!(e, CriError::Interrupted { .. }), "{e}");
-        assert!(e.is_interruption());
-        let e = CriError::from_status(
-            "unix:///x",
-            "StopContainer",
-            tonic::Status::internal("permission denied"),
-        );
-        assert!(!e.is_interruption(), "{e}");
+        assert!(e.is_retryable());
     }
 
     #[test]

@@ -490,10 +490,12 @@ async fn kill_one(
             tracing::info!(request = %r.name_any(), %container, "kill called off: the request ended");
             Ok(())
         }
-        // the runtime went away under the call or called it off (crashed, restarting): whether
-        // the container stopped is unknown, and a later pass finds out; the request has not
-        // failed
-        Err(kill::KillError::Cri(e)) if e.is_interruption() => Err(PassError::Runtime(format!(
+        // the runtime went away under the call, called it off, or failed inside (containerd
+        // answers Unknown "ttrpc: closed" when its shim connection breaks in a restart):
+        // whether the container stopped is unknown, and a later pass finds out and stops it
+        // again if not, as the kubelet retries a kill; the manager ends the request at its
+        // activeDeadlineSeconds. Only a final error (not found, not supported) fails it.
+        Err(kill::KillError::Cri(e)) if e.is_retryable() => Err(PassError::Runtime(format!(
             "stopping container {container}: {e}"
         ))),
         Err(kill::KillError::Cri(e)) => {
