@@ -26,7 +26,7 @@ use crate::support::node::meta_of;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
-use kruised::cri::{ContainerState, RuntimeService};
+use kruised::cri::{ContainerState, ImageService, RuntimeService};
 use kruised::k8s::crd::{ContainerRecreateRequest, NodePodProbe, ProbeState};
 use kruised::k8s::keys;
 use rand::rngs::StdRng;
@@ -512,6 +512,15 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
     tokio::task::spawn_blocking(move || l.script("start-runtime"))
         .await
         .unwrap();
+    // the CRI answers before containerd 1.6 has its images back (ImageStatus fails meanwhile),
+    // and the kubelet needs the image to create the container
+    let runtime = lab.runtime();
+    within(LIMIT, "the image known to the runtime again", async {
+        while !matches!(runtime.image_status(&image).await, Ok(Some(_))) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
 
     // back: the kubelet starts it again, and reports nothing yet
     let new = within(
