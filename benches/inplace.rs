@@ -22,8 +22,7 @@
     reason = "benchmark code: a failed unwrap is a failed run"
 )]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use kruised_test_support as support;
 
 use std::time::Duration;
 

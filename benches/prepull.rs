@@ -21,11 +21,8 @@
     reason = "benchmark code: a failed unwrap is a failed run"
 )]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
-#[path = "../tests/pull_support/mod.rs"]
-mod pull_support;
+use kruised_test_support as support;
+use kruised_test_support::pull as pull_support;
 
 use std::time::{Duration, Instant};
 

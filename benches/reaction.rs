@@ -24,8 +24,7 @@
     reason = "benchmark harness: a failed unwrap is a failed run"
 )]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use kruised_test_support as support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -12,8 +12,7 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-#[path = "../support/mod.rs"]
-mod support;
+use kruised_test_support as support;
 
 mod containermeta;
 mod dropin;

@@ -8,8 +8,7 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-#[path = "../support/mod.rs"]
-mod support;
+use kruised_test_support as support;
 
 mod runtime_crashes;
 mod runtime_restart;

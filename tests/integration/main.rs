@@ -10,11 +10,8 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-#[path = "../support/mod.rs"]
-mod support;
-
-#[path = "../pull_support/mod.rs"]
-mod pull_support;
+use kruised_test_support as support;
+use kruised_test_support::pull as pull_support;
 
 mod admin;
 mod cli;

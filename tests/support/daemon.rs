@@ -2,6 +2,7 @@
 //! what it says (a log line) instead of sleeping, and stopped with a real SIGTERM.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -35,15 +36,33 @@ fn message_has(v: &serde_json::Value, needle: &str) -> bool {
     v["message"].as_str().is_some_and(|m| m.contains(needle))
 }
 
+/// The `kruised` binary the tests run: `KRUISED_TEST_BIN` when set (the benchmarks measure the
+/// shipped build with it: `KRUISED_TEST_BIN=target/dist/kruised`), else the one cargo built beside
+/// the running test binary (cargo builds a package's binaries for its tests and benchmarks, into
+/// the directory above the tests' own `deps/`).
+pub fn kruised_bin() -> PathBuf {
+    if let Some(exe) = std::env::var_os("KRUISED_TEST_BIN") {
+        return exe.into();
+    }
+    let test_exe = std::env::current_exe().expect("the test binary's own path");
+    let profile_dir = test_exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary is in target/<profile>/deps");
+    let exe = profile_dir.join("kruised");
+    assert!(
+        exe.is_file(),
+        "no kruised binary at {} (cargo builds it for the tests; or set KRUISED_TEST_BIN)",
+        exe.display()
+    );
+    exe
+}
+
 impl Daemon {
-    /// Starts `kruised run` for node `node` with extra `args`. The binary is the one cargo built
-    /// for this test, or `KRUISED_TEST_BIN` (the benchmarks measure the shipped build with it:
-    /// `KRUISED_TEST_BIN=target/dist/kruised`).
+    /// Starts `kruised run` for node `node` with extra `args`, from [`kruised_bin`].
     pub fn start(node: &str, args: &[&str]) -> Daemon {
         let admin = free_addr();
-        let exe = std::env::var_os("KRUISED_TEST_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_kruised").into());
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(kruised_bin());
         cmd.args(["--log-format", "json", "run", "--node-name", node, "--addr"])
             .arg(admin.to_string())
             .args(args)

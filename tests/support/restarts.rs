@@ -75,7 +75,9 @@ impl HookServer {
 
 /// Busy loops in processes of their own, to load the cores while the workload runs; stopped
 /// when dropped.
-pub struct CpuLoad(Vec<tokio::process::Child>);
+pub struct CpuLoad {
+    _busy: Vec<tokio::process::Child>,
+}
 
 impl CpuLoad {
     /// Loads every core: as many busy processes as the cores the machine's load average leaves
@@ -94,8 +96,8 @@ impl CpuLoad {
 
     /// `n` busy processes.
     pub fn start(n: usize) -> CpuLoad {
-        CpuLoad(
-            (0..n)
+        CpuLoad {
+            _busy: (0..n)
                 .map(|_| {
                     tokio::process::Command::new("sh")
                         .args(["-c", "while :; do :; done"])
@@ -104,7 +106,7 @@ impl CpuLoad {
                         .expect("start a busy loop")
                 })
                 .collect(),
-        )
+        }
     }
 }
 

@@ -1,13 +1,7 @@
 //! A node for the image-pull tests: the API-server double, a `Context` like the daemon's, and the
 //! image puller started in-process over a given CRI endpoint (the fake runtime or the lab's
 //! containerd), with every image call announced so tests wait on conditions, never on time.
-//! Used by `tests/imagepull.rs` and `tests/e2e_imagepull.rs` (`#[path]` module: not a test target
-//! of its own).
-
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
+//! Used by the integration and end-to-end image-pull tests and the `prepull` benchmark.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -276,7 +270,7 @@ impl PullNode {
     /// Waits until `pred` holds, re-checking after every image call of the puller.
     pub async fn wait_calls(&self, what: &str, mut pred: impl FnMut() -> bool) {
         let mut ticks = self.ticks.clone();
-        crate::support::within(LIMIT, what, async {
+        crate::within(LIMIT, what, async {
             loop {
                 if pred() {
                     return;

@@ -1,10 +1,6 @@
-//! Shared helpers of the integration and end-to-end tests: finding the real runtime lab, and a
-//! small "kubelet" that creates pods through CRI the way the kubelet does.
-
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the support module"
-)]
+//! Shared helpers of the integration, end-to-end and cluster tests and of the benchmarks: finding
+//! the real runtime lab, and a small "kubelet" that creates pods through CRI the way the kubelet
+//! does. A crate of its own, built once for every test binary that uses it.
 
 pub mod cluster;
 pub mod daemon;
@@ -12,6 +8,7 @@ pub mod events;
 pub mod kubelet;
 pub mod kubelet_meta;
 pub mod node;
+pub mod pull;
 pub mod restarts;
 
 use std::path::PathBuf;
@@ -186,7 +183,7 @@ impl Lab {
     /// `kill-runtime`, `start-runtime`, ...).
     pub fn script(&self, cmd: &str) {
         let status = std::process::Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../cri-lab.sh"))
             .arg(cmd)
             .env("LAB", &self.dir)
             .env("CRI_LAB_RUNTIME", self.runtime.lab_name())
