@@ -580,7 +580,7 @@ impl From<proto::AuthConfig> for PullAuth {
     }
 }
 
-/// Generated without `Debug` (see `build.rs`): requests that carry credentials must be safe to
+/// Generated without `Debug` (see tools/cri-gen): requests that carry credentials must be safe to
 /// log. Only the user name and server are shown.
 impl fmt::Debug for proto::AuthConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
