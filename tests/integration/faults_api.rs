@@ -357,13 +357,7 @@ async fn no_env_change_missed_no_double_stop_no_foreign_annotation_lost_under_ap
         all_waits.extend(waits.iter().copied());
         env_total += env_changes;
     }
-    let stops: Vec<String> = node
-        .cri
-        .state()
-        .stops
-        .iter()
-        .map(|(id, _)| id.clone())
-        .collect();
+    let stops = node.stopped_ids();
     let distinct: BTreeSet<&String> = stops.iter().collect();
     assert_eq!(
         distinct.len(),

@@ -239,13 +239,7 @@ async fn a_recreate_request_killed_anywhere_kills_each_container_once_and_comple
             kubelet_and_manager(&node, &pod, &request, &names);
         }
         // the containers the killed daemon had stopped: its isKilled write may have died with it
-        let stopped_before_restart: Vec<String> = node
-            .cri
-            .state()
-            .stops
-            .iter()
-            .map(|(id, _)| id.clone())
-            .collect();
+        let stopped_before_restart = node.stopped_ids();
         d = start(&node).await;
         // play the kubelet and the manager until the request completes
         let deadline = Instant::now() + LIMIT;
@@ -273,13 +267,7 @@ async fn a_recreate_request_killed_anywhere_kills_each_container_once_and_comple
         }
         let r = crr(&node, &request);
         let states = &r.status.as_ref().unwrap().container_recreate_states;
-        let stops: Vec<String> = node
-            .cri
-            .state()
-            .stops
-            .iter()
-            .map(|(id, _)| id.clone())
-            .collect();
+        let stops = node.stopped_ids();
         for c in &names {
             let s = states.iter().find(|s| s.name == *c).unwrap();
             assert_eq!(

@@ -33,6 +33,16 @@ pub struct FakeNode {
 }
 
 impl FakeNode {
+    /// The IDs of every container the runtime was asked to stop so far, in order.
+    pub fn stopped_ids(&self) -> Vec<String> {
+        self.cri
+            .state()
+            .stops
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Starts both halves.
     pub async fn start() -> FakeNode {
         let dir = tempfile::tempdir().expect("tempdir");
