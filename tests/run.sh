@@ -9,11 +9,13 @@
 #   tests/run.sh                 everything
 #   tests/run.sh -- ARGS         ARGS to every test binary (a name filter, --nocapture, ...)
 #
-# How it runs, on two cores: the labs start in the background while the tests build; then the
-# unit and integration tests; then, at once (each is mostly waiting on real processes): the
-# end-to-end layer on each runtime (its own lab and registry; `tests/e2e`, then the tests that
-# kill the runtime, `tests/e2e_faults`) and the cluster layer (`tests/cluster`; the tests that
-# deploy the shipped image last, once `scripts/build-image.sh` has built it in the background).
+# How it runs, on two cores: the labs and the shipped image's build start in the background
+# while the binaries of the layers on real processes build; then, at once (each is mostly
+# waiting on real processes): the end-to-end layer on each runtime (its own lab and registry;
+# `tests/e2e`, then the tests that kill the runtime, `tests/e2e_faults`) and the cluster layer
+# (`tests/cluster`; the tests that deploy the shipped image last, once `scripts/build-image.sh`
+# has built it). Beside them the rest builds (clippy on every target); then the demo (the
+# README's first command, `scripts/demo.sh --api double`), the unit and the integration tests.
 # Each part's output goes to a log of its own, printed when it fails; a table of what took how
 # long ends the run (KRUISED_PHASES=FILE appends it there too).
 #
@@ -223,19 +225,28 @@ t_image=$(now)
 image_pid=$!
 JOBS+=("$image_pid")
 
-# ---- build: the test binaries, listed by name for the parts below; niced, so that the image's
-# chain keeps its core (see above)
-t=$(now)
-nice -n 10 cargo test --workspace --all-targets --locked --no-run
-cargo test --workspace --all-targets --locked --no-run --message-format=json 2> /dev/null |
-  python3 -c '
+# ---- build, in two stages. First what the layers on real runtimes and the cluster run (their
+# test binaries, the kruised binary they start, the benchmarks they measure), so that those
+# layers start as soon as possible: they mostly wait on real processes and leave CPU over. Then,
+# beside them, the rest (the unit tests, the integration tests on the doubles, the tools the
+# demo runs): the same build with clippy, all targets. Niced, so that the image's chain keeps its
+# core (see above) and the layers' processes theirs. The test binaries are listed by name for
+# the parts below.
+LAYER_TARGETS=(--test e2e --test e2e_faults --test cluster --bench prepull --bench inplace)
+list_binaries() { # the test binaries of `cargo test ARGS --no-run`, "name path" per line
+  cargo test --workspace --locked --no-run "$@" --message-format=json 2> /dev/null |
+    python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' > "$RUN/binaries"
+}
 bin() { awk -v n="$1" '$1 == n {print $2; exit}' "$RUN/binaries"; }
-phase "build the tests" "$t"
+t=$(now)
+nice -n 10 cargo test --workspace --locked --no-run "${LAYER_TARGETS[@]}"
+list_binaries "${LAYER_TARGETS[@]}"
+phase "build what the layers run" "$t"
 
 # ---- the labs of the end-to-end layer
 t=$(now)
@@ -331,9 +342,10 @@ start_kruise_manager() {
   export KRUISED_KRUISE_MANAGER=$KRUISE_MANAGER_HEALTH KRUISED_KRUISE_MANAGER_LOG=$dir/manager.log
 }
 
-# the cluster layer is the longest part (its tests share the node: one at a time), so it starts
-# first, beside the unit and integration tests; the end-to-end layer follows them
+# the cluster layer (the longest part: its tests share the node, one at a time) and the
+# end-to-end layer on each runtime, at once
 t_parts=$(now)
+export KRUISED_REQUIRE_LAB=1
 if [ -n "$kube_lab" ]; then
   t=$(now)
   if ! wait "$kube_pid"; then
@@ -349,21 +361,28 @@ if [ -n "$kube_lab" ]; then
   fi
   run_part cluster cluster_part
 fi
-# unit and integration tests, and the benchmarks' smoke runs that need no lab
+for rt in "${E2E_RUNTIMES[@]}"; do run_part "e2e-$rt" e2e_part "$rt"; done
+
+# the rest of the build, beside the layers; then the demo (the README's first command, on the
+# API-server double, with the binaries of this build) in the background, and the unit and
+# integration tests and the benchmarks' smoke runs that need no lab
 t=$(now)
-export KRUISED_REQUIRE_LAB=1
-KRUISED_LAB=${E2E_LAB[containerd]} KRUISED_LAB_REGISTRY=${E2E_REG[containerd]} \
-  KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[containerd]} \
-  cargo test --workspace --locked --lib --bins --test integration --test api \
+# every target but the test harnesses that `test = false` turns off (`--all-targets` would build
+# them, empty): clippy sees what `cargo clippy --all-targets` sees
+nice -n 10 cargo test --workspace --tests --benches --locked --no-run
+phase "build the rest (beside the layers)" "$t"
+run_part demo env KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
+t=$(now)
+cargo test --workspace --locked --lib --bins --test integration --test api \
   --bench reaction --bench podprobe -- "${TEST_ARGS[@]}"
 phase "unit and integration tests" "$t"
 
-for rt in "${E2E_RUNTIMES[@]}"; do run_part "e2e-$rt" e2e_part "$rt"; done
 failed=0
 failed_parts=()
 parts=()
 for rt in "${E2E_RUNTIMES[@]}"; do parts+=("e2e-$rt"); done
 if [ -n "$kube_lab" ]; then parts+=(cluster); fi
+parts+=(demo)
 for p in "${parts[@]}"; do
   wait "${PART_PID[$p]}" || true
   read -r status secs < "$RUN/$p.status"
