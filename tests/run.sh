@@ -9,8 +9,9 @@
 #   tests/run.sh                 everything
 #   tests/run.sh -- ARGS         ARGS to every test binary (a name filter, --nocapture, ...)
 #
-# How it runs, on two cores: the labs and the shipped image's build start in the background
-# while the binaries of the layers on real processes build; then, at once (each is mostly
+# How it runs, on two cores: the shipped binary and image build in the background from the start
+# (the longest chain), the labs start beside them (the cluster's once that binary is built), and
+# the binaries of the layers on real processes build; then, at once (each is mostly
 # waiting on real processes): the end-to-end layer on each runtime (its own lab and registry;
 # `tests/e2e`, then the tests that kill the runtime, `tests/e2e_faults`) and the cluster layer
 # (`tests/cluster`; the tests that deploy the shipped image last, once `scripts/build-image.sh`
@@ -176,7 +177,30 @@ if [ -n "$kruise" ] && [ -n "$kube_lab" ]; then
   phase "unpack kruise-manager" "$t"
 fi
 
-# started in the background while the tests build
+# the shipped binary and image (the layers on real runtimes run the binary, the cluster layer
+# deploys the image), built in the background from now on, beside the tests' build (its own
+# profile and target directory: no build lock shared with it). It is the longest chain of the run: its dependencies (about 3.5 minutes on two
+# cores), then kruised in one codegen unit (1.5 minutes) and the fat-LTO link (3 minutes), each
+# on one core. So it goes first, and the tests' build (below, at a lower priority) takes what
+# it leaves: the core the chain does not use, instead of a core idle at the end while the last
+# link runs alone. Static, runs, and the image's digest is the same when built again from the
+# same source. Not linted again (RUSTC_WORKSPACE_WRAPPER is CI's clippy, which the tests'
+# build runs).
+t_image=$(now)
+(
+  unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+  digest=$(bash scripts/build-image.sh)
+  target/dist/kruised version --client-only
+  touch "$RUN/shipped-binary"
+  [ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
+    { echo "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
+  echo "built in $(since "$t_image")s"
+  echo "image $digest"
+) > "$RUN/image.log" 2>&1 &
+image_pid=$!
+JOBS+=("$image_pid")
+
+# the labs, started in the background while the tests build
 t_labs=$(now)
 for rt in "${E2E_RUNTIMES[@]}"; do
   lab "$rt" start > "$RUN/lab-$rt.log" 2>&1 &
@@ -195,6 +219,10 @@ if [ -n "$kube_lab" ]; then
     esac
   fi
   (
+    # not before the shipped binary is built: an idle cluster costs about 5 CPU-seconds a
+    # minute, which the builds need more, and it is ready in under a minute, while the build of
+    # the layers' test binaries ends a minute or more after the binary's
+    while [ ! -e "$RUN/shipped-binary" ] && kill -0 "$image_pid" 2> /dev/null; do sleep 1; done
     if [ -n "$KCRI" ]; then
       LAB=$KCRI REG_ADDR=$KREG REG_AUTH_ADDR=$KREG_AUTH CRI_LAB_RUNTIMES=$CLUSTER_RUNTIME bash tests/cri-lab.sh start
     fi
@@ -203,27 +231,6 @@ if [ -n "$kube_lab" ]; then
   kube_pid=$!
 fi
 
-# the shipped binary and image (the cluster layer deploys it), built in the background from
-# now on, beside the tests' build (its own profile and target directory: no build lock shared
-# with it). It is the longest chain of the run: its dependencies (about 3.5 minutes on two
-# cores), then kruised in one codegen unit (1.5 minutes) and the fat-LTO link (3 minutes), each
-# on one core. So it goes first, and the tests' build (below, at a lower priority) takes what
-# it leaves: the core the chain does not use, instead of a core idle at the end while the last
-# link runs alone. Static, runs, and the image's digest is the same when built again from the
-# same source. Not linted again (RUSTC_WORKSPACE_WRAPPER is CI's clippy, which the tests'
-# build runs).
-t_image=$(now)
-(
-  unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
-  digest=$(bash scripts/build-image.sh)
-  target/dist/kruised version --client-only
-  [ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
-    { echo "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }
-  echo "built in $(since "$t_image")s"
-  echo "image $digest"
-) > "$RUN/image.log" 2>&1 &
-image_pid=$!
-JOBS+=("$image_pid")
 
 # ---- build, in two stages. First what the layers on real runtimes and the cluster run (their
 # test binaries, the kruised binary they start, the benchmarks they measure), so that those
@@ -276,6 +283,7 @@ run_part() { # run_part NAME COMMAND...: in the background, output to $RUN/NAME.
 }
 e2e_part() { # the end-to-end binaries, one after the other, on one runtime's lab
   local rt=$1
+  use_shipped_binary || return 1
   export KRUISED_LAB=${E2E_LAB[$rt]} KRUISED_LAB_RUNTIME=$rt
   export KRUISED_LAB_REGISTRY=${E2E_REG[$rt]} KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[$rt]}
   "$(bin e2e)" "${TEST_ARGS[@]}" && "$(bin e2e_faults)" "${TEST_ARGS[@]}" || return 1
@@ -283,6 +291,7 @@ e2e_part() { # the end-to-end binaries, one after the other, on one runtime's la
 }
 cluster_part() { # once the cluster lab is up
   local t
+  use_shipped_binary || return 1
   # what the cluster tests need, under our own names (the kube-lab's KUBECONFIG and
   # CONTAINER_RUNTIME_ENDPOINT must not leak into the other layers)
   local kenv
@@ -301,6 +310,22 @@ cluster_part() { # once the cluster lab is up
   echo "waited $(since "$t")s for the image"
   "$(bin cluster)" ship:: "${TEST_ARGS[@]}" || return 1
   "$(bin inplace)"
+}
+# the layers on real runtimes run the kruised that ships (KRUISED_TEST_BIN), built by the image
+# job: it is the longest chain of the build and ends before the layers' test binaries do
+use_shipped_binary() {
+  local t
+  t=$(now)
+  until [ -e "$RUN/shipped-binary" ]; do
+    if ! kill -0 "$image_pid" 2> /dev/null && [ ! -e "$RUN/shipped-binary" ]; then
+      cat "$RUN/image.log"
+      echo "ERROR: the shipped binary was not built (log above)"
+      return 1
+    fi
+    sleep 1
+  done
+  echo "waited $(since "$t")s for the shipped binary"
+  export KRUISED_TEST_BIN=$ROOT/target/dist/kruised
 }
 wait_for_image() { # the image job is not this subshell's child: it writes its last line last
   while kill -0 "$image_pid" 2> /dev/null; do sleep 1; done

@@ -37,7 +37,7 @@ async fn kruises_chart_runs_kruised_as_kruise_daemon_with_its_arguments_and_rbac
     // the image's /kruise-daemon is kruised under another name
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("kruise-daemon");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kruised"), &exe).unwrap();
+    std::os::unix::fs::symlink(super::support::daemon::kruised_bin(), &exe).unwrap();
     // the chart mounts the host's /var/run at /hostvarrun; here a directory like it
     let hostvarrun = dir.path().join("hostvarrun");
     std::fs::create_dir_all(hostvarrun.join("containerd")).unwrap();

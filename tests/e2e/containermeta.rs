@@ -557,7 +557,7 @@ async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
 /// `kruised explain -o json` of pod `name` on the lab's runtime.
 async fn explain(c: &Cluster, lab: &Lab, name: &str) -> Value {
     let kubeconfig = c._dir.path().join("kubeconfig");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
+    let out = tokio::process::Command::new(support::daemon::kruised_bin())
         .args([
             "explain",
             &format!("default/{name}"),

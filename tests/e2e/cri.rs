@@ -82,7 +82,7 @@ async fn detection_finds_the_runtime_behind_its_well_known_socket_name() {
     // and the binary says the same
     // the machine's own /etc/crictl.yaml must not interfere: point at an empty one
     std::fs::write(base.path().join("crictl.yaml"), "").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
+    let out = std::process::Command::new(crate::support::daemon::kruised_bin())
         .args(["version", "--host-run-dir"])
         .arg(base.path())
         .env_remove("CONTAINER_RUNTIME_ENDPOINT")

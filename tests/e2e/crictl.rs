@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
+use crate::support::daemon::kruised_bin;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, unique, within};
 use kruised::cri::{ImageService, RuntimeService, StringMap};
@@ -180,13 +181,7 @@ impl Scenario {
     /// `kruised crictl -r <lab> ARGS`, with an empty crictl.yaml so the machine's does not
     /// interfere.
     async fn crictl(&self, args: &[&str]) -> Output {
-        crictl_at(
-            &self.lab,
-            self.config.path(),
-            env!("CARGO_BIN_EXE_kruised"),
-            args,
-        )
-        .await
+        crictl_at(&self.lab, self.config.path(), &ours(), args).await
     }
 
     fn id(&self, sym: &str) -> &str {
@@ -235,6 +230,11 @@ impl Scenario {
             &format!("{args:?}"),
         );
     }
+}
+
+/// `kruised` as the tests run it ([`kruised_bin`]: in `tests/run.sh`, the shipped build).
+fn ours() -> String {
+    kruised_bin().to_string_lossy().into_owned()
 }
 
 async fn crictl_at(lab: &Lab, config: &Path, program: &str, args: &[&str]) -> Output {
@@ -409,7 +409,7 @@ async fn listings_and_inspections_are_crictls() {
     };
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
-    let bin = env!("CARGO_BIN_EXE_kruised");
+    let bin = &ours();
     // the kubelet pulls before it creates; pulling again says the same as crictl
     for image in ["busybox:v1", "busybox:v2"] {
         let args = ["pull", &lab.image(image)];
@@ -593,7 +593,7 @@ async fn logs_follow_prints_until_the_container_exits() {
     let Some(lab) = Lab::get() else { return };
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
-    let bin = env!("CARGO_BIN_EXE_kruised");
+    let bin = &ours();
     let k = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     crictl_at(
         &lab,
@@ -637,7 +637,7 @@ async fn exec_sync_returns_the_output_and_the_commands_exit_status() {
     let Some(lab) = Lab::get() else { return };
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
-    let bin = env!("CARGO_BIN_EXE_kruised");
+    let bin = &ours();
     let k = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     crictl_at(
         &lab,
@@ -723,7 +723,7 @@ async fn pull_with_credentials_and_rmi_of_one_of_two_tags() {
     let Some(lab) = Lab::get() else { return };
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
-    let bin = env!("CARGO_BIN_EXE_kruised");
+    let bin = &ours();
     let run = |args: Vec<String>| {
         let lab = lab.clone();
         let dir = config.path().to_path_buf();
@@ -844,7 +844,7 @@ async fn the_binary_run_as_crictl_answers_like_crictl() {
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
     let link: PathBuf = config.path().join("crictl");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kruised"), &link).unwrap();
+    std::os::unix::fs::symlink(kruised_bin(), &link).unwrap();
     let Some(real) = real_crictl(&lab) else {
         return;
     };
@@ -960,7 +960,7 @@ async fn events_stream_on_an_idle_node_as_crictls_do() {
         )),
     )
     .await;
-    let mut ours = Streaming::start(&lab, config.path(), env!("CARGO_BIN_EXE_kruised"));
+    let mut ours = Streaming::start(&lab, config.path(), &ours());
     let mut theirs = Streaming::start(&lab, config.path(), real.to_str().unwrap());
     // a quiet node sends nothing: neither gives up (kruised once did after its 2 s timeout)
     let quiet = Duration::from_secs(4);

@@ -121,7 +121,7 @@ async fn daemon_without_api_server_or_runtime_stays_up_and_not_ready() {
 
 #[tokio::test]
 async fn daemon_refuses_to_start_without_a_node_name() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
+    let out = std::process::Command::new(support::daemon::kruised_bin())
         .args(["run"])
         .env_remove("NODE_NAME")
         .output()

@@ -253,16 +253,21 @@ pub async fn change_wave(
         }
     });
     let done = futures::future::join_all(waits).await;
-    let mut out = Vec::new();
-    for ((name, _, hooks_before), (p, took)) in before.into_iter().zip(done) {
+    // what each new container sees, every pod at once (one exec after another took seconds a wave)
+    let seen = futures::future::join_all(done.iter().map(|(p, _)| async move {
         let mut seen = [String::new(), String::new()];
         for (i, c) in CONTAINERS.iter().enumerate() {
             seen[i] = echo(
                 &scene.lab,
-                status_of(&p, c).container_id.as_deref().unwrap_or_default(),
+                status_of(p, c).container_id.as_deref().unwrap_or_default(),
             )
             .await;
         }
+        seen
+    }))
+    .await;
+    let mut out = Vec::new();
+    for (((name, _, hooks_before), (p, took)), seen) in before.into_iter().zip(done).zip(seen) {
         out.push(ChangeResult {
             took,
             restarts: CONTAINERS.map(|c| status_of(&p, c).restart_count),
