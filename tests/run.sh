@@ -16,7 +16,7 @@
 # `tests/e2e`, then the tests that kill the runtime, `tests/e2e_faults`) and the cluster layer
 # (`tests/cluster`; the tests that deploy the shipped image last, once `scripts/build-image.sh`
 # has built it). Beside them the rest builds (clippy on every target); then the demo (the
-# README's first command, `scripts/demo.sh --api double`), the unit and the integration tests.
+# README's first command, `scripts/demo.sh --api double`), the integration and the unit tests.
 # Each part's output goes to a log of its own, printed when it fails; a table of what took how
 # long ends the run (KRUISED_PHASES=FILE appends it there too).
 #
@@ -247,7 +247,8 @@ import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])' > "$RUN/binaries"
+        print(m["target"]["name"], m["executable"])' > "$RUN/binaries.new"
+  mv "$RUN/binaries.new" "$RUN/binaries" # whole: the parts read it as they go
 }
 bin() { awk -v n="$1" '$1 == n {print $2; exit}' "$RUN/binaries"; }
 t=$(now)
@@ -388,26 +389,29 @@ if [ -n "$kube_lab" ]; then
 fi
 for rt in "${E2E_RUNTIMES[@]}"; do run_part "e2e-$rt" e2e_part "$rt"; done
 
-# the rest of the build, beside the layers; then the demo (the README's first command, on the
-# API-server double, with the binaries of this build) in the background, and the unit and
-# integration tests and the benchmarks' smoke runs that need no lab
+# the rest of the build, beside the layers; then, beside each other, the demo (the README's
+# first command, on the API-server double, with the binaries of this build), the integration
+# tests on the doubles (the longest of the rest: faults over a thousand changes) and the unit
+# tests with the benchmarks' smoke runs that need no lab
 t=$(now)
 # every target but the test harnesses that `test = false` turns off (`--all-targets` would build
 # them, empty): clippy sees what `cargo clippy --all-targets` sees
 nice -n 10 cargo test --workspace --tests --benches --locked --no-run
+list_binaries --tests --benches
 phase "build the rest (beside the layers)" "$t"
 run_part demo env KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
+run_part integration "$(bin integration)" "${TEST_ARGS[@]}"
 t=$(now)
-cargo test --workspace --locked --lib --bins --test integration --test api \
-  --bench reaction --bench podprobe -- "${TEST_ARGS[@]}"
-phase "unit and integration tests" "$t"
+cargo test --workspace --locked --lib --bins --test api --test cli --bench reaction \
+  --bench podprobe -- "${TEST_ARGS[@]}"
+phase "unit tests" "$t"
 
 failed=0
 failed_parts=()
 parts=()
 for rt in "${E2E_RUNTIMES[@]}"; do parts+=("e2e-$rt"); done
 if [ -n "$kube_lab" ]; then parts+=(cluster); fi
-parts+=(demo)
+parts+=(demo integration)
 for p in "${parts[@]}"; do
   wait "${PART_PID[$p]}" || true
   read -r status secs < "$RUN/$p.status"
