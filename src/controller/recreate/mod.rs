@@ -265,16 +265,29 @@ fn elapsed_since(t: Timestamp) -> Duration {
     Duration::from_nanos(u64::try_from(d).unwrap_or(0))
 }
 
+/// Why the runtime of a request's containers is not known.
+#[derive(Debug, thiserror::Error)]
+enum RuntimeLookupError {
+    /// No runtime is connected yet: the request waits for one, it does not fail.
+    #[error("the container runtime is not connected yet")]
+    NotConnected,
+    /// The containers' IDs name runtimes of more than one type (kruise-daemon's words: they
+    /// end the request).
+    #[error("has different runtime types {0} in Pod")]
+    MixedTypes(String),
+    /// No runtime of this daemon has the ID's type (kruise-daemon's words).
+    #[error("not found runtime service for {0} in daemon")]
+    NotFound(String),
+}
+
 /// The runtime of the request's containers: the one their `statusContext` IDs name, else the
 /// node's primary runtime.
 fn runtime_of(
     shared: &Shared,
     r: &ContainerRecreateRequest,
-) -> Result<(RemoteRuntime, String), String> {
+) -> Result<(RemoteRuntime, String), RuntimeLookupError> {
     let guard = shared.runtimes.borrow();
-    let runtimes = guard
-        .as_ref()
-        .ok_or_else(|| "the container runtime is not connected yet".to_string())?;
+    let runtimes = guard.as_ref().ok_or(RuntimeLookupError::NotConnected)?;
     let ids: Vec<&str> = r
         .spec
         .containers
@@ -288,9 +301,8 @@ fn runtime_of(
         .filter_map(|id| id.split_once("://").map(|(t, _)| t))
         .collect();
     if types.len() > 1 {
-        return Err(format!(
-            "has different runtime types {} in Pod",
-            types.into_iter().collect::<Vec<_>>().join(", ")
+        return Err(RuntimeLookupError::MixedTypes(
+            types.into_iter().collect::<Vec<_>>().join(", "),
         ));
     }
     match ids.first() {
@@ -302,7 +314,7 @@ fn runtime_of(
                     id.split_once("://").map_or("", |(t, _)| t).to_string(),
                 )
             })
-            .ok_or_else(|| format!("not found runtime service for {id} in daemon")),
+            .ok_or_else(|| RuntimeLookupError::NotFound((*id).to_string())),
         None => Ok((
             runtimes.primary().clone(),
             runtimes.primary_version().runtime_name.clone(),
@@ -316,7 +328,7 @@ async fn manage(
 ) -> Result<Option<Duration>, PassError> {
     let (runtime, runtime_name) = match runtime_of(shared, r) {
         Ok(x) => x,
-        Err(e) if e.contains("not connected") => return Err(PassError::Runtime(e)),
+        Err(e @ RuntimeLookupError::NotConnected) => return Err(PassError::Runtime(e.to_string())),
         Err(e) => {
             complete(
                 shared,
@@ -536,4 +548,22 @@ async fn complete(
     shared.metrics.completed(!failed, took);
     tracing::info!(request = %r.name_any(), message = message.unwrap_or(""), failed, "request completed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RuntimeLookupError;
+
+    #[test]
+    fn a_runtime_lookup_that_ends_a_request_says_what_kruise_daemon_says() {
+        // the request's message is "failed to find runtime service: " and these words
+        assert_eq!(
+            RuntimeLookupError::MixedTypes("containerd, cri-o".into()).to_string(),
+            "has different runtime types containerd, cri-o in Pod"
+        );
+        assert_eq!(
+            RuntimeLookupError::NotFound("docker://0a1b".into()).to_string(),
+            "not found runtime service for docker://0a1b in daemon"
+        );
+    }
 }
