@@ -21,6 +21,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use crate::support::node::meta_of;
 use crate::support::{Lab, Plane, unique, within};
@@ -88,6 +89,15 @@ fn report(api: &Handle, name: &str, running: &RunningPod) {
             "conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": "False"}]});
     })
     .unwrap();
+}
+
+/// The daemon's last `n` log lines, for a failure's message.
+fn last_lines(d: &Daemon, n: usize) -> String {
+    let log = d.log();
+    log[log.len().saturating_sub(n)..]
+        .iter()
+        .map(|v| format!("  {v}\n"))
+        .collect()
 }
 
 async fn running(kubelet: &Kubelet, id: &str) -> bool {
@@ -373,10 +383,11 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
                 Instant::now() < deadline,
                 "cycle {cycle} (crash {pause:?} after the work): not all done within {LIMIT:?}: \
                  env {t_env:?} pull {t_pull:?} request {t_crr:?} probe {t_probe:?}; request {:#?}; \
-                 NodeImage {:#}; probe {:?}",
+                 NodeImage {:#}; probe {:?}; kruised's last lines:\n{}",
                 crr(api, &request).status,
                 api.get("nodeimages", "", NODE).unwrap()["status"],
-                probe_state(api, &probe_uid)
+                probe_state(api, &probe_uid),
+                last_lines(&d, 80)
             );
             // the next write of the daemon, or a short while for the runtime's side to move
             let _ = api
