@@ -179,9 +179,9 @@ fi
 
 # the shipped binary and image (the layers on real runtimes run the binary, the cluster layer
 # deploys the image), built in the background from now on, beside the tests' build (its own
-# profile and target directory: no build lock shared with it). It is the longest chain of the run: its dependencies (about 3.5 minutes on two
-# cores), then kruised in one codegen unit (1.5 minutes) and the fat-LTO link (3 minutes), each
-# on one core. So it goes first, and the tests' build (below, at a lower priority) takes what
+# profile and target directory: no build lock shared with it). It is the longest chain of the
+# run: its dependencies (about 3.5 minutes on two cores), then kruised in one codegen unit (1.5
+# minutes) and the fat-LTO link (3 minutes), each on one core. So it goes first, and the tests' build (below, at a lower priority) takes what
 # it leaves: the core the chain does not use, instead of a core idle at the end while the last
 # link runs alone. Static, runs, and the image's digest is the same when built again from the
 # same source. Not linted again (RUSTC_WORKSPACE_WRAPPER is CI's clippy, which the tests'
@@ -199,6 +199,12 @@ t_image=$(now)
 ) > "$RUN/image.log" 2>&1 &
 image_pid=$!
 JOBS+=("$image_pid")
+wait_for_shipped_binary() { # until the image job has built it; fails if the job ended without it
+  until [ -e "$RUN/shipped-binary" ]; do
+    kill -0 "$image_pid" 2> /dev/null || [ -e "$RUN/shipped-binary" ] || return 1
+    sleep 1
+  done
+}
 
 # the labs, started in the background while the tests build
 t_labs=$(now)
@@ -222,7 +228,7 @@ if [ -n "$kube_lab" ]; then
     # not before the shipped binary is built: an idle cluster costs about 5 CPU-seconds a
     # minute, which the builds need more, and it is ready in under a minute, while the build of
     # the layers' test binaries ends a minute or more after the binary's
-    while [ ! -e "$RUN/shipped-binary" ] && kill -0 "$image_pid" 2> /dev/null; do sleep 1; done
+    wait_for_shipped_binary || true
     if [ -n "$KCRI" ]; then
       LAB=$KCRI REG_ADDR=$KREG REG_AUTH_ADDR=$KREG_AUTH CRI_LAB_RUNTIMES=$CLUSTER_RUNTIME bash tests/cri-lab.sh start
     fi
@@ -317,14 +323,11 @@ cluster_part() { # once the cluster lab is up
 use_shipped_binary() {
   local t
   t=$(now)
-  until [ -e "$RUN/shipped-binary" ]; do
-    if ! kill -0 "$image_pid" 2> /dev/null && [ ! -e "$RUN/shipped-binary" ]; then
-      cat "$RUN/image.log"
-      echo "ERROR: the shipped binary was not built (log above)"
-      return 1
-    fi
-    sleep 1
-  done
+  if ! wait_for_shipped_binary; then
+    cat "$RUN/image.log"
+    echo "ERROR: the shipped binary was not built (log above)"
+    return 1
+  fi
   echo "waited $(since "$t")s for the shipped binary"
   export KRUISED_TEST_BIN=$ROOT/target/dist/kruised
 }
