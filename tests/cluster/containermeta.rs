@@ -21,14 +21,19 @@ const READY: Duration = Duration::from_secs(60);
 
 /// How many containers the daemon stopped (its log says so once per stop).
 pub fn stops_logged(d: &Daemon) -> usize {
+    stops(d).len()
+}
+
+/// The daemon's log lines of its stops, for a failing test's message.
+pub fn stops(d: &Daemon) -> Vec<serde_json::Value> {
     d.log()
-        .iter()
+        .into_iter()
         .filter(|v| {
             v["message"]
                 .as_str()
                 .is_some_and(|m| m.starts_with("stopping container"))
         })
-        .count()
+        .collect()
 }
 
 /// What `echo $VAR` prints in the running container `id`.

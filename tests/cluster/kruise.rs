@@ -264,7 +264,12 @@ async fn a_cloneset_updates_env_in_place_by_one_restart_of_kruised_and_image_and
         .await;
     let after = user.cloneset_updated("the annotation v2 in place").await;
     assert_eq!(after.uid().unwrap(), uid, "updated in place: the same pod");
-    assert_eq!(status_of(&after, "main").restart_count, 1);
+    assert_eq!(
+        status_of(&after, "main").restart_count,
+        1,
+        "kruised's stops: {:#?}",
+        containermeta::stops(&daemon)
+    );
     assert_eq!(echo(&lab, &after, "main", "APP_CONFIG").await, "v2");
     assert_eq!(
         status_of(&after, "side").container_id,
@@ -352,7 +357,12 @@ async fn without_kruised_the_managers_env_update_waits_and_kruised_finishes_it_w
 
     let daemon = user.kruised().await;
     let after = user.cloneset_updated("the update, once kruised runs").await;
-    assert_eq!(status_of(&after, "main").restart_count, 1);
+    assert_eq!(
+        status_of(&after, "main").restart_count,
+        1,
+        "kruised's stops: {:#?}",
+        containermeta::stops(&daemon)
+    );
     assert_eq!(echo(&lab, &after, "main", "APP_CONFIG").await, "v2");
     assert_in_place_finished(&user, &after).await;
     assert_eq!(stops_logged(&daemon), 1);

@@ -563,7 +563,16 @@ fn pod_status(pod: &Pod, containers: Vec<Value>) -> Value {
             Some((s, Some(t))) if *s == status => t.clone(),
             _ => now.clone(),
         };
-        json!({ "type": type_, "status": status, "lastTransitionTime": time })
+        let mut c = json!({ "type": type_, "status": status, "lastTransitionTime": time });
+        // the kubelet's reasons, which kruised reads (the readiness gate's)
+        if !ok && (type_ == "Ready" || type_ == "ContainersReady") {
+            c["reason"] = json!(if all_running {
+                "ReadinessGatesNotReady"
+            } else {
+                "ContainersNotReady"
+            });
+        }
+        c
     };
     let started = pod
         .status
@@ -650,6 +659,23 @@ mod tests {
         let status = pod_status(&pod(Some("True")), stopped);
         assert_eq!(condition(&status, "Ready").0, "False");
         assert_eq!(condition(&status, "ContainersReady").0, "False");
+    }
+
+    #[test]
+    fn ready_false_gives_the_kubelets_reason_which_kruised_reads() {
+        let reason = |status: &Value| {
+            status["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["reason"].clone())
+        };
+        let gate = pod_status(&pod(Some("False")), running());
+        assert_eq!(reason(&gate), Some(json!("ReadinessGatesNotReady")));
+        let stopped = vec![json!({"name": "app", "ready": false})];
+        let containers = pod_status(&pod(Some("False")), stopped);
+        assert_eq!(reason(&containers), Some(json!("ContainersNotReady")));
+        let ready = pod_status(&pod(Some("True")), running());
+        assert_eq!(reason(&ready), Some(Value::Null));
     }
 
     #[test]
