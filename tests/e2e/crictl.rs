@@ -178,8 +178,8 @@ struct Scenario {
 }
 
 impl Scenario {
-    /// `kruised crictl -r <lab> ARGS`, with an empty crictl.yaml so the machine's does not
-    /// interfere.
+    /// `kruised crictl -r <lab> ARGS`, with the scenario's crictl.yaml (only a time limit) so
+    /// the machine's does not interfere.
     async fn crictl(&self, args: &[&str]) -> Output {
         crictl_at(&self.lab, self.config.path(), &ours(), args).await
     }
@@ -192,7 +192,7 @@ impl Scenario {
         format!("{RUN_LABEL}={}", self.run)
     }
 
-    /// The real `crictl -r <lab> ARGS`, with the same empty crictl.yaml.
+    /// The real `crictl -r <lab> ARGS`, with the same crictl.yaml.
     async fn real(&self, args: &[&str]) -> Output {
         crictl_at(
             &self.lab,
@@ -279,7 +279,9 @@ fn container(lab: &Lab, name: &str, image: &str, script: &str, run: &str) -> Con
 /// stopped), `S` (`sidecar`, busybox:v2, running), `N` (`created`, never started).
 async fn scenario(lab: Lab, crictl: PathBuf) -> Scenario {
     let config = tempfile::tempdir().unwrap();
-    std::fs::write(config.path().join("crictl.yaml"), "").unwrap();
+    // both tools' time limit for one call, 2 s by default, is too short for CRI-O stopping a
+    // container while CI keeps both cores busy (it once took more than 4 s)
+    std::fs::write(config.path().join("crictl.yaml"), "timeout: 30\n").unwrap();
     let run = unique("crictl");
     let k = Kubelet::new(lab.runtime(), lab.dir.join("pods"));
     let uids = [format!("{run}-uid1"), format!("{run}-uid2")];

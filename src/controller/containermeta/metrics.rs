@@ -33,6 +33,7 @@ pub struct Metrics {
     patches: Family<Outcome, Counter>,
     env_reads: Family<Source, Counter>,
     reconcile: Histogram,
+    kubelet_lag: Histogram,
 }
 
 impl Metrics {
@@ -45,6 +46,8 @@ impl Metrics {
             env_reads: Family::default(),
             // 100 µs .. ~6.5 s
             reconcile: Histogram::new(exponential_buckets(0.0001, 3.0, 11)),
+            // 250 ms .. 16 s
+            kubelet_lag: Histogram::new(exponential_buckets(0.25, 2.0, 7)),
         };
         registry.register(
             "restarts",
@@ -71,6 +74,12 @@ impl Metrics {
             "Time to reconcile one pod",
             m.reconcile.clone(),
         );
+        registry.register(
+            "kubelet_report_lag_seconds",
+            "How late the kubelet reported a container's start or a stop this daemon made (a slow \
+             kubelet makes env restarts wait longer)",
+            m.kubelet_lag.clone(),
+        );
         m
     }
 
@@ -93,6 +102,10 @@ impl Metrics {
             EnvSource::Exec => "exec",
         };
         self.env_reads.get_or_create(&Source { source }).inc();
+    }
+
+    pub(super) fn kubelet_lag(&self, d: Duration) {
+        self.kubelet_lag.observe(d.as_secs_f64());
     }
 
     pub(super) fn observe_reconcile(&self, d: Duration) {

@@ -8,6 +8,7 @@
 
 pub mod decide;
 pub mod env;
+mod lag;
 mod metrics;
 pub mod settle;
 
@@ -25,14 +26,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use self::decide::{PreviousStop, RestartInput, RestartReason, Verdict};
+use self::lag::{ContainerChange, LagMeter};
 pub use self::metrics::Metrics;
-use self::settle::{KubeletLag, RestartDelay, Timeline};
+use self::settle::{RestartDelay, Timeline};
 use super::kill;
 use super::queue::WorkQueue;
 use crate::controller::Context;
 use crate::cri::{
-    Container, ContainerEvent, ContainerEventKind, ContainerFilter, CriError, ImageService,
-    RemoteRuntime, RuntimeService, Runtimes,
+    Container, ContainerEventKind, ContainerFilter, CriError, ImageService, RemoteRuntime,
+    RuntimeService, Runtimes,
 };
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::k8s::keys::{self, RuntimeContainerMetaSet};
@@ -68,10 +70,8 @@ struct Shared {
     kubelet_expected: Mutex<HashMap<String, Instant>>,
     /// What was seen of each pod (by UID), for deciding when a stop is safe.
     timelines: Mutex<HashMap<String, Timeline>>,
-    /// Containers this daemon stopped that the kubelet has not reported yet (by runtime ID),
-    /// for measuring [`KubeletLag`].
-    unreported: Arc<Mutex<HashMap<String, Unreported>>>,
-    kubelet_lag: Mutex<KubeletLag>,
+    /// How late the kubelet reports container changes.
+    lag: Arc<LagMeter>,
     /// The pod UID of each sandbox a container event named (sandbox IDs never change owner),
     /// so an event costs no `ListPodSandbox` after the first of its sandbox.
     sandbox_pods: Mutex<HashMap<String, String>>,
@@ -107,8 +107,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         last_stops: Mutex::new(HashMap::new()),
         kubelet_expected: Mutex::new(HashMap::new()),
         timelines: Mutex::new(HashMap::new()),
-        unreported: Arc::new(Mutex::new(HashMap::new())),
-        kubelet_lag: Mutex::new(KubeletLag::default()),
+        lag: Arc::new(LagMeter::default()),
         restart_delay: ctx.config.env_restart_delay,
         events,
         metrics: Metrics::register(registry),
@@ -195,48 +194,21 @@ impl Shared {
         let now = Instant::now();
         let seen = settle::Sighting::of(pod);
         let uid = pod.uid().unwrap_or_default();
-        self.measure_kubelet(pod, &uid, now);
+        for (name, change, lag) in self.lag.measure(pod, &uid, now) {
+            tracing::debug!(container = %name, lag_ms = lag.as_millis() as u64, "the kubelet reported the container's {change}");
+            self.metrics.kubelet_lag(lag);
+        }
         lock(&self.timelines)
             .entry(uid)
             .and_modify(|t| t.observe(now, seen))
             .or_insert_with(|| Timeline::new(now, seen));
     }
 
-    /// Records the kubelet's lag for each change of a container that this version of the pod
-    /// is the first to report.
-    fn measure_kubelet(&self, pod: &Pod, uid: &str, now: Instant) {
-        let mut unreported = lock(&self.unreported);
-        if unreported.is_empty() {
-            return;
-        }
-        for id in reported(pod, uid, &unreported) {
-            if let Some(u) = unreported.remove(&id) {
-                let lag = now.duration_since(u.at);
-                let what = if u.started { "start" } else { "stop" };
-                tracing::debug!(container = %u.name, lag_ms = lag.as_millis() as u64, "the kubelet reported the container's {what}");
-                lock(&self.kubelet_lag).record(now, lag);
-            }
-        }
-    }
-
-    /// Expects the kubelet to report a change of container `id`.
-    fn expect_report(&self, id: &str, change: Unreported) {
-        let mut unreported = lock(&self.unreported);
-        unreported.retain(|_, u| {
-            // what the kubelet never reported (a container that died before its relist saw it)
-            change.at.saturating_duration_since(u.at) < KubeletLag::WINDOW
-            // the kubelet starts a pod's containers one after another and reports them
-            // together: only the last start measures its lag
-                && !(change.started && u.started && u.uid == change.uid)
-        });
-        unreported.insert(id.to_string(), change);
-    }
-
     /// Forgets what was kept of a deleted pod.
     fn forget(&self, uid: &str) {
         lock(&self.seen_at_start).forget(uid);
         lock(&self.timelines).remove(uid);
-        lock(&self.unreported).retain(|_, u| u.uid != uid);
+        self.lag.forget(uid);
         lock(&self.last_stops).retain(|(u, _), _| u != uid);
     }
 
@@ -277,56 +249,6 @@ impl Shared {
             self.consider(&pod, start);
         }
     }
-}
-
-/// A change of a container that the kubelet is to report: one this daemon stopped, or one the
-/// runtime's events say started.
-#[derive(Debug)]
-struct Unreported {
-    uid: String,
-    name: String,
-    /// It started (the kubelet reports its ID), else it was stopped (the kubelet reports it
-    /// terminated or replaced).
-    started: bool,
-    /// When it happened.
-    at: Instant,
-}
-
-/// Which of the changes `unreported` (by runtime ID) the pod `uid` reports: a stopped
-/// container terminated or replaced by another of the name, a started one by its ID.
-fn reported(pod: &Pod, uid: &str, unreported: &HashMap<String, Unreported>) -> Vec<String> {
-    let statuses = pod
-        .status
-        .iter()
-        .flat_map(|s| s.container_statuses.iter().flatten());
-    let mut out = Vec::new();
-    for status in statuses {
-        // `<runtime>://<id>`
-        let current = status
-            .container_id
-            .as_deref()
-            .map(|c| c.split_once("://").map_or(c, |(_, id)| id));
-        let terminated = status
-            .state
-            .as_ref()
-            .is_some_and(|s| s.terminated.is_some());
-        out.extend(
-            unreported
-                .iter()
-                .filter(|(id, u)| {
-                    let shown = current == Some(id.as_str());
-                    u.uid == uid
-                        && u.name == status.name
-                        && if u.started {
-                            shown
-                        } else {
-                            !shown || terminated
-                        }
-                })
-                .map(|(id, _)| id.clone()),
-        );
-    }
-    out
 }
 
 /// The resourceVersions the first list found the pods without the annotation at: such a pod
@@ -628,7 +550,7 @@ async fn follow_events(
                         && e.kind == ContainerEventKind::Started
                         && shared.with_env
                     {
-                        expect_start_report(shared, &pod, &e);
+                        shared.lag.started(&pod, &e);
                     }
                 }
                 continue;
@@ -651,33 +573,6 @@ fn established(shared: &Shared, catch_up: bool) {
     if catch_up {
         enqueue_annotated(shared);
     }
-}
-
-/// A container of a managed pod started: the kubelet's report of it measures its lag.
-fn expect_start_report(shared: &Shared, pod: &Pod, e: &ContainerEvent) {
-    let Some(name) = e
-        .container_statuses
-        .iter()
-        .find(|c| c.id == e.container_id)
-        .map(|c| c.metadata.name.clone())
-    else {
-        return;
-    };
-    // the runtime's time of the event, on this node's clock
-    let ago = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .saturating_sub(Duration::from_nanos(e.created_at.max(0) as u64));
-    let now = Instant::now();
-    shared.expect_report(
-        &e.container_id,
-        Unreported {
-            uid: pod.uid().unwrap_or_default(),
-            name,
-            started: true,
-            at: now.checked_sub(ago).unwrap_or(now),
-        },
-    );
 }
 
 /// Sandboxes remembered before the map starts afresh (a node runs a few hundred at most).
@@ -928,7 +823,7 @@ async fn restarts_due(
         };
         match decide::decide_restart(&input) {
             Verdict::Restart(reason) => {
-                let excess = lock(&shared.kubelet_lag).excess(now);
+                let excess = shared.lag.excess(now);
                 let allowed_at = lock(&shared.timelines)
                     .get(&uid)
                     .map_or(now, |t| t.stop_allowed_at(shared.restart_delay, excess));
@@ -1011,7 +906,7 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
     let events = shared.events.clone();
     let metrics = shared.metrics.clone();
     let stopped = shared.stopped.clone();
-    let unreported = shared.unreported.clone();
+    let lag = shared.lag.clone();
     let pod_uid = pod.uid().unwrap_or_default();
     let cancel = shared.cancel.clone();
     let mut regarding = write::object_ref(pod);
@@ -1063,13 +958,7 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
             let spec = kill::KillSpec::from_kubelet_annotations(&c);
             match kill::kill_container(&runtime, &c, &spec, pod_ip.as_deref(), &cancel).await {
                 Ok(outcome) => {
-                    let stop = Unreported {
-                        uid: pod_uid,
-                        name: name.clone(),
-                        started: false,
-                        at: Instant::now(),
-                    };
-                    lock(&unreported).insert(c.id.clone(), stop);
+                    lag.expect(&c.id, &pod_uid, &name, ContainerChange::Stopped, Instant::now());
                     metrics.restarted(reason.as_str());
                     if let Some(Err(hook)) = outcome.pre_stop {
                         tracing::warn!(container = %name, error = %hook, "preStop hook failed; the container was stopped all the same");
@@ -1097,63 +986,6 @@ fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stopped_container_is_reported_once_shown_ended_or_replaced_a_started_one_by_its_id()
-    {
-        let now = Instant::now();
-        let stop = |uid: &str, name: &str| Unreported {
-            uid: uid.into(),
-            name: name.into(),
-            started: false,
-            at: now,
-        };
-        let unreported: HashMap<String, Unreported> = [
-            ("c1".to_string(), stop("u1", "main")),
-            ("s1".to_string(), stop("u1", "side")),
-            ("o1".to_string(), stop("u2", "main")),
-        ]
-        .into_iter()
-        .collect();
-        let pod = |main: serde_json::Value| -> Pod {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p", "uid": "u1"},
-                "status": {"containerStatuses": [
-                    main,
-                    {"name": "side", "containerID": "containerd://s1", "image": "i", "imageID": "",
-                     "ready": true, "restartCount": 0, "state": {"running": {}}},
-                ]}
-            }))
-            .unwrap()
-        };
-        let status = |id: &str, state: serde_json::Value| {
-            serde_json::json!({"name": "main", "containerID": format!("containerd://{id}"),
-                "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": state})
-        };
-        let still_running = pod(status("c1", serde_json::json!({"running": {}})));
-        assert!(reported(&still_running, "u1", &unreported).is_empty());
-        let ended = pod(status(
-            "c1",
-            serde_json::json!({"terminated": {"exitCode": 0}}),
-        ));
-        assert_eq!(reported(&ended, "u1", &unreported), ["c1"]);
-        let replaced = pod(status("c2", serde_json::json!({"waiting": {}})));
-        assert_eq!(reported(&replaced, "u1", &unreported), ["c1"]);
-
-        // a start is reported by the container's ID
-        let started: HashMap<String, Unreported> = [(
-            "c2".to_string(),
-            Unreported {
-                started: true,
-                ..stop("u1", "main")
-            },
-        )]
-        .into_iter()
-        .collect();
-        assert!(reported(&still_running, "u1", &started).is_empty());
-        let running = pod(status("c2", serde_json::json!({"running": {}})));
-        assert_eq!(reported(&running, "u1", &started), ["c2"]);
-    }
 
     #[test]
     fn a_pod_as_the_first_list_found_it_is_left_alone_until_it_changes() {

@@ -1,0 +1,257 @@
+//! How late the node's kubelet reports container changes, which stretches the wait before a
+//! stop (see [`super::settle`]): from a container's start (the runtime's event says when) or
+//! the end of a stop this daemon made, to the first version of its pod whose status shows it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use tokio::time::Instant;
+
+use super::settle::KubeletLag;
+use crate::cri::ContainerEvent;
+
+/// What happened to a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerChange {
+    /// It started: the kubelet reports its ID.
+    Started,
+    /// This daemon stopped it: the kubelet reports it terminated, or another in its place.
+    Stopped,
+}
+
+impl std::fmt::Display for ContainerChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ContainerChange::Started => "start",
+            ContainerChange::Stopped => "stop",
+        })
+    }
+}
+
+/// The changes the kubelet has yet to report, and the lags it took for the others.
+#[derive(Debug, Default)]
+pub struct LagMeter {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// By runtime container ID.
+    unreported: HashMap<String, Unreported>,
+    lag: KubeletLag,
+}
+
+/// A change the kubelet is to report.
+#[derive(Debug)]
+struct Unreported {
+    uid: String,
+    name: String,
+    change: ContainerChange,
+    at: Instant,
+}
+
+impl LagMeter {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Expects the kubelet to report `change` of container `id` (`name` of pod `uid`), made at
+    /// `at`.
+    pub fn expect(&self, id: &str, uid: &str, name: &str, change: ContainerChange, at: Instant) {
+        let mut state = self.state();
+        state.unreported.retain(|_, u| {
+            // what the kubelet never reported (a container that died before its relist saw it)
+            at.saturating_duration_since(u.at) < KubeletLag::WINDOW
+            // the kubelet starts a pod's containers one after another and reports them
+            // together: only the last start measures its lag
+                && !(change == ContainerChange::Started && u.change == ContainerChange::Started && u.uid == uid)
+        });
+        let u = Unreported {
+            uid: uid.to_string(),
+            name: name.to_string(),
+            change,
+            at,
+        };
+        state.unreported.insert(id.to_string(), u);
+    }
+
+    /// Expects the report of the start that the runtime's event `e` announces, in `pod`.
+    pub fn started(&self, pod: &Pod, e: &ContainerEvent) {
+        let Some(status) = e.container_statuses.iter().find(|c| c.id == e.container_id) else {
+            return;
+        };
+        // the runtime's time of the event, on this node's clock
+        let ago = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(Duration::from_nanos(e.created_at.max(0) as u64));
+        let now = Instant::now();
+        self.expect(
+            &e.container_id,
+            &pod.uid().unwrap_or_default(),
+            &status.metadata.name,
+            ContainerChange::Started,
+            now.checked_sub(ago).unwrap_or(now),
+        );
+    }
+
+    /// Records the lag of each change that this version of pod `uid`, seen at `now`, is the
+    /// first to report; returns them (container name, change, lag).
+    pub fn measure(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        now: Instant,
+    ) -> Vec<(String, ContainerChange, Duration)> {
+        let mut state = self.state();
+        if state.unreported.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for id in reported(pod, uid, &state.unreported) {
+            if let Some(u) = state.unreported.remove(&id) {
+                let lag = now.duration_since(u.at);
+                state.lag.record(now, lag);
+                out.push((u.name, u.change, lag));
+            }
+        }
+        out
+    }
+
+    /// What the recent worst lag exceeds a healthy kubelet's by ([`KubeletLag::excess`]).
+    pub fn excess(&self, now: Instant) -> Duration {
+        self.state().lag.excess(now)
+    }
+
+    /// Forgets the changes of a deleted pod.
+    pub fn forget(&self, uid: &str) {
+        self.state().unreported.retain(|_, u| u.uid != uid);
+    }
+}
+
+/// Which of the changes `unreported` (by runtime ID) the pod `uid` reports: a stopped
+/// container terminated or replaced by another of the name, a started one by its ID.
+fn reported(pod: &Pod, uid: &str, unreported: &HashMap<String, Unreported>) -> Vec<String> {
+    let statuses = pod
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten());
+    let mut out = Vec::new();
+    for status in statuses {
+        // `<runtime>://<id>`
+        let current = status
+            .container_id
+            .as_deref()
+            .map(|c| c.split_once("://").map_or(c, |(_, id)| id));
+        let terminated = status
+            .state
+            .as_ref()
+            .is_some_and(|s| s.terminated.is_some());
+        out.extend(
+            unreported
+                .iter()
+                .filter(|(id, u)| {
+                    let shown = current == Some(id.as_str());
+                    u.uid == uid
+                        && u.name == status.name
+                        && match u.change {
+                            ContainerChange::Started => shown,
+                            ContainerChange::Stopped => !shown || terminated,
+                        }
+                })
+                .map(|(id, _)| id.clone()),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(main: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "status": {"containerStatuses": [
+                main,
+                {"name": "side", "containerID": "containerd://s1", "image": "i", "imageID": "",
+                 "ready": true, "restartCount": 0, "state": {"running": {}}},
+            ]}
+        }))
+        .unwrap()
+    }
+
+    fn main(id: &str, state: serde_json::Value) -> Pod {
+        pod(
+            json!({"name": "main", "containerID": format!("containerd://{id}"),
+            "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": state}),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_is_reported_once_the_kubelet_shows_the_container_ended_or_replaced() {
+        let t0 = Instant::now();
+        let meter = LagMeter::default();
+        meter.expect("c1", "u1", "main", ContainerChange::Stopped, t0);
+        meter.expect("s1", "u1", "side", ContainerChange::Stopped, t0);
+        meter.expect("o1", "u2", "main", ContainerChange::Stopped, t0);
+        let running = main("c1", json!({"running": {}}));
+        assert!(meter.measure(&running, "u1", t0).is_empty());
+        let later = t0 + Duration::from_millis(1800);
+        let ended = main("c1", json!({"terminated": {"exitCode": 0}}));
+        assert_eq!(
+            meter.measure(&ended, "u1", later),
+            [(
+                "main".to_string(),
+                ContainerChange::Stopped,
+                Duration::from_millis(1800)
+            )]
+        );
+        assert_eq!(meter.excess(later), Duration::from_millis(550));
+        assert!(
+            meter.measure(&ended, "u1", later).is_empty(),
+            "measured once"
+        );
+
+        meter.expect("c2", "u1", "main", ContainerChange::Stopped, t0);
+        let replaced = main("c3", json!({"waiting": {}}));
+        assert_eq!(meter.measure(&replaced, "u1", t0).len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_is_reported_by_its_id_and_only_a_pods_last_start_counts() {
+        let t0 = Instant::now();
+        let meter = LagMeter::default();
+        meter.expect("c1", "u1", "main", ContainerChange::Started, t0);
+        meter.expect(
+            "s1",
+            "u1",
+            "side",
+            ContainerChange::Started,
+            t0 + Duration::from_secs(1),
+        );
+        let at = t0 + Duration::from_secs(2);
+        let running = main("c1", json!({"running": {}}));
+        assert_eq!(
+            meter.measure(&running, "u1", at),
+            [(
+                "side".to_string(),
+                ContainerChange::Started,
+                Duration::from_secs(1)
+            )],
+            "main's start was reported with side's, later than its own lag"
+        );
+        meter.expect("c2", "u1", "main", ContainerChange::Started, at);
+        assert!(meter.measure(&running, "u1", at).is_empty());
+        meter.forget("u1");
+        assert!(
+            meter
+                .measure(&main("c2", json!({"running": {}})), "u1", at)
+                .is_empty()
+        );
+    }
+}
