@@ -1,0 +1,237 @@
+//! Stopping a container whose env from metadata went stale: when it is due and safe
+//! ([`super::settle`]), and the stop itself, kubelet-style ([`super::super::kill`]).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::decide::{self, PreviousStop, RestartInput, RestartReason, Verdict};
+use super::lag::ContainerChange;
+use super::{KUBELET_RECREATE_MARGIN, Key, Shared, lock};
+use crate::controller::kill;
+use crate::cri::{Container, ImageService, RemoteRuntime, RuntimeService};
+use crate::hash::env::expected_env_hash;
+use crate::k8s::keys::{self, RuntimeContainerMetaSet};
+use crate::k8s::write::{self, EventSpec};
+
+/// A stop decided by [`restarts_due`].
+pub(super) struct Stop {
+    container: Container,
+    reason: RestartReason,
+    expected: u64,
+}
+
+/// The containers to stop now for stale env from metadata. A stop that is due but not yet
+/// safe (see [`super::settle`]) or a container the kubelet should recreate by itself is looked at
+/// again when that changes.
+pub(super) async fn restarts_due(
+    shared: &Shared,
+    key: &Key,
+    runtime: &RemoteRuntime,
+    pod: &Pod,
+    set: &RuntimeContainerMetaSet,
+    newest: &std::collections::BTreeMap<&str, &Container>,
+) -> Vec<Stop> {
+    let uid = pod.uid().unwrap_or_default();
+    let state = keys::parse_inplace_update_state(pod.annotations())
+        .ok()
+        .flatten();
+    let (labels, annotations) = decide::metadata_maps(pod);
+    let now = Instant::now();
+    let mut out = Vec::new();
+    let mut recheck_at: Option<Instant> = None;
+    for meta in &set.containers {
+        let (Some(spec), Some(running)) = (
+            decide::spec_of(pod, &meta.name),
+            newest.get(meta.name.as_str()),
+        ) else {
+            continue;
+        };
+        let already_stopped = lock(&shared.stopped).contains_key(&running.id);
+        let previous_stop = lock(&shared.last_stops)
+            .get(&(uid.clone(), meta.name.clone()))
+            .cloned();
+        let expected_since = lock(&shared.kubelet_expected).get(&running.id).copied();
+        let overdue_at =
+            expected_since.map(|t| t + kill::grace_period(running) + KUBELET_RECREATE_MARGIN);
+        let image_id_matches =
+            if decide::recorded_hash(spec, running) == decide::RecordedHash::Matches {
+                None
+            } else {
+                image_matches(runtime, spec, running).await
+            };
+        let input = RestartInput {
+            pod,
+            spec,
+            meta,
+            running,
+            image_id_matches,
+            state: state.as_ref(),
+            already_stopped,
+            kubelet_overdue: overdue_at.is_some_and(|at| now >= at),
+            previous_stop: previous_stop.as_ref(),
+        };
+        match decide::decide_restart(&input) {
+            Verdict::Restart(reason) => {
+                let excess = shared.lag.excess(now);
+                let allowed_at = lock(&shared.timelines)
+                    .get(&uid)
+                    .map_or(now, |t| t.stop_allowed_at(shared.restart_delay, excess));
+                if allowed_at > now {
+                    tracing::debug!(
+                        container = %meta.name,
+                        in_ms = (allowed_at - now).as_millis() as u64,
+                        kubelet_lag_excess_ms = excess.as_millis() as u64,
+                        "stale env: stopping once the kubelet holds the change"
+                    );
+                    recheck_at = Some(recheck_at.map_or(allowed_at, |r| r.min(allowed_at)));
+                    continue;
+                }
+                out.push(Stop {
+                    container: (*running).clone(),
+                    reason,
+                    expected: expected_env_hash(spec, &labels, &annotations),
+                });
+            }
+            Verdict::KubeletRecreates => {
+                let at = *lock(&shared.kubelet_expected)
+                    .entry(running.id.clone())
+                    .or_insert(now);
+                let overdue = at + kill::grace_period(running) + KUBELET_RECREATE_MARGIN;
+                recheck_at = Some(recheck_at.map_or(overdue, |r| r.min(overdue)));
+                tracing::debug!(
+                    container = %meta.name,
+                    reason = "its spec changed too: the kubelet recreates it with the new env",
+                    "stale env, not stopping"
+                );
+            }
+            Verdict::Blocked(reason) => {
+                tracing::debug!(container = %meta.name, %reason, "stale env, not stopping")
+            }
+            Verdict::UpToDate | Verdict::Unknown(_) => {}
+        }
+    }
+    if let Some(at) = recheck_at {
+        shared.queue.add_after(
+            key.clone(),
+            at.saturating_duration_since(now) + Duration::from_millis(1),
+            &shared.cancel,
+        );
+    }
+    out
+}
+
+/// Whether the spec image resolves to the image the container runs (`None`: cannot tell).
+pub async fn image_matches(
+    runtime: &RemoteRuntime,
+    spec: &k8s_openapi::api::core::v1::Container,
+    running: &Container,
+) -> Option<bool> {
+    let image = spec.image.as_deref()?;
+    match runtime.image_status(image).await {
+        Ok(Some(img)) => Some(crate::cri::dialect::runs_image(&img, running)),
+        Ok(None) => Some(false),
+        Err(_) => None,
+    }
+}
+
+pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
+    let Stop {
+        container: c,
+        reason,
+        expected,
+    } = stop;
+    let uid = pod.uid().unwrap_or_default();
+    let name = c.metadata.name.clone();
+    lock(&shared.stopped).insert(c.id.clone(), Instant::now());
+    lock(&shared.last_stops).insert(
+        (uid, name.clone()),
+        PreviousStop {
+            id: c.id.clone(),
+            expected,
+            corrective: reason == RestartReason::StaleRecreation,
+        },
+    );
+    let runtime = runtime.clone();
+    let events = shared.events.clone();
+    let metrics = shared.metrics.clone();
+    let stopped = shared.stopped.clone();
+    let lag = shared.lag.clone();
+    let pod_uid = pod.uid().unwrap_or_default();
+    let cancel = shared.cancel.clone();
+    let mut regarding = write::object_ref(pod);
+    regarding.field_path = Some(format!("spec.containers{{{name}}}"));
+    let (why, warning) = match reason {
+        RestartReason::EnvChanged => (
+            "its env from metadata changed, the kubelet recreates it with the new values"
+                .to_string(),
+            false,
+        ),
+        RestartReason::StaleRecreation => (
+            "the kubelet recreated it from a pod it had taken before the change of its env from \
+             metadata (the values are still the old ones); stopping it once more, after the \
+             kubelet took the change"
+                .to_string(),
+            true,
+        ),
+        RestartReason::KubeletDidNotRecreate => (
+            "its spec changed too, but the kubelet did not recreate it within its grace period; \
+             stopping it so that it gets the new values"
+                .to_string(),
+            true,
+        ),
+    };
+    shared.tracker.spawn(
+        async move {
+            // the pod IP only matters to a preStop hook: no extra call on the hot path otherwise
+            let pod_ip = if c.annotations.contains_key(keys::KUBELET_PRESTOP_HANDLER) {
+                runtime
+                    .pod_sandbox_status(&c.pod_sandbox_id, false)
+                    .await
+                    .ok()
+                    .map(|s| s.ip)
+            } else {
+                None
+            };
+            if warning {
+                tracing::warn!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
+            } else {
+                tracing::info!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
+            }
+            events.record(EventSpec {
+                regarding: regarding.clone(),
+                warning,
+                reason: "Killing".into(),
+                note: format!("Stopping container {name} (containerID {}): {why}", c.id),
+                action: "Restart".into(),
+            });
+            let spec = kill::KillSpec::from_kubelet_annotations(&c);
+            match kill::kill_container(&runtime, &c, &spec, pod_ip.as_deref(), &cancel).await {
+                Ok(outcome) => {
+                    lag.expect(&c.id, &pod_uid, &name, ContainerChange::Stopped, Instant::now());
+                    metrics.restarted(reason.as_str());
+                    if let Some(Err(hook)) = outcome.pre_stop {
+                        tracing::warn!(container = %name, error = %hook, "preStop hook failed; the container was stopped all the same");
+                        events.record(EventSpec {
+                            regarding,
+                            warning: true,
+                            reason: "FailedPreStopHook".into(),
+                            note: format!("preStop hook of {name} failed: {hook}"),
+                            action: "PreStop".into(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    // forget it, so the next reconcile tries again
+                    lock(&stopped).remove(&c.id);
+                    metrics.restart_failed();
+                    tracing::warn!(container = %name, error = %e, "could not stop container");
+                }
+            }
+        }
+        .instrument(tracing::info_span!("kill")),
+    );
+}
