@@ -242,13 +242,7 @@ async fn assert_log_never_forbidden(admin: &kube::Client, pod: &Pod) -> String {
         .logs(name, &LogParams::default())
         .await
         .expect("the pod's log");
-    let refused: Vec<&str> = log
-        .lines()
-        .filter(|l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("forbidden") || l.contains(" 403") || l.contains("\"403")
-        })
-        .collect();
+    let refused: Vec<&str> = log.lines().filter(|l| cluster::is_refusal(l)).collect();
     assert!(
         refused.is_empty(),
         "{name} was refused by RBAC:\n{}",
@@ -419,4 +413,18 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
         "the chart's kruise-daemon flags were accepted:\n{log}"
     );
     drop(installed);
+}
+
+#[test]
+fn a_refusal_is_told_by_its_reason_or_code_never_by_a_403_inside_an_id() {
+    assert!(cluster::is_refusal(
+        r#"{"error":"ApiError: pods is forbidden: User \"x\" cannot patch: Forbidden"}"#
+    ));
+    assert!(cluster::is_refusal(
+        "ErrorResponse { reason: \"X\", code: 403 }"
+    ));
+    assert!(cluster::is_refusal(r#"{"code":403}"#));
+    assert!(!cluster::is_refusal(
+        r#"{"id":"4038dcbd4b99","lag_ms":403}"#
+    ));
 }
