@@ -355,6 +355,58 @@ pub fn decide_restart(input: &RestartInput<'_>) -> Verdict {
     Verdict::Restart(reason)
 }
 
+/// Whether the pod's annotation is out of date with what the pod itself says: a container ID
+/// that differs, a container missing, or an env-from-metadata hash that the pod's metadata no
+/// longer gives. Cheap (no runtime call), so every pod update can be checked.
+pub fn needs_sync(pod: &Pod, meta: Option<&RuntimeContainerMetaSet>, with_env: bool) -> bool {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    let ids: Vec<(&str, &str)> = statuses
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            s.container_id
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .map(|id| (s.name.as_str(), id))
+        })
+        .collect();
+    if ids.is_empty() {
+        return false;
+    }
+    let Some(meta) = meta else {
+        return true;
+    };
+    if ids
+        .iter()
+        .any(|(name, id)| meta.container(name).is_none_or(|m| m.container_id != *id))
+    {
+        return true;
+    }
+    if !with_env {
+        return false;
+    }
+    // a container first annotated before it ran gets its env hash as soon as it runs
+    let running_without_hash = statuses.into_iter().flatten().any(|s| {
+        s.state.as_ref().is_some_and(|st| st.running.is_some())
+            && meta
+                .container(&s.name)
+                .is_some_and(|m| m.hashes.extracted_env_from_metadata_hash == 0)
+    });
+    if running_without_hash {
+        return true;
+    }
+    let (labels, annotations) = metadata_maps(pod);
+    pod.spec.iter().flat_map(|s| s.containers.iter()).any(|c| {
+        meta.container(&c.name).is_some_and(|m| {
+            let current = m.hashes.extracted_env_from_metadata_hash;
+            current != 0 && current != expected_env_hash(c, &labels, &annotations)
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -737,5 +789,136 @@ mod tests {
             &annotations,
         );
         assert_eq!(decide_restart(&input(&p, &meta, &c)), Verdict::UpToDate);
+    }
+
+    /// The pod of `pod`, its annotation as kruised writes it once every env was read (the
+    /// hash of `main`'s env from the pod's current metadata).
+    fn in_sync(p: &Pod) -> RuntimeContainerMetaSet {
+        let cs = [running(p, "main", "m1", 0), running(p, "side", "s2", 0)];
+        let (mut set, _) = build_meta(p, "containerd", &newest_by_name(&cs), None, true);
+        let (labels, annotations) = metadata_maps(p);
+        let spec = &p.spec.as_ref().unwrap().containers[0];
+        let main = set
+            .containers
+            .iter_mut()
+            .find(|c| c.name == "main")
+            .unwrap();
+        main.hashes.extracted_env_from_metadata_hash =
+            expected_env_hash(spec, &labels, &annotations);
+        set
+    }
+
+    #[test]
+    fn a_pod_whose_annotation_matches_its_status_and_metadata_needs_no_sync() {
+        let p = pod(json!({}), "True");
+        let meta = in_sync(&p);
+        assert!(!needs_sync(&p, Some(&meta), true));
+        assert!(!needs_sync(&p, Some(&meta), false));
+    }
+
+    #[test]
+    fn a_pod_with_running_containers_and_no_annotation_needs_a_sync() {
+        let p = pod(json!({}), "True");
+        assert!(needs_sync(&p, None, false));
+    }
+
+    #[test]
+    fn a_pod_whose_containers_have_no_id_yet_needs_no_sync() {
+        let mut p = pod(json!({}), "True");
+        for s in p
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()
+        {
+            s.container_id = Some(String::new());
+        }
+        assert!(
+            !needs_sync(&p, None, true),
+            "nothing runs yet: nothing to report"
+        );
+    }
+
+    #[test]
+    fn a_container_id_other_than_the_annotations_needs_a_sync() {
+        let mut p = pod(json!({}), "True");
+        let meta = in_sync(&p);
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[1]
+            .container_id = Some("containerd://m2".into());
+        assert!(needs_sync(&p, Some(&meta), false), "main was recreated");
+        let mut p = pod(json!({}), "True");
+        let mut meta = in_sync(&p);
+        meta.containers.retain(|c| c.name != "side");
+        assert!(needs_sync(&p, Some(&meta), false), "side is missing");
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .container_id = None;
+        assert!(
+            !needs_sync(&p, Some(&meta), false),
+            "a container with no ID yet is not missing"
+        );
+    }
+
+    #[test]
+    fn metadata_that_no_longer_gives_the_annotated_env_hash_needs_a_sync_only_with_env() {
+        let mut p = pod(json!({}), "True");
+        let meta = in_sync(&p);
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("role".into(), "green".into());
+        assert!(needs_sync(&p, Some(&meta), true));
+        assert!(
+            !needs_sync(&p, Some(&meta), false),
+            "without env restarts the env hash is not compared"
+        );
+        let mut p = pod(json!({}), "True");
+        let meta = in_sync(&p);
+        p.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("app".into(), "y".into());
+        assert!(
+            !needs_sync(&p, Some(&meta), true),
+            "a label no env reads changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_running_container_annotated_before_it_ran_needs_its_env_hash() {
+        let mut p = pod(json!({}), "True");
+        let mut meta = in_sync(&p);
+        let main = meta
+            .containers
+            .iter_mut()
+            .find(|c| c.name == "main")
+            .unwrap();
+        main.hashes.extracted_env_from_metadata_hash = 0;
+        assert!(
+            !needs_sync(&p, Some(&meta), true),
+            "not running yet: its env cannot be read"
+        );
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[1]
+            .state = serde_json::from_value(json!({"running": {}})).unwrap();
+        assert!(needs_sync(&p, Some(&meta), true));
+        assert!(!needs_sync(&p, Some(&meta), false));
     }
 }

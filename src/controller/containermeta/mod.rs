@@ -37,8 +37,8 @@ use self::settle::{RestartDelay, Timeline};
 use super::queue::WorkQueue;
 use crate::controller::Context;
 use crate::cri::{ContainerFilter, RemoteRuntime, RuntimeService, Runtimes};
-use crate::hash::env::{current_env_hash, expected_env_hash};
-use crate::k8s::keys::{self, RuntimeContainerMetaSet};
+use crate::hash::env::current_env_hash;
+use crate::k8s::keys;
 use crate::k8s::watch::Watched;
 use crate::k8s::write::{self, EventSink};
 
@@ -134,58 +134,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether the pod's annotation is out of date with what the pod itself says: a container ID
-/// that differs, a container missing, or an env-from-metadata hash that the pod's metadata no
-/// longer gives. Cheap (no runtime call), so every pod update can be checked.
-fn needs_sync(pod: &Pod, meta: Option<&RuntimeContainerMetaSet>, with_env: bool) -> bool {
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref());
-    let ids: Vec<(&str, &str)> = statuses
-        .into_iter()
-        .flatten()
-        .filter_map(|s| {
-            s.container_id
-                .as_deref()
-                .filter(|id| !id.is_empty())
-                .map(|id| (s.name.as_str(), id))
-        })
-        .collect();
-    if ids.is_empty() {
-        return false;
-    }
-    let Some(meta) = meta else {
-        return true;
-    };
-    if ids
-        .iter()
-        .any(|(name, id)| meta.container(name).is_none_or(|m| m.container_id != *id))
-    {
-        return true;
-    }
-    if !with_env {
-        return false;
-    }
-    // a container first annotated before it ran gets its env hash as soon as it runs
-    let running_without_hash = statuses.into_iter().flatten().any(|s| {
-        s.state.as_ref().is_some_and(|st| st.running.is_some())
-            && meta
-                .container(&s.name)
-                .is_some_and(|m| m.hashes.extracted_env_from_metadata_hash == 0)
-    });
-    if running_without_hash {
-        return true;
-    }
-    let (labels, annotations) = decide::metadata_maps(pod);
-    pod.spec.iter().flat_map(|s| s.containers.iter()).any(|c| {
-        meta.container(&c.name).is_some_and(|m| {
-            let current = m.hashes.extracted_env_from_metadata_hash;
-            current != 0 && current != expected_env_hash(c, &labels, &annotations)
-        })
-    })
-}
-
 impl Shared {
     /// Records this version of the pod in its timeline (see [`settle`]).
     fn observe(&self, pod: &Pod) {
@@ -234,7 +182,7 @@ impl Shared {
         let meta = annotations
             .and_then(|a| keys::parse_runtime_containers_meta(a).ok())
             .flatten();
-        needs_sync(pod, meta.as_ref(), self.with_env)
+        decide::needs_sync(pod, meta.as_ref(), self.with_env)
     }
 
     /// Records this version of the pod and queues it if it is to be reconciled.
