@@ -2,18 +2,25 @@
 //! with what is left of the grace period, at least 2 s. The one way kruised kills a container:
 //! container meta takes hook and grace from the kubelet's CRI annotations
 //! ([`KillSpec::from_kubelet_annotations`]), recreate requests from the request.
-//! Better than kruise-daemon: HTTP hooks reach the pod IP from `PodSandboxStatus` (kruise has
-//! none and fails them), and TCP hooks are supported (kruise #2505).
+//! Hooks have the kubelet's meaning (`pkg/kubelet/lifecycle`): an exec hook must exit 0; an
+//! HTTP hook succeeds on any answer (the status is not looked at), HTTPS without certificate
+//! checks and, when the server answers the handshake in plain HTTP, again over HTTP; a TCP hook
+//! must connect. Better than kruise-daemon: HTTP hooks reach the pod IP from `PodSandboxStatus`
+//! (kruise has none and fails them), and TCP hooks are supported (kruise #2505).
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ContainerPort, LifecycleHandler};
+use k8s_openapi::api::core::v1::{ContainerPort, LifecycleHandler, ObjectReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::controller::httpget::{self, Get, GetError, join_host_port};
 use crate::cri::{Container, CriError, RuntimeService};
 use crate::k8s::keys;
+use crate::k8s::write::EventSpec;
+
+/// The `User-Agent` of HTTP hooks (the kubelet's `kube-lifecycle/<version>`).
+pub const HOOK_USER_AGENT: &str = "kube-lifecycle/1.36";
 
 /// The kubelet's floor for the time a container gets to stop.
 pub const MIN_GRACE: Duration = Duration::from_secs(2);
@@ -59,13 +66,74 @@ pub enum KillError {
     Cancelled,
 }
 
+/// Why a preStop hook failed (the container is stopped all the same).
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The runtime could not run the command.
+    #[error("exec hook: {0}")]
+    Exec(CriError),
+    /// The command ran and failed.
+    #[error("exec hook exited with {code}: {stderr}")]
+    Exited {
+        /// Its exit code.
+        code: i32,
+        /// The start of its stderr.
+        stderr: String,
+    },
+    /// No HTTP answer.
+    #[error("http hook: {0}")]
+    Http(GetError),
+    /// No TCP connection.
+    #[error("tcp hook: dial tcp {addr}: {source}")]
+    Tcp {
+        /// `host:port`.
+        addr: String,
+        /// The socket's error.
+        source: std::io::Error,
+    },
+    /// The hook's port is no port.
+    #[error("invalid port {0}")]
+    InvalidPort(i32),
+    /// A named port the container does not have.
+    #[error("named port {0:?} not found in the container's ports")]
+    NoSuchPort(String),
+    /// The grace period ended first.
+    #[error("preStop hook did not finish within {0:?}")]
+    TimedOut(Duration),
+    /// A handler without an action.
+    #[error("preStop handler names no action")]
+    NoAction,
+}
+
 /// What happened when a container was stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct KillOutcome {
     /// The preStop hook's result, if the container has one.
-    pub pre_stop: Option<Result<(), String>>,
+    pub pre_stop: Option<Result<(), HookError>>,
     /// The grace period given to `StopContainer`.
     pub grace: Duration,
+}
+
+impl KillOutcome {
+    /// The `FailedPreStopHook` warning about `container` when its hook failed (the container
+    /// was stopped all the same, as by the kubelet), logged as it is returned.
+    pub fn failed_hook_event(
+        &self,
+        regarding: &ObjectReference,
+        container: &str,
+    ) -> Option<EventSpec> {
+        let Some(Err(hook)) = &self.pre_stop else {
+            return None;
+        };
+        tracing::warn!(%container, error = %hook, "preStop hook failed; the container was stopped all the same");
+        Some(EventSpec {
+            regarding: regarding.clone(),
+            warning: true,
+            reason: "FailedPreStopHook".into(),
+            note: format!("preStop hook of {container} failed: {hook}"),
+            action: "PreStop".into(),
+        })
+    }
 }
 
 /// The grace period the kubelet would use, from the container's annotations: the pod's
@@ -98,7 +166,7 @@ pub async fn kill_container<R: RuntimeService>(
                 tokio::time::timeout(grace, run_hook(runtime, c, h, &spec.ports, pod_ip, grace));
             let result = tokio::select! {
                 () = cancel.cancelled() => return Err(KillError::Cancelled),
-                r = hook => r.unwrap_or_else(|_| Err(format!("preStop hook did not finish within {grace:?}"))),
+                r = hook => r.unwrap_or(Err(HookError::TimedOut(grace))),
             };
             grace = grace.saturating_sub(started.elapsed());
             Some(result)
@@ -120,38 +188,30 @@ async fn run_hook<R: RuntimeService>(
     ports: &[ContainerPort],
     pod_ip: Option<&str>,
     grace: Duration,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
+    let host_or_pod = |host: &Option<String>| {
+        host.clone()
+            .filter(|h| !h.is_empty())
+            .or_else(|| pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string))
+            .unwrap_or_else(|| "127.0.0.1".to_string())
+    };
     if let Some(exec) = &h.exec {
         let cmd = exec.command.clone().unwrap_or_default();
         let out = runtime
             .exec_sync(&c.id, cmd, grace)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(HookError::Exec)?;
         return if out.exit_code == 0 {
             Ok(())
         } else {
-            Err(format!(
-                "exec hook exited with {}: {}",
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
+            Err(HookError::Exited {
+                code: out.exit_code,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            })
         };
     }
     if let Some(http) = &h.http_get {
-        let host = http
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .or_else(|| pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string))
-            .unwrap_or_else(|| "127.0.0.1".to_string());
-        let port = resolve_port(&http.port, ports)?;
-        if http
-            .scheme
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
-        {
-            return Err("HTTPS preStop hooks are not supported by kruised".into());
-        }
+        let host = host_or_pod(&http.host);
         let path = http
             .path
             .clone()
@@ -163,33 +223,65 @@ async fn run_hook<R: RuntimeService>(
             .flatten()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        return http_get(&host, port, &path, &headers).await;
+        let req = Get {
+            host: &host,
+            port: resolve_port(&http.port, ports)?,
+            https: http
+                .scheme
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("https")),
+            path: &path,
+            headers: &headers,
+            user_agent: HOOK_USER_AGENT,
+        };
+        return http_hook(&req).await;
     }
     if let Some(tcp) = &h.tcp_socket {
-        let host = tcp
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .or_else(|| pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string))
-            .unwrap_or_else(|| "127.0.0.1".to_string());
-        let port = resolve_port(&tcp.port, ports)?;
-        return tokio::net::TcpStream::connect((host.as_str(), port))
+        let addr = join_host_port(&host_or_pod(&tcp.host), resolve_port(&tcp.port, ports)?);
+        return tokio::net::TcpStream::connect(&addr)
             .await
             .map(drop)
-            .map_err(|e| format!("tcp {host}:{port}: {e}"));
+            .map_err(|source| HookError::Tcp { addr, source });
     }
     if let Some(sleep) = &h.sleep {
         let secs = u64::try_from(sleep.seconds).unwrap_or(0);
         tokio::time::sleep(Duration::from_secs(secs)).await;
         return Ok(());
     }
-    Err("preStop handler names no action".into())
+    Err(HookError::NoAction)
+}
+
+/// An HTTP hook: any answer will do, as with the kubelet; an HTTPS hook whose server answers
+/// in plain HTTP is sent again over HTTP (the kubelet's fallback, without the
+/// `Authorization` header).
+async fn http_hook(req: &Get<'_>) -> Result<(), HookError> {
+    match httpget::get(req).await {
+        Ok(_) => Ok(()),
+        Err(e) if req.https && e.kind.is_http_answer_to_https() => {
+            let headers: Vec<(String, String)> = req
+                .headers
+                .iter()
+                .filter(|(k, _)| !k.eq_ignore_ascii_case("authorization"))
+                .cloned()
+                .collect();
+            let plain = Get {
+                https: false,
+                headers: &headers,
+                ..*req
+            };
+            httpget::get(&plain)
+                .await
+                .map(drop)
+                .map_err(HookError::Http)
+        }
+        Err(e) => Err(HookError::Http(e)),
+    }
 }
 
 /// A port number, or a named port looked up in the container's ports.
-fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, String> {
+fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, HookError> {
     match port {
-        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("invalid port {n}")),
+        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| HookError::InvalidPort(*n)),
         IntOrString::String(name) => {
             if let Ok(n) = name.parse::<u16>() {
                 return Ok(n);
@@ -198,47 +290,8 @@ fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, Stri
                 .iter()
                 .find(|p| p.name.as_deref() == Some(name))
                 .and_then(|p| u16::try_from(p.container_port).ok())
-                .ok_or_else(|| format!("named port {name:?} not found in the container's ports"))
+                .ok_or_else(|| HookError::NoSuchPort(name.clone()))
         }
-    }
-}
-
-/// A minimal HTTP/1.1 GET: success on 2xx and 3xx, as the kubelet's handler.
-async fn http_get(
-    host: &str,
-    port: u16,
-    path: &str,
-    headers: &[(String, String)],
-) -> Result<(), String> {
-    let target = format!("{host}:{port}");
-    let mut s = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("http {target}{path}: {e}"))?;
-    let mut req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: kruised\r\nConnection: close\r\n"
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| format!("http {target}{path}: {e}"))?;
-    let mut head = vec![0u8; 64];
-    let n = s
-        .read(&mut head)
-        .await
-        .map_err(|e| format!("http {target}{path}: {e}"))?;
-    let line = String::from_utf8_lossy(&head[..n]);
-    let code: u16 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("http {target}{path}: no HTTP status in the answer"))?;
-    if (200..400).contains(&code) {
-        Ok(())
-    } else {
-        Err(format!("http {target}{path}: status {code}"))
     }
 }
 
@@ -246,6 +299,7 @@ async fn http_get(
 mod tests {
     use super::*;
     use crate::cri::{ContainerMetadata, ContainerState, StringMap};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn container(annotations: &[(&str, &str)]) -> Container {
         Container {
@@ -289,43 +343,105 @@ mod tests {
         )]);
         let ports = KillSpec::from_kubelet_annotations(&c).ports;
         assert_eq!(
-            resolve_port(&IntOrString::String("http".into()), &ports),
-            Ok(8080)
+            resolve_port(&IntOrString::String("http".into()), &ports).ok(),
+            Some(8080)
         );
-        assert_eq!(resolve_port(&IntOrString::Int(81), &ports), Ok(81));
+        assert_eq!(resolve_port(&IntOrString::Int(81), &ports).ok(), Some(81));
         assert!(resolve_port(&IntOrString::String("grpc".into()), &ports).is_err());
         assert!(resolve_port(&IntOrString::Int(70000), &ports).is_err());
     }
 
     #[tokio::test]
-    async fn http_hook_succeeds_on_2xx_and_fails_on_5xx() {
-        for (status, ok) in [("204 No Content", true), ("503 Unavailable", false)] {
+    async fn an_http_hook_succeeds_on_any_answer_as_the_kubelets() {
+        for status in ["204 No Content", "503 Unavailable"] {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let port = listener.local_addr().unwrap().port();
+            let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
             let server = tokio::spawn(async move {
                 let (mut s, _) = listener.accept().await.unwrap();
                 let mut buf = vec![0u8; 1024];
                 let n = s.read(&mut buf).await.unwrap();
-                s.write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
-                    .await
-                    .unwrap();
+                s.write_all(answer.as_bytes()).await.unwrap();
                 String::from_utf8_lossy(&buf[..n]).into_owned()
             });
-            let r = tokio::time::timeout(
-                Duration::from_secs(5),
-                http_get(
-                    "127.0.0.1",
-                    port,
-                    "/quit",
-                    &[("X-Why".into(), "restart".into())],
-                ),
-            )
+            let headers = [("X-Why".to_string(), "restart".to_string())];
+            let req = Get {
+                host: "127.0.0.1",
+                port,
+                https: false,
+                path: "/quit",
+                headers: &headers,
+                user_agent: HOOK_USER_AGENT,
+            };
+            let r = tokio::time::timeout(Duration::from_secs(5), http_hook(&req))
+                .await
+                .expect("hook hung");
+            assert!(r.is_ok(), "{status}: {r:?}");
+            let sent = server.await.unwrap();
+            assert!(sent.starts_with("GET /quit HTTP/1.1\r\n"), "{sent}");
+            assert!(sent.contains("X-Why: restart"), "{sent}");
+            assert!(sent.contains("User-Agent: kube-lifecycle/1.36"), "{sent}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_https_hook_on_a_plain_http_server_is_sent_again_over_http_without_authorization() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..2 {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 2048];
+                let n = s.read(&mut buf).await.unwrap();
+                seen.push(buf[..n].to_vec());
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    .await
+                    .unwrap();
+            }
+            seen
+        });
+        let headers = [("Authorization".to_string(), "Bearer x".to_string())];
+        let req = Get {
+            host: "127.0.0.1",
+            port,
+            https: true,
+            path: "/",
+            headers: &headers,
+            user_agent: HOOK_USER_AGENT,
+        };
+        let r = tokio::time::timeout(Duration::from_secs(5), http_hook(&req))
             .await
             .expect("hook hung");
-            assert_eq!(r.is_ok(), ok, "{status}: {r:?}");
-            let req = server.await.unwrap();
-            assert!(req.starts_with("GET /quit HTTP/1.1\r\n"), "{req}");
-            assert!(req.contains("X-Why: restart"), "{req}");
-        }
+        assert!(r.is_ok(), "{r:?}");
+        let seen = server.await.unwrap();
+        assert_eq!(seen[0][0], 0x16, "first a TLS handshake record");
+        let plain = String::from_utf8_lossy(&seen[1]);
+        assert!(plain.starts_with("GET / HTTP/1.1\r\n"), "{plain}");
+        assert!(!plain.contains("Authorization"), "{plain}");
+    }
+
+    #[tokio::test]
+    async fn an_http_hook_with_no_answer_fails_with_the_url() {
+        let port = {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let req = Get {
+            host: "127.0.0.1",
+            port,
+            https: false,
+            path: "/quit",
+            headers: &[],
+            user_agent: HOOK_USER_AGENT,
+        };
+        let e = http_hook(&req).await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "http hook: Get \"http://127.0.0.1:{port}/quit\": dial tcp"
+            )),
+            "{text}"
+        );
     }
 }

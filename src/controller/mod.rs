@@ -3,6 +3,7 @@
 //! `k8s::write`.
 
 pub mod containermeta;
+pub mod httpget;
 pub mod imagepull;
 pub mod kill;
 pub mod podprobe;

@@ -213,15 +213,8 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
                 Ok(outcome) => {
                     lag.expect(&c.id, &pod_uid, &name, ContainerChange::Stopped, Instant::now());
                     metrics.restarted(reason.as_str());
-                    if let Some(Err(hook)) = outcome.pre_stop {
-                        tracing::warn!(container = %name, error = %hook, "preStop hook failed; the container was stopped all the same");
-                        events.record(EventSpec {
-                            regarding,
-                            warning: true,
-                            reason: "FailedPreStopHook".into(),
-                            note: format!("preStop hook of {name} failed: {hook}"),
-                            action: "PreStop".into(),
-                        });
+                    if let Some(event) = outcome.failed_hook_event(&regarding, &name) {
+                        events.record(event);
                     }
                 }
                 Err(e) => {

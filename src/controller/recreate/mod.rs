@@ -486,15 +486,8 @@ async fn kill_one(
     match outcome {
         Ok(o) => {
             shared.metrics.killed();
-            if let Some(Err(hook)) = o.pre_stop {
-                tracing::warn!(request = %r.name_any(), %container, error = %hook, "preStop hook failed; the container was stopped all the same");
-                shared.events.record(EventSpec {
-                    regarding,
-                    warning: true,
-                    reason: "FailedPreStopHook".into(),
-                    note: format!("preStop hook of {container} failed: {hook}"),
-                    action: "PreStop".into(),
-                });
+            if let Some(event) = o.failed_hook_event(&regarding, container) {
+                shared.events.record(event);
             }
             Ok(())
         }
