@@ -166,13 +166,27 @@ pub async fn run<I, C>(
     }
 }
 
+/// Why a next-batch image was not pre-pulled (logged; retried with backoff).
+#[derive(Debug, thiserror::Error)]
+enum PrePullError {
+    /// The daemon is stopping.
+    #[error("shutting down")]
+    ShuttingDown,
+    /// The runtime did not list its images.
+    #[error("listing the runtime's images: {0}")]
+    List(#[from] crate::cri::CriError),
+    /// The pull failed.
+    #[error(transparent)]
+    Pull(#[from] super::pull::PullError),
+}
+
 /// Pulls one next-batch image unless present.
 async fn pull_one<I, C>(
     env: &Env<I, C>,
     node_images: &Watched<NodeImage>,
     image: &str,
     reference: &Reference,
-) -> Result<(), String>
+) -> Result<(), PrePullError>
 where
     I: ImageService + Clone + 'static,
     C: Credentials,
@@ -182,12 +196,12 @@ where
             s.clone()
                 .acquire_owned()
                 .await
-                .map_err(|_| "shutting down".to_string())?,
+                .map_err(|_| PrePullError::ShuttingDown)?,
         ),
         None => None,
     };
     let runtime = env.puller.runtime();
-    let images = runtime.list_images().await.map_err(|e| e.to_string())?;
+    let images = runtime.list_images().await?;
     if find_image(&images, reference).is_some() {
         env.metrics.pulled(Source::NextBatch, Outcome::Present);
         tracing::debug!(image, "next-batch image already present");
@@ -218,7 +232,8 @@ where
         source: Source::NextBatch,
     };
     tracing::info!(image, "pre-pulling an image of a pod's next in-place batch");
-    env.puller.pull(spec, PULL_TIMEOUT).await.map(|_| ())
+    env.puller.pull(spec, PULL_TIMEOUT).await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -28,8 +28,32 @@ use super::metrics::{Metrics, Outcome, Source};
 use crate::cri::{ImageService, PullRequest, PullSandbox};
 
 /// What a pull returns: the runtime's image reference (the image ID on containerd and CRI-O),
-/// or the runtime's error, with every credential scrubbed from it.
-pub type PullResult = Result<String, String>;
+/// or why there is none.
+pub type PullResult = Result<String, PullError>;
+
+/// Why a pull gave no image. Its text is what a tag's status and events say; no credential is
+/// in it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PullError {
+    /// The runtime failed every attempt: its errors in order, one per credential tried, each
+    /// scrubbed of the credentials' secrets.
+    #[error("failed to pull image {image:?}: {}", .attempts.join("; "))]
+    Runtime {
+        /// The image as sent to the runtime.
+        image: String,
+        /// One error per attempt.
+        attempts: Vec<String>,
+    },
+    /// Every waiter went away (their tags were removed) before the pull ended.
+    #[error("pulling {0} was stopped")]
+    Stopped(String),
+    /// The caller's time ran out (the pull may go on for other waiters).
+    #[error("pulling timed out after {0:?}")]
+    TimedOut(Duration),
+    /// The pull's task ended without a result (the daemon is shutting down).
+    #[error("the pull task ended without a result")]
+    Lost,
+}
 
 /// One request to pull.
 #[derive(Clone, Debug)]
@@ -147,7 +171,7 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                     self.tracker.spawn(async move {
                         let result = tokio::select! {
                             r = this.pull_now(&spec, timeout) => r,
-                            () = task_cancel.cancelled() => Err(format!("pulling {} was stopped", spec.image)),
+                            () = task_cancel.cancelled() => Err(PullError::Stopped(spec.image.clone())),
                         };
                         // the next request for this key starts afresh
                         let mut map = this.lock();
@@ -170,12 +194,12 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                     return r;
                 }
                 if rx.changed().await.is_err() {
-                    return Err("the pull task ended without a result".to_string());
+                    return Err(PullError::Lost);
                 }
             }
         })
         .await
-        .unwrap_or_else(|_| Err(format!("pulling timed out after {timeout:?}")));
+        .unwrap_or(Err(PullError::TimedOut(timeout)));
         drop(waiter);
         result
     }
@@ -219,11 +243,10 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                 }
             }
         }
-        Err(format!(
-            "failed to pull image {:?}: {}",
-            spec.image,
-            errors.join("; ")
-        ))
+        Err(PullError::Runtime {
+            image: spec.image.clone(),
+            attempts: errors,
+        })
     }
 }
 

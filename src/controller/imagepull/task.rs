@@ -413,7 +413,10 @@ where
         }
         Err(e) => {
             env.credentials.invalidate(&job.pull_secrets);
-            Err(AttemptError::Retry(with_problems(scrub(&e, &secrets))))
+            Err(AttemptError::Retry(with_problems(scrub(
+                &e.to_string(),
+                &secrets,
+            ))))
         }
     }
 }
