@@ -12,7 +12,7 @@ use crate::config::{ExplainArgs, OutputFormat};
 use crate::controller::containermeta::env::read_env;
 use crate::controller::containermeta::{
     self,
-    decide::{self, RestartInput, Verdict},
+    decide::{self, Observation, Step, Verdict},
 };
 use crate::cri::{ContainerFilter, RuntimeService, Runtimes};
 use crate::hash::env::{current_env_hash, expected_env_hash};
@@ -63,35 +63,35 @@ pub struct PodView {
     pub containers: Vec<ContainerView>,
 }
 
-fn verdict_text(v: &Verdict) -> String {
-    match v {
-        Verdict::Restart(reason) => format!(
+fn step_text(step: &Step) -> String {
+    match step {
+        Step::Stop(reason)
+        | Step::StopAt { reason, .. }
+        | Step::Nothing(Verdict::Restart(reason)) => format!(
             "restart due ({}): env from metadata is stale",
             reason.as_str()
         ),
-        Verdict::KubeletRecreates => {
+        Step::KubeletRecreates { .. } | Step::Nothing(Verdict::KubeletRecreates) => {
             "stale, but its spec changed too: the kubelet recreates it with the new env".into()
         }
-        Verdict::UpToDate => "up to date".into(),
-        Verdict::Blocked(r) => format!("stale, blocked: {r}"),
-        Verdict::Unknown(r) => format!("unknown: {r}"),
+        Step::Nothing(Verdict::UpToDate) => "up to date".into(),
+        Step::Nothing(Verdict::Blocked(r)) => format!("stale, blocked: {r}"),
+        Step::Nothing(Verdict::Unknown(r)) => format!("unknown: {r}"),
     }
 }
 
 /// Builds the view of `pod` from the runtime.
 pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
     let uid = pod.uid().unwrap_or_default();
-    let first_id = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .find_map(|s| s.container_id.clone());
-    let runtime = first_id
-        .as_deref()
-        .and_then(|id| runtimes.for_container_id(id).map(|(r, _)| r.clone()))
-        .unwrap_or_else(|| runtimes.primary().clone());
+    // the daemon's lookup; the node's primary runtime where it finds none (explain reports
+    // what it can)
+    let (runtime, runtime_name) = match runtimes.for_containers(decide::container_ids(pod)) {
+        Ok((rt, name)) => (rt.clone(), name),
+        Err(_) => (
+            runtimes.primary().clone(),
+            runtimes.primary_version().runtime_name.clone(),
+        ),
+    };
     let containers = runtime
         .list_containers(ContainerFilter {
             labels: [(keys::KUBELET_POD_UID.to_string(), uid)]
@@ -110,11 +110,7 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
         .get(keys::INPLACE_UPDATE_STATE)
         .or_else(|| pod.annotations().get(keys::INPLACE_UPDATE_STATE_OLD))
         .cloned();
-    let state = keys::parse_inplace_update_state(pod.annotations())
-        .ok()
-        .flatten();
     let (labels, annotations) = decide::metadata_maps(pod);
-    let runtime_name = runtimes.primary_version().runtime_name.clone();
     let (meta, _) = decide::build_meta(pod, &runtime_name, &newest, annotated.as_ref(), true);
     let mut views = Vec::new();
     for spec in pod.spec.iter().flat_map(|s| s.containers.iter()) {
@@ -126,29 +122,28 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
                 .map(|(env, _)| current_env_hash(spec, |n| env.get(n).cloned())),
             None => None,
         };
+        // the daemon's own plan, with nothing remembered (as a daemon that just started)
         let decision = match (running, meta.container(&spec.name)) {
             (Some(c), Some(m)) => {
                 let mut m = m.clone();
                 if let Some(h) = current {
                     m.hashes.extracted_env_from_metadata_hash = h;
                 }
-                let image_id_matches =
-                    if decide::recorded_hash(spec, c) == decide::RecordedHash::Matches {
-                        None
-                    } else {
-                        containermeta::image_matches(&runtime, spec, c).await
-                    };
-                verdict_text(&decide::decide_restart(&RestartInput {
-                    pod,
+                let observed = Observation {
                     spec,
                     meta: &m,
                     running: c,
-                    image_id_matches,
-                    state: state.as_ref(),
+                    image_id_matches: containermeta::image_id_matches(&runtime, spec, c).await,
                     already_stopped: false,
-                    kubelet_overdue: false,
                     previous_stop: None,
-                }))
+                    kubelet_expected_since: None,
+                };
+                let now = tokio::time::Instant::now();
+                let plan = decide::plan_restarts(pod, &[observed], now, now);
+                plan.steps.first().map_or_else(
+                    || "no running container".into(),
+                    |(_, step)| step_text(step),
+                )
             }
             _ => "no running container".into(),
         };

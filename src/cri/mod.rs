@@ -29,7 +29,7 @@ pub use detail::*;
 pub use endpoint::{Endpoint, EndpointSource};
 pub use error::CriError;
 pub use grpc::{RemoteRuntime, Timeouts};
-pub use runtimes::{DiscoveryError, Probe, Runtimes};
+pub use runtimes::{DiscoveryError, Probe, RuntimeLookupError, Runtimes, split_container_id};
 pub use types::*;
 
 /// The generated CRI v1 messages and services. Private: nothing generated leaves `cri`.

@@ -153,9 +153,54 @@ impl Runtimes {
     /// Splits a kubelet container ID (`<runtime>://<id>`) and finds its runtime. A bare ID goes
     /// to the primary runtime.
     pub fn for_container_id<'a>(&self, container_id: &'a str) -> Option<(&RemoteRuntime, &'a str)> {
-        match container_id.split_once("://") {
-            Some((name, id)) => self.by_name(name).map(|r| (r, id)),
-            None => Some((self.primary(), container_id)),
+        match split_container_id(container_id) {
+            ("", id) => Some((self.primary(), id)),
+            (name, id) => self.by_name(name).map(|r| (r, id)),
         }
     }
+
+    /// The runtime of a pod's containers, from their kubelet IDs (`<runtime>://<id>`; empty
+    /// ones skipped), and its name as the IDs give it: the runtime their type names, the
+    /// node's primary runtime when there is no ID yet. The one lookup of container meta,
+    /// recreate requests and `kruised explain`.
+    pub fn for_containers<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(&RemoteRuntime, String), RuntimeLookupError> {
+        let ids: Vec<&str> = ids.into_iter().filter(|id| !id.is_empty()).collect();
+        let types: std::collections::BTreeSet<&str> =
+            ids.iter().map(|id| split_container_id(id).0).collect();
+        if types.len() > 1 {
+            let types: Vec<&str> = types.into_iter().collect();
+            return Err(RuntimeLookupError::MixedTypes(types.join(", ")));
+        }
+        match ids.first() {
+            Some(id) => self
+                .for_container_id(id)
+                .map(|(rt, _)| (rt, split_container_id(id).0.to_string()))
+                .ok_or_else(|| RuntimeLookupError::NotFound((*id).to_string())),
+            None => Ok((self.primary(), self.primary_version().runtime_name.clone())),
+        }
+    }
+}
+
+/// A kubelet container ID (`<runtime>://<id>`, as a pod's status and a recreate request give
+/// it) as the runtime's name (empty for a bare ID) and the runtime's own ID.
+pub fn split_container_id(container_id: &str) -> (&str, &str) {
+    container_id.split_once("://").unwrap_or(("", container_id))
+}
+
+/// Why the runtime of a pod's containers is not known. The texts of the last two are
+/// kruise-daemon's (a recreate request's status carries them).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeLookupError {
+    /// No runtime is connected yet: the work waits for one, it does not fail.
+    #[error("the container runtime is not connected yet")]
+    NotConnected,
+    /// The containers' IDs name runtimes of more than one type.
+    #[error("has different runtime types {0} in Pod")]
+    MixedTypes(String),
+    /// No runtime of this daemon has the ID's type.
+    #[error("not found runtime service for {0} in daemon")]
+    NotFound(String),
 }

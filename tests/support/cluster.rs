@@ -611,7 +611,5 @@ pub fn status_of<'a>(p: &'a Pod, name: &str) -> &'a k8s_openapi::api::core::v1::
 
 /// The runtime ID in a kubelet container ID (`containerd://<id>`).
 pub fn runtime_id(container_id: &str) -> &str {
-    container_id
-        .split_once("://")
-        .map_or(container_id, |(_, id)| id)
+    kruised::cri::split_container_id(container_id).1
 }

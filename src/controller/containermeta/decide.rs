@@ -1,10 +1,12 @@
 //! What the container meta controller decides, as pure functions over the pod, the runtime's
 //! containers and the previous annotation: which pods it manages, the new
-//! `runtime-containers-meta`, and whether a container must be stopped for env from metadata.
+//! `runtime-containers-meta`, and whether and when a container must be stopped for env from
+//! metadata ([`plan_restarts`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use tokio::time::Instant;
 
 use crate::cri::{Container, ContainerState};
 use crate::hash::env::{NO_ENV_HASH, env_meta_refs, expected_env_hash};
@@ -355,6 +357,130 @@ pub fn decide_restart(input: &RestartInput<'_>) -> Verdict {
     Verdict::Restart(reason)
 }
 
+/// One container as the restart plan sees it: its spec and annotation, what runs, and what the
+/// daemon remembers of it. The caller gathers it: the daemon from its memory and the runtime,
+/// `kruised explain` from the runtime alone (it remembers nothing).
+pub struct Observation<'a> {
+    /// The container's spec.
+    pub spec: &'a SpecContainer,
+    /// Its meta entry, with the current env hash if known.
+    pub meta: &'a RuntimeContainerMeta,
+    /// Its newest runtime container.
+    pub running: &'a Container,
+    /// Whether the spec image resolves to the running image, if that was asked.
+    pub image_id_matches: Option<bool>,
+    /// The daemon already stopped this very container.
+    pub already_stopped: bool,
+    /// The daemon's last stop of a container of this name in this pod.
+    pub previous_stop: Option<&'a PreviousStop>,
+    /// Since when the daemon expects the kubelet to recreate it by itself.
+    pub kubelet_expected_since: Option<Instant>,
+}
+
+/// What the plan does about one container.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Stop it now.
+    Stop(RestartReason),
+    /// Stop it, not before `at`: until then the kubelet may not hold the change (see
+    /// [`super::settle`]).
+    StopAt {
+        /// Why it is stopped.
+        reason: RestartReason,
+        /// The earliest safe moment.
+        at: Instant,
+    },
+    /// The kubelet recreates it by itself, expected since `since`; it is stopped after all if
+    /// it still runs at `overdue_at`.
+    KubeletRecreates {
+        /// Since when the kubelet is expected to.
+        since: Instant,
+        /// When the daemon looks again.
+        overdue_at: Instant,
+    },
+    /// Nothing to do now; the verdict says why (up to date, blocked, not known yet).
+    Nothing(Verdict),
+}
+
+/// A pod's restart plan: a step per container, and when to look at the pod again (as
+/// kube-runtime's `Action` carries its requeue).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Per container, by name.
+    pub steps: Vec<(String, Step)>,
+    /// The earliest moment a step changes by time alone.
+    pub recheck_at: Option<Instant>,
+}
+
+/// The restart plan of `pod` at `now`; `stop_allowed_at` is the earliest moment a stop is
+/// safe (the pod's [`super::settle::Timeline`]; `now` without one). Pure: the one decision the
+/// daemon acts on and `kruised explain` prints.
+pub fn plan_restarts(
+    pod: &Pod,
+    observed: &[Observation<'_>],
+    now: Instant,
+    stop_allowed_at: Instant,
+) -> Plan {
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let state = keys::parse_inplace_update_state(&annotations)
+        .ok()
+        .flatten();
+    let mut plan = Plan::default();
+    let mut recheck = |at: Instant| {
+        plan.recheck_at = Some(plan.recheck_at.map_or(at, |r: Instant| r.min(at)));
+    };
+    let mut steps = Vec::new();
+    for o in observed {
+        let overdue_after = |since: Instant| {
+            since
+                + crate::controller::kill::grace_period(o.running)
+                + super::KUBELET_RECREATE_MARGIN
+        };
+        let input = RestartInput {
+            pod,
+            spec: o.spec,
+            meta: o.meta,
+            running: o.running,
+            image_id_matches: o.image_id_matches,
+            state: state.as_ref(),
+            already_stopped: o.already_stopped,
+            kubelet_overdue: o
+                .kubelet_expected_since
+                .is_some_and(|t| now >= overdue_after(t)),
+            previous_stop: o.previous_stop,
+        };
+        let step = match decide_restart(&input) {
+            Verdict::Restart(reason) if stop_allowed_at > now => {
+                recheck(stop_allowed_at);
+                Step::StopAt {
+                    reason,
+                    at: stop_allowed_at,
+                }
+            }
+            Verdict::Restart(reason) => Step::Stop(reason),
+            Verdict::KubeletRecreates => {
+                let since = o.kubelet_expected_since.unwrap_or(now);
+                let overdue_at = overdue_after(since);
+                recheck(overdue_at);
+                Step::KubeletRecreates { since, overdue_at }
+            }
+            v => Step::Nothing(v),
+        };
+        steps.push((o.meta.name.clone(), step));
+    }
+    plan.steps = steps;
+    plan
+}
+
+/// The kubelet IDs (`<runtime>://<id>`) of the pod's containers that have one, in status order.
+pub fn container_ids(pod: &Pod) -> impl Iterator<Item = &str> {
+    pod.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .filter_map(|s| s.container_id.as_deref())
+        .filter(|id| !id.is_empty())
+}
+
 /// Whether the pod's annotation is out of date with what the pod itself says: a container ID
 /// that differs, a container missing, or an env-from-metadata hash that the pod's metadata no
 /// longer gives. Cheap (no runtime call), so every pod update can be checked.
@@ -413,6 +539,7 @@ mod tests {
     use crate::cri::{ContainerMetadata, StringMap};
     use crate::hash::kubelet::format_hash;
     use serde_json::json;
+    use std::time::Duration;
 
     fn pod(extra_annotations: serde_json::Value, ready: &str) -> Pod {
         let mut annotations = json!({"role": "blue"});
@@ -920,5 +1047,125 @@ mod tests {
             .state = serde_json::from_value(json!({"running": {}})).unwrap();
         assert!(needs_sync(&p, Some(&meta), true));
         assert!(!needs_sync(&p, Some(&meta), false));
+    }
+
+    fn observed<'a>(
+        p: &'a Pod,
+        meta: &'a RuntimeContainerMeta,
+        c: &'a Container,
+    ) -> Observation<'a> {
+        Observation {
+            spec: &p.spec.as_ref().unwrap().containers[0],
+            meta,
+            running: c,
+            image_id_matches: None,
+            already_stopped: false,
+            previous_stop: None,
+            kubelet_expected_since: None,
+        }
+    }
+
+    #[test]
+    fn the_plan_stops_a_stale_container_now_when_a_stop_is_safe_and_looks_again_at_nothing() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let meta = stale_meta(&p, &c);
+        let now = Instant::now();
+        let plan = plan_restarts(&p, &[observed(&p, &meta, &c)], now, now);
+        assert_eq!(
+            plan,
+            Plan {
+                steps: vec![("main".into(), Step::Stop(RestartReason::EnvChanged))],
+                recheck_at: None
+            }
+        );
+    }
+
+    #[test]
+    fn the_plan_defers_a_stop_until_it_is_safe_and_looks_again_then() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let meta = stale_meta(&p, &c);
+        let now = Instant::now();
+        let at = now + Duration::from_millis(1500);
+        let plan = plan_restarts(&p, &[observed(&p, &meta, &c)], now, at);
+        assert_eq!(
+            plan.steps,
+            [(
+                "main".to_string(),
+                Step::StopAt {
+                    reason: RestartReason::EnvChanged,
+                    at
+                }
+            )]
+        );
+        assert_eq!(plan.recheck_at, Some(at));
+    }
+
+    #[test]
+    fn the_plan_leaves_a_respecced_container_to_the_kubelet_until_its_grace_and_margin_pass() {
+        let mut p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let meta = stale_meta(&p, &c);
+        p.spec.as_mut().unwrap().containers[0].image = Some("busybox:v2".into());
+        let now = Instant::now();
+        let wait =
+            crate::controller::kill::grace_period(&c) + super::super::KUBELET_RECREATE_MARGIN;
+        let mut o = observed(&p, &meta, &c);
+        o.image_id_matches = Some(false);
+        let plan = plan_restarts(&p, std::slice::from_ref(&o), now, now);
+        assert_eq!(
+            plan.steps,
+            [(
+                "main".to_string(),
+                Step::KubeletRecreates {
+                    since: now,
+                    overdue_at: now + wait
+                }
+            )]
+        );
+        assert_eq!(plan.recheck_at, Some(now + wait));
+        // expected since longer than that: the kubelet did not, so the daemon stops it
+        o.kubelet_expected_since = Some(now);
+        let later = now + wait;
+        let plan = plan_restarts(&p, &[o], later, later);
+        assert_eq!(
+            plan.steps,
+            [(
+                "main".to_string(),
+                Step::Stop(RestartReason::KubeletDidNotRecreate)
+            )]
+        );
+        assert_eq!(plan.recheck_at, None);
+    }
+
+    #[test]
+    fn the_plan_does_nothing_for_a_container_up_to_date_or_blocked() {
+        let p = pod(json!({}), "False");
+        let c = running(&p, "main", "m1", 0);
+        let mut meta = stale_meta(&p, &c);
+        let (labels, annotations) = metadata_maps(&p);
+        meta.hashes.extracted_env_from_metadata_hash = expected_env_hash(
+            &p.spec.as_ref().unwrap().containers[0],
+            &labels,
+            &annotations,
+        );
+        let now = Instant::now();
+        let later = now + Duration::from_secs(1);
+        let plan = plan_restarts(&p, &[observed(&p, &meta, &c)], now, later);
+        assert_eq!(
+            plan.steps,
+            [("main".to_string(), Step::Nothing(Verdict::UpToDate))]
+        );
+        assert_eq!(plan.recheck_at, None, "nothing to look at again");
+        let meta = stale_meta(&p, &c);
+        let mut o = observed(&p, &meta, &c);
+        o.already_stopped = true;
+        let plan = plan_restarts(&p, &[o], now, later);
+        assert!(
+            matches!(&plan.steps[0].1, Step::Nothing(Verdict::Blocked(r)) if r.contains("already stopped")),
+            "{plan:?}"
+        );
+        assert_eq!(plan.recheck_at, None);
     }
 }

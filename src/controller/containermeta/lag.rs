@@ -145,7 +145,7 @@ fn reported(pod: &Pod, uid: &str, unreported: &HashMap<String, Unreported>) -> V
         let current = status
             .container_id
             .as_deref()
-            .map(|c| c.split_once("://").map_or(c, |(_, id)| id));
+            .map(|c| crate::cri::split_container_id(c).1);
         let terminated = status
             .state
             .as_ref()

@@ -31,12 +31,14 @@ use self::events::runtime_events;
 use self::lag::LagMeter;
 pub use self::metrics::Metrics;
 use self::pods::{NowOrNever, Start, StartVersions, relist, watch_pods};
-pub use self::restart::image_matches;
+pub use self::restart::{image_id_matches, image_matches};
 use self::restart::{restarts_due, spawn_kill};
 use self::settle::{RestartDelay, Timeline};
 use super::queue::WorkQueue;
 use crate::controller::Context;
-use crate::cri::{ContainerFilter, RemoteRuntime, RuntimeService, Runtimes};
+use crate::cri::{
+    ContainerFilter, CriError, RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes,
+};
 use crate::hash::env::current_env_hash;
 use crate::k8s::keys;
 use crate::k8s::watch::Watched;
@@ -220,9 +222,12 @@ async fn worker(shared: Arc<Shared>) {
 /// Why a reconcile must be retried.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// The runtime is not known yet or does not answer.
+    /// The pod's runtime is not known (yet).
     #[error("runtime: {0}")]
-    Runtime(String),
+    Lookup(#[from] RuntimeLookupError),
+    /// The runtime failed a call.
+    #[error("runtime: {0}")]
+    Runtime(#[from] CriError),
     /// The API server refused or failed the write.
     #[error("writing the annotation: {0}")]
     Api(#[from] kube::Error),
@@ -232,36 +237,24 @@ pub enum ReconcileError {
         /// The container.
         container: String,
         /// Why.
-        error: String,
+        error: env::EnvError,
     },
 }
 
-/// The pod's runtime and the runtime name of its container IDs.
+/// The pod's runtime and the runtime name of its container IDs; none before a container has
+/// an ID.
 fn runtime_of(
     shared: &Shared,
     pod: &Pod,
 ) -> Result<Option<(RemoteRuntime, String)>, ReconcileError> {
-    let Some(id) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .find_map(|s| s.container_id.clone().filter(|id| !id.is_empty()))
-    else {
+    let ids: Vec<&str> = decide::container_ids(pod).collect();
+    if ids.is_empty() {
         return Ok(None);
-    };
-    let guard = shared.runtimes.borrow();
-    let runtimes = guard
-        .as_ref()
-        .ok_or_else(|| ReconcileError::Runtime("not connected yet".into()))?;
-    let name = id.split_once("://").map_or("", |(n, _)| n).to_string();
-    match runtimes.for_container_id(&id) {
-        Some((rt, _)) => Ok(Some((rt.clone(), name))),
-        None => Err(ReconcileError::Runtime(format!(
-            "no runtime named {name:?} on this node for container {id}"
-        ))),
     }
+    let guard = shared.runtimes.borrow();
+    let runtimes = guard.as_ref().ok_or(RuntimeLookupError::NotConnected)?;
+    let (runtime, name) = runtimes.for_containers(ids)?;
+    Ok(Some((runtime.clone(), name)))
 }
 
 async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
@@ -282,8 +275,7 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
                 .collect(),
             ..Default::default()
         })
-        .await
-        .map_err(|e| ReconcileError::Runtime(e.to_string()))?;
+        .await?;
     let newest = decide::newest_by_name(&containers);
     let annotations = pod.annotations();
     let old = match keys::parse_runtime_containers_meta(annotations) {
@@ -316,7 +308,7 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
             Err(e) => {
                 env_error = Some(ReconcileError::Env {
                     container: r.name.clone(),
-                    error: e.to_string(),
+                    error: e,
                 })
             }
         }

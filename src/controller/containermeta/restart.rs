@@ -8,9 +8,9 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::decide::{self, PreviousStop, RestartInput, RestartReason, Verdict};
+use super::decide::{self, Observation, PreviousStop, RestartReason, Step, Verdict};
 use super::lag::ContainerChange;
-use super::{KUBELET_RECREATE_MARGIN, Key, Shared, lock};
+use super::{Key, Shared, lock};
 use crate::controller::kill;
 use crate::cri::{Container, ImageService, RemoteRuntime, RuntimeService};
 use crate::hash::env::expected_env_hash;
@@ -36,13 +36,8 @@ pub(super) async fn restarts_due(
     newest: &std::collections::BTreeMap<&str, &Container>,
 ) -> Vec<Stop> {
     let uid = pod.uid().unwrap_or_default();
-    let state = keys::parse_inplace_update_state(pod.annotations())
-        .ok()
-        .flatten();
-    let (labels, annotations) = decide::metadata_maps(pod);
-    let now = Instant::now();
-    let mut out = Vec::new();
-    let mut recheck_at: Option<Instant> = None;
+    let mut previous = Vec::new();
+    let mut found = Vec::new();
     for meta in &set.containers {
         let (Some(spec), Some(running)) = (
             decide::spec_of(pod, &meta.name),
@@ -50,71 +45,63 @@ pub(super) async fn restarts_due(
         ) else {
             continue;
         };
-        let already_stopped = lock(&shared.stopped).contains_key(&running.id);
-        let previous_stop = lock(&shared.last_stops)
-            .get(&(uid.clone(), meta.name.clone()))
-            .cloned();
-        let expected_since = lock(&shared.kubelet_expected).get(&running.id).copied();
-        let overdue_at =
-            expected_since.map(|t| t + kill::grace_period(running) + KUBELET_RECREATE_MARGIN);
-        let image_id_matches =
-            if decide::recorded_hash(spec, running) == decide::RecordedHash::Matches {
-                None
-            } else {
-                image_matches(runtime, spec, running).await
-            };
-        let input = RestartInput {
-            pod,
+        previous.push(
+            lock(&shared.last_stops)
+                .get(&(uid.clone(), meta.name.clone()))
+                .cloned(),
+        );
+        found.push((spec, meta, *running));
+    }
+    let mut observed = Vec::new();
+    for ((spec, meta, running), previous_stop) in found.into_iter().zip(&previous) {
+        observed.push(Observation {
             spec,
             meta,
             running,
-            image_id_matches,
-            state: state.as_ref(),
-            already_stopped,
-            kubelet_overdue: overdue_at.is_some_and(|at| now >= at),
+            image_id_matches: image_id_matches(runtime, spec, running).await,
+            already_stopped: lock(&shared.stopped).contains_key(&running.id),
             previous_stop: previous_stop.as_ref(),
-        };
-        match decide::decide_restart(&input) {
-            Verdict::Restart(reason) => {
-                let excess = shared.lag.excess(now);
-                let allowed_at = lock(&shared.timelines)
-                    .get(&uid)
-                    .map_or(now, |t| t.stop_allowed_at(shared.restart_delay, excess));
-                if allowed_at > now {
-                    tracing::debug!(
-                        container = %meta.name,
-                        in_ms = (allowed_at - now).as_millis() as u64,
-                        kubelet_lag_excess_ms = excess.as_millis() as u64,
-                        "stale env: stopping once the kubelet holds the change"
-                    );
-                    recheck_at = Some(recheck_at.map_or(allowed_at, |r| r.min(allowed_at)));
-                    continue;
-                }
-                out.push(Stop {
-                    container: (*running).clone(),
-                    reason,
-                    expected: expected_env_hash(spec, &labels, &annotations),
-                });
-            }
-            Verdict::KubeletRecreates => {
-                let at = *lock(&shared.kubelet_expected)
-                    .entry(running.id.clone())
-                    .or_insert(now);
-                let overdue = at + kill::grace_period(running) + KUBELET_RECREATE_MARGIN;
-                recheck_at = Some(recheck_at.map_or(overdue, |r| r.min(overdue)));
+            kubelet_expected_since: lock(&shared.kubelet_expected).get(&running.id).copied(),
+        });
+    }
+    let now = Instant::now();
+    let excess = shared.lag.excess(now);
+    let allowed_at = lock(&shared.timelines)
+        .get(&uid)
+        .map_or(now, |t| t.stop_allowed_at(shared.restart_delay, excess));
+    let plan = decide::plan_restarts(pod, &observed, now, allowed_at);
+    let (labels, annotations) = decide::metadata_maps(pod);
+    let mut out = Vec::new();
+    for ((name, step), o) in plan.steps.into_iter().zip(&observed) {
+        match step {
+            Step::Stop(reason) => out.push(Stop {
+                container: o.running.clone(),
+                reason,
+                expected: expected_env_hash(o.spec, &labels, &annotations),
+            }),
+            Step::StopAt { at, .. } => tracing::debug!(
+                container = %name,
+                in_ms = (at - now).as_millis() as u64,
+                kubelet_lag_excess_ms = excess.as_millis() as u64,
+                "stale env: stopping once the kubelet holds the change"
+            ),
+            Step::KubeletRecreates { since, .. } => {
+                lock(&shared.kubelet_expected)
+                    .entry(o.running.id.clone())
+                    .or_insert(since);
                 tracing::debug!(
-                    container = %meta.name,
+                    container = %name,
                     reason = "its spec changed too: the kubelet recreates it with the new env",
                     "stale env, not stopping"
                 );
             }
-            Verdict::Blocked(reason) => {
-                tracing::debug!(container = %meta.name, %reason, "stale env, not stopping")
+            Step::Nothing(Verdict::Blocked(reason)) => {
+                tracing::debug!(container = %name, %reason, "stale env, not stopping")
             }
-            Verdict::UpToDate | Verdict::Unknown(_) => {}
+            Step::Nothing(_) => {}
         }
     }
-    if let Some(at) = recheck_at {
+    if let Some(at) = plan.recheck_at {
         shared.queue.add_after(
             key.clone(),
             at.saturating_duration_since(now) + Duration::from_millis(1),
@@ -122,6 +109,19 @@ pub(super) async fn restarts_due(
         );
     }
     out
+}
+
+/// Whether the spec image resolves to the image the container runs, asked of the runtime only
+/// where the kubelet's recorded hash cannot tell (`None`: not asked, or no answer).
+pub async fn image_id_matches(
+    runtime: &RemoteRuntime,
+    spec: &k8s_openapi::api::core::v1::Container,
+    running: &Container,
+) -> Option<bool> {
+    if decide::recorded_hash(spec, running) == decide::RecordedHash::Matches {
+        return None;
+    }
+    image_matches(runtime, spec, running).await
 }
 
 /// Whether the spec image resolves to the image the container runs (`None`: cannot tell).

@@ -32,7 +32,7 @@ pub use self::metrics::Metrics;
 use super::Context;
 use super::kill::{self, KillSpec};
 use super::queue::WorkQueue;
-use crate::cri::{ContainerFilter, RemoteRuntime, RuntimeService, Runtimes};
+use crate::cri::{ContainerFilter, RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes};
 use crate::k8s::crd::{
     ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
     ContainerRecreateRequestPhase as Phase,
@@ -265,21 +265,6 @@ fn elapsed_since(t: Timestamp) -> Duration {
     Duration::from_nanos(u64::try_from(d).unwrap_or(0))
 }
 
-/// Why the runtime of a request's containers is not known.
-#[derive(Debug, thiserror::Error)]
-enum RuntimeLookupError {
-    /// No runtime is connected yet: the request waits for one, it does not fail.
-    #[error("the container runtime is not connected yet")]
-    NotConnected,
-    /// The containers' IDs name runtimes of more than one type (kruise-daemon's words: they
-    /// end the request).
-    #[error("has different runtime types {0} in Pod")]
-    MixedTypes(String),
-    /// No runtime of this daemon has the ID's type (kruise-daemon's words).
-    #[error("not found runtime service for {0} in daemon")]
-    NotFound(String),
-}
-
 /// The runtime of the request's containers: the one their `statusContext` IDs name, else the
 /// node's primary runtime.
 fn runtime_of(
@@ -288,38 +273,15 @@ fn runtime_of(
 ) -> Result<(RemoteRuntime, String), RuntimeLookupError> {
     let guard = shared.runtimes.borrow();
     let runtimes = guard.as_ref().ok_or(RuntimeLookupError::NotConnected)?;
-    let ids: Vec<&str> = r
+    let ids = r
         .spec
         .containers
         .iter()
         .filter_map(|c| c.status_context.as_ref())
-        .map(|c| c.container_id.as_str())
-        .filter(|id| !id.is_empty())
-        .collect();
-    let types: std::collections::BTreeSet<&str> = ids
-        .iter()
-        .filter_map(|id| id.split_once("://").map(|(t, _)| t))
-        .collect();
-    if types.len() > 1 {
-        return Err(RuntimeLookupError::MixedTypes(
-            types.into_iter().collect::<Vec<_>>().join(", "),
-        ));
-    }
-    match ids.first() {
-        Some(id) => runtimes
-            .for_container_id(id)
-            .map(|(rt, _)| {
-                (
-                    rt.clone(),
-                    id.split_once("://").map_or("", |(t, _)| t).to_string(),
-                )
-            })
-            .ok_or_else(|| RuntimeLookupError::NotFound((*id).to_string())),
-        None => Ok((
-            runtimes.primary().clone(),
-            runtimes.primary_version().runtime_name.clone(),
-        )),
-    }
+        .map(|c| c.container_id.as_str());
+    runtimes
+        .for_containers(ids)
+        .map(|(rt, name)| (rt.clone(), name))
 }
 
 async fn manage(
