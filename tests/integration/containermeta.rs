@@ -308,6 +308,89 @@ async fn the_same_change_while_in_place_update_ready_is_true_restarts_nothing() 
     assert!(d.wait_exit(LIMIT).await.success());
 }
 
+/// `kruised explain -o json` of `default/<pod>` on the fake node; each container's decision.
+async fn explained(node: &FakeNode, pod: &str) -> Vec<(String, String)> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
+        .args([
+            "explain",
+            &format!("default/{pod}"),
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(node.kubeconfig())
+        .args(["--runtime-endpoint", &node.endpoint()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).unwrap();
+    view["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn explain_says_restart_due_exactly_for_the_containers_the_daemon_then_stops() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    node.add_pod("web-1", containers(), json!({"role": "blue"}), true);
+    let mut main_ids = Vec::new();
+    for pod in ["web-0", "web-1"] {
+        let m = wait_meta(&node, pod, "first annotation", |m| m.containers.len() == 2).await;
+        main_ids.push(m.container("main").unwrap().container_id.clone());
+    }
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+
+    // while no daemon runs, two in-place updates: env only, and image with env
+    set_role(&node, "web-0", "green", Some("False"));
+    node.api
+        .modify("pods", "default", "web-1", |p| {
+            p["spec"]["containers"][0]["image"] = json!("busybox:v2");
+            p["metadata"]["annotations"]["role"] = json!("green");
+            p["status"]["conditions"][0]["status"] = json!("False");
+        })
+        .unwrap();
+    let due = |decisions: &[(String, String)]| -> Vec<String> {
+        decisions
+            .iter()
+            .filter(|(_, d)| d.starts_with("restart due"))
+            .map(|(n, _)| n.clone())
+            .collect()
+    };
+    let web0 = explained(&node, "web-0").await;
+    let web1 = explained(&node, "web-1").await;
+    assert_eq!(due(&web0), ["main"], "{web0:?}");
+    assert_eq!(due(&web1), Vec::<String>::new(), "{web1:?}");
+    assert!(web1[0].1.contains("the kubelet recreates it"), "{web1:?}");
+
+    // the daemon, started now, stops what explain said and nothing else
+    let mut d = start(&node).await;
+    node.cri
+        .wait_for(LIMIT, |s| !s.stops.is_empty())
+        .await
+        .expect("the stale container is stopped");
+    d.wait_for_log("stale env, not stopping", LIMIT).await;
+    let web0_main = main_ids[0].strip_prefix("containerd://").unwrap();
+    assert_eq!(stops(&node), [web0_main], "web-0's main, as explain said");
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
 #[tokio::test]
 async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_happens() {
     let mut node = FakeNode::start().await;
