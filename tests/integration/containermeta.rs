@@ -262,54 +262,8 @@ async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is
     assert!(d.wait_exit(LIMIT).await.success());
 }
 
-#[tokio::test]
-async fn the_same_change_while_in_place_update_ready_is_true_restarts_nothing() {
-    let mut node = FakeNode::start().await;
-    let mut d = start(&node).await;
-    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
-    .await;
-    set_role(&node, "web-0", "green", None);
-    d.wait_for_log("stale env, not stopping", LIMIT).await;
-    assert!(stops(&node).is_empty());
-
-    // and explain says why
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
-        .args(["explain", "default/web-0", "-o", "json", "--kubeconfig"])
-        .arg(node.kubeconfig())
-        .args(["--runtime-endpoint", &node.endpoint()])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let view: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let main = &view["containers"][0];
-    assert_eq!(main["name"], "main");
-    assert_ne!(main["expectedEnvHash"], main["currentEnvHash"], "{view:#}");
-    let decision = main["decision"].as_str().unwrap();
-    assert!(
-        decision.contains("blocked") && decision.contains("InPlaceUpdateReady"),
-        "{decision}"
-    );
-    assert_eq!(view["containers"][1]["decision"], "up to date");
-    // once the controller takes the pod out of service, the restart happens
-    set_role(&node, "web-0", "green", Some("False"));
-    node.cri
-        .wait_for(LIMIT, |s| s.stops.len() == 1)
-        .await
-        .expect("restart after InPlaceUpdateReady=False");
-    d.terminate();
-    assert!(d.wait_exit(LIMIT).await.success());
-}
-
-/// `kruised explain -o json` of `default/<pod>` on the fake node; each container's decision.
-async fn explained(node: &FakeNode, pod: &str) -> Vec<(String, String)> {
+/// `kruised explain -o json` of `default/<pod>` on the fake node.
+async fn explain_view(node: &FakeNode, pod: &str) -> Value {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruised"))
         .args([
             "explain",
@@ -328,7 +282,12 @@ async fn explained(node: &FakeNode, pod: &str) -> Vec<(String, String)> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let view: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each container's decision in `kruised explain`.
+async fn explained(node: &FakeNode, pod: &str) -> Vec<(String, String)> {
+    let view = explain_view(node, pod).await;
     view["containers"]
         .as_array()
         .unwrap()
@@ -340,6 +299,40 @@ async fn explained(node: &FakeNode, pod: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+#[tokio::test]
+async fn the_same_change_while_in_place_update_ready_is_true_restarts_nothing() {
+    let mut node = FakeNode::start().await;
+    let mut d = start(&node).await;
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    wait_meta(&node, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
+    .await;
+    set_role(&node, "web-0", "green", None);
+    d.wait_for_log("stale env, not stopping", LIMIT).await;
+    assert!(stops(&node).is_empty());
+
+    // and explain says why
+    let view = explain_view(&node, "web-0").await;
+    let main = &view["containers"][0];
+    assert_eq!(main["name"], "main");
+    assert_ne!(main["expectedEnvHash"], main["currentEnvHash"], "{view:#}");
+    let decision = main["decision"].as_str().unwrap();
+    assert!(
+        decision.contains("blocked") && decision.contains("InPlaceUpdateReady"),
+        "{decision}"
+    );
+    assert_eq!(view["containers"][1]["decision"], "up to date");
+    // once the controller takes the pod out of service, the restart happens
+    set_role(&node, "web-0", "green", Some("False"));
+    node.cri
+        .wait_for(LIMIT, |s| s.stops.len() == 1)
+        .await
+        .expect("restart after InPlaceUpdateReady=False");
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
 }
 
 #[tokio::test]

@@ -750,6 +750,18 @@ mod tests {
         }
     }
 
+    /// The annotation of a container running with the env the pod's metadata gives.
+    fn up_to_date_meta(p: &Pod, c: &Container) -> RuntimeContainerMeta {
+        let mut meta = stale_meta(p, c);
+        let (labels, annotations) = metadata_maps(p);
+        meta.hashes.extracted_env_from_metadata_hash = expected_env_hash(
+            &p.spec.as_ref().unwrap().containers[0],
+            &labels,
+            &annotations,
+        );
+        meta
+    }
+
     #[test]
     fn stale_env_restarts_only_while_in_place_update_ready_is_false() {
         let p = pod(json!({}), "False");
@@ -908,13 +920,7 @@ mod tests {
     fn up_to_date_env_needs_nothing() {
         let p = pod(json!({}), "False");
         let c = running(&p, "main", "m1", 0);
-        let mut meta = stale_meta(&p, &c);
-        let (labels, annotations) = metadata_maps(&p);
-        meta.hashes.extracted_env_from_metadata_hash = expected_env_hash(
-            &p.spec.as_ref().unwrap().containers[0],
-            &labels,
-            &annotations,
-        );
+        let meta = up_to_date_meta(&p, &c);
         assert_eq!(decide_restart(&input(&p, &meta, &c)), Verdict::UpToDate);
     }
 
@@ -1143,13 +1149,7 @@ mod tests {
     fn the_plan_does_nothing_for_a_container_up_to_date_or_blocked() {
         let p = pod(json!({}), "False");
         let c = running(&p, "main", "m1", 0);
-        let mut meta = stale_meta(&p, &c);
-        let (labels, annotations) = metadata_maps(&p);
-        meta.hashes.extracted_env_from_metadata_hash = expected_env_hash(
-            &p.spec.as_ref().unwrap().containers[0],
-            &labels,
-            &annotations,
-        );
+        let meta = up_to_date_meta(&p, &c);
         let now = Instant::now();
         let later = now + Duration::from_secs(1);
         let plan = plan_restarts(&p, &[observed(&p, &meta, &c)], now, later);
