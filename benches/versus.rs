@@ -12,7 +12,11 @@
 //!   and HTTP preStop hooks), in waves of 10 as kruise-manager makes them: restarts per
 //!   container (exactly one is right) and change to both containers running with the new
 //!   value, p50 and p99;
-//! - one pod changed 10 times in a row (back-off carried over), each change given 60 s.
+//! - one pod changed 10 times in a row (back-off carried over), each change given 60 s;
+//! - NodeImage pulls of images the node lacks (the lab's bench images: busybox plus 16 MiB of
+//!   random bytes each), as kruise-manager writes their tags, until the stored status has every
+//!   tag Succeeded, next to a direct CRI `PullImage` of the same images in the same run (the
+//!   images removed before each, the two ways alternating which goes first).
 //!
 //! Run:
 //!
@@ -20,10 +24,11 @@
 //!     # kruise-daemon unpacked from ../shared/kruise:
 //!     KRUISED_KRUISE_DAEMON=/path/to/kruise-daemon KRUISED_TEST_BIN=target/dist/kruised \
 //!     cargo bench --bench versus
-//!     # KRUISED_BENCH_IDLE_PODS (100), KRUISED_BENCH_CHANGES (50), KRUISED_BENCH_IDLE_SECS (60)
+//!     # KRUISED_BENCH_IDLE_PODS (100), KRUISED_BENCH_CHANGES (50), KRUISED_BENCH_IDLE_SECS (60),
+//!     # KRUISED_BENCH_PULL_ROUNDS (5; 4 images each)
 //!
 //! Under `cargo test` (no `--bench` argument) a smoke run (5 idle pods, 2 changes, 10 s idle,
-//! 2 changes in a row) checks that the harness still works; without kruise-daemon it is skipped
+//! 2 changes in a row, one round of one small image pulled) checks that the harness still works; without kruise-daemon it is skipped
 //! with a message.
 
 #![allow(
@@ -36,7 +41,11 @@ use kruised_test_support as support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use kruised::cri::{ImageService, PullRequest};
+use kruised::k8s::crd::{ImagePullPhase, NodeImage};
 use kube::Client;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
 use support::cluster::{self, KubeLab, Rbac, Scene};
 use support::daemon::{Daemon, http_get};
 use support::restarts::{self, ChangeResult, HookServer};
@@ -49,6 +58,9 @@ struct Sizes {
     changes: usize,
     idle: Duration,
     in_a_row: usize,
+    /// Rounds of NodeImage pulls, each of every image in `pull_repos` (their tag `v1`).
+    pull_rounds: usize,
+    pull_repos: Vec<String>,
 }
 
 #[derive(Default)]
@@ -61,6 +73,11 @@ struct Figures {
     changes: Vec<ChangeResult>,
     /// Each change of the one pod, `None` from the first that did not finish within 60 s.
     in_a_row: Vec<Option<Duration>>,
+    /// Each round's NodeImage pull through the daemon, from the write of the tags to every tag
+    /// Succeeded in the stored status.
+    through_daemon: Vec<Duration>,
+    /// Each round's direct CRI pull of the same images, all at once.
+    direct: Vec<Duration>,
 }
 
 /// The sum of the API server's `apiserver_request_total`, every series.
@@ -136,12 +153,134 @@ async fn start_kruise_daemon(
     (d, started.elapsed())
 }
 
+/// The NodeImage API at the version kruise's current CRDs store (a write through `v1alpha1`
+/// would prune what it lacks).
+fn node_images(admin: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("apps.kruise.io", "v1beta1", "NodeImage");
+    Api::all_with(admin.clone(), &kube::discovery::ApiResource::from_gvk(&gvk))
+}
+
+/// Sets the node's tags `v1` of `repos` at `version` as kruise-manager writes them (a fresh
+/// `createdAt`, a TTL), or removes the repos with `None`; other images are left as they are.
+async fn set_tags(lab: &KubeLab, admin: &Client, repos: &[String], version: Option<i64>) {
+    let api = node_images(admin);
+    if api.get_opt(&lab.node).await.unwrap().is_none() {
+        // no kruise-manager made it
+        cluster::apply_object(
+            admin,
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "NodeImage",
+                   "metadata": {"name": lab.node, "labels": {"kubernetes.io/hostname": lab.node}},
+                   "spec": {}}),
+        )
+        .await;
+    }
+    let created_at = k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap()
+        .to_string();
+    let images: serde_json::Map<String, Value> = repos
+        .iter()
+        .map(|r| {
+            let tags = version.map_or(Value::Null, |v| {
+                json!({"tags": [{"tag": "v1", "version": v, "createdAt": created_at,
+                                 "pullPolicy": {"timeoutSeconds": 300, "ttlSecondsAfterFinished": 600}}]})
+            });
+            (r.clone(), tags)
+        })
+        .collect();
+    api.patch(
+        &lab.node,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"images": images}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Removes the images from the node, so that the next pull fetches their layers again.
+async fn remove_images(lab: &KubeLab, images: &[String]) {
+    let rt = lab.runtime();
+    for i in images {
+        rt.remove_image(i).await.unwrap();
+        assert!(
+            rt.image_status(i).await.unwrap().is_none(),
+            "{i} still on the node"
+        );
+    }
+}
+
+/// The images pulled at once straight through CRI.
+async fn direct_pull(lab: &KubeLab, images: &[String]) -> Duration {
+    let rt = lab.runtime();
+    let started = Instant::now();
+    let pulls = images.iter().map(|i| {
+        let request = PullRequest {
+            image: i.clone(),
+            ..Default::default()
+        };
+        rt.pull_image(request, cluster::LIMIT)
+    });
+    for r in futures::future::join_all(pulls).await {
+        r.unwrap();
+    }
+    started.elapsed()
+}
+
+/// The images pulled by the running daemon through the node's NodeImage, tags at `version`.
+async fn pull_through_daemon(
+    lab: &KubeLab,
+    admin: &Client,
+    repos: &[String],
+    version: i64,
+) -> Duration {
+    let started = Instant::now();
+    set_tags(lab, admin, repos, Some(version)).await;
+    let want: Vec<String> = repos.to_vec();
+    let done = move |o: Option<&NodeImage>| {
+        let Some(status) = o.and_then(|o| o.status.as_ref()) else {
+            return false;
+        };
+        want.iter().all(|r| {
+            status.image_statuses.get(r).is_some_and(|i| {
+                i.tags.iter().any(|t| {
+                    t.tag == "v1" && t.version == version && t.phase == ImagePullPhase::Succeeded
+                })
+            })
+        })
+    };
+    let typed: Api<NodeImage> = Api::all(admin.clone());
+    cluster::wait_for(&typed, &lab.node, "every bench tag Succeeded", done).await;
+    started.elapsed()
+}
+
+/// `rounds` NodeImage pulls through the running daemon and as many direct pulls, each of every
+/// image after they were removed; which goes first alternates. Tag versions continue from
+/// `version` (the NodeImage outlives a daemon).
+async fn pulls(lab: &KubeLab, admin: &Client, sizes: &Sizes, version: &mut i64, f: &mut Figures) {
+    let repos = &sizes.pull_repos;
+    let images: Vec<String> = repos.iter().map(|r| format!("{r}:v1")).collect();
+    for round in 0..sizes.pull_rounds {
+        for direct_first in [round % 2 == 0, round % 2 == 1] {
+            remove_images(lab, &images).await;
+            if direct_first {
+                f.direct.push(direct_pull(lab, &images).await);
+            } else {
+                *version += 1;
+                f.through_daemon
+                    .push(pull_through_daemon(lab, admin, repos, *version).await);
+            }
+        }
+    }
+    set_tags(lab, admin, repos, None).await;
+}
+
 /// One daemon's run: it starts beside the idle pods, idles, then the changes.
 async fn run(
     lab: &KubeLab,
     idle: &Scene,
     which: Option<&std::path::Path>,
     sizes: &Sizes,
+    version: &mut i64,
 ) -> Figures {
     // the cluster's own rate right before, with no daemon: what the daemon's adds to
     let baseline = baseline_api_rate(&idle.admin, sizes.idle).await;
@@ -195,6 +334,7 @@ async fn run(
         }
     }
     f.rss_after = d.rss_bytes();
+    pulls(lab, &idle.admin, sizes, version, &mut f).await;
     d.terminate();
     d.wait_exit(Duration::from_secs(30)).await;
     // gone for good before the next daemon's idle window: its deletion is API traffic
@@ -298,6 +438,44 @@ fn report(sizes: &Sizes, theirs: &mut Figures, ours: &mut Figures) {
         row(theirs),
         row(ours)
     );
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        restarts::percentile(&mut v, 0.5).as_secs_f64()
+    };
+    let (tt, ot) = (median(&theirs.through_daemon), median(&ours.through_daemon));
+    let (td, od) = (median(&theirs.direct), median(&ours.direct));
+    println!(
+        "| NodeImage pull of {} to Succeeded, median of {} | {tt:.2} s | {ot:.2} s | {} |",
+        match sizes.pull_repos.len() {
+            1 => "a new image".to_string(),
+            n => format!("{n} new images at once"),
+        },
+        sizes.pull_rounds,
+        ratio(ot, tt)
+    );
+    println!("| the same images pulled directly through CRI, median | {td:.2} s | {od:.2} s | |");
+    println!(
+        "| NodeImage pull / direct pull | {} | {} | |",
+        ratio(tt, td),
+        ratio(ot, od)
+    );
+}
+
+/// The lab's bench images (`tests/cri-lab.sh bench-images`: the busybox base plus one 16 MiB
+/// layer of random bytes each), built and pushed to the cluster's registry; their repos.
+fn bench_images(lab: &KubeLab) -> Vec<String> {
+    let status = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
+        .arg("bench-images")
+        .env("LAB", &lab.cri_lab)
+        .env("REG_ADDR", &lab.registry)
+        .env("REG_AUTH_ADDR", &lab.auth_registry)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cri-lab.sh bench-images failed");
+    (1..=4)
+        .map(|i| format!("{}/bench/img{i}", lab.registry))
+        .collect()
 }
 
 #[tokio::main]
@@ -320,6 +498,10 @@ async fn main() {
             changes: usize::try_from(num("KRUISED_BENCH_CHANGES", 50)).unwrap(),
             idle: Duration::from_secs(num("KRUISED_BENCH_IDLE_SECS", 60)),
             in_a_row: 10,
+            pull_rounds: usize::try_from(num("KRUISED_BENCH_PULL_ROUNDS", 5))
+                .unwrap()
+                .max(1),
+            pull_repos: bench_images(&lab),
         }
     } else {
         Sizes {
@@ -327,6 +509,8 @@ async fn main() {
             changes: 2,
             idle: Duration::from_secs(10),
             in_a_row: 2,
+            pull_rounds: 1,
+            pull_repos: vec![format!("{}/test/pull", lab.registry)],
         }
     };
     let _serial = KubeLab::serial().await;
@@ -353,8 +537,9 @@ async fn main() {
         )
         .await;
     }
-    let mut theirs = run(&lab, &idle, Some(&exe), &sizes).await;
-    let mut ours = run(&lab, &idle, None, &sizes).await;
+    let mut version = 0;
+    let mut theirs = run(&lab, &idle, Some(&exe), &sizes, &mut version).await;
+    let mut ours = run(&lab, &idle, None, &sizes, &mut version).await;
     report(&sizes, &mut theirs, &mut ours);
     idle.cleanup().await;
 }
