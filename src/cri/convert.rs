@@ -234,6 +234,7 @@ pub(crate) fn sandbox_filter_from(f: Option<proto::PodSandboxFilter>) -> Sandbox
     }
 }
 
+#[cfg(feature = "test-util")]
 /// The namespaces the kubelet gives a host-network pod without `shareProcessNamespace`: the
 /// node's network, a PID namespace per container, IPC shared in the pod.
 fn pod_namespaces() -> proto::NamespaceOption {
@@ -245,6 +246,7 @@ fn pod_namespaces() -> proto::NamespaceOption {
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn sandbox_config(c: SandboxConfig) -> proto::PodSandboxConfig {
     proto::PodSandboxConfig {
         metadata: Some(c.metadata.into()),
@@ -393,6 +395,7 @@ pub(crate) fn container_filter_from(f: Option<proto::ContainerFilter>) -> Contai
     }
 }
 
+#[cfg(feature = "test-util")]
 pub(crate) fn container_config(c: ContainerConfig) -> proto::ContainerConfig {
     proto::ContainerConfig {
         metadata: Some(c.metadata.into()),

@@ -13,6 +13,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
+#[cfg(feature = "test-util")]
+use super::KubeletService;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::{CriError, Endpoint, ImageService, Result, RuntimeService, RuntimeStatus, proto};
@@ -294,45 +296,6 @@ impl RuntimeService for RemoteRuntime {
         convert::sandbox_status(resp).ok_or_else(|| missing("PodSandboxStatus", "status"))
     }
 
-    async fn run_pod_sandbox(&self, config: SandboxConfig) -> Result<String> {
-        let req = proto::RunPodSandboxRequest {
-            config: Some(convert::sandbox_config(config)),
-            runtime_handler: String::new(),
-        };
-        // creating a sandbox may pull the pause image
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
-        let resp = self
-            .runtime_call("RunPodSandbox", timeout, req, |mut c, r| async move {
-                c.run_pod_sandbox(r).await
-            })
-            .await?;
-        Ok(resp.pod_sandbox_id)
-    }
-
-    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
-        let req = proto::StopPodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
-        self.runtime_call("StopPodSandbox", timeout, req, |mut c, r| async move {
-            c.stop_pod_sandbox(r).await
-        })
-        .await?;
-        Ok(())
-    }
-
-    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
-        let req = proto::RemovePodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
-        self.runtime_call("RemovePodSandbox", timeout, req, |mut c, r| async move {
-            c.remove_pod_sandbox(r).await
-        })
-        .await?;
-        Ok(())
-    }
-
     async fn list_containers(&self, filter: ContainerFilter) -> Result<Vec<Container>> {
         let req = proto::ListContainersRequest {
             filter: Some(convert::container_filter(filter)),
@@ -364,38 +327,6 @@ impl RuntimeService for RemoteRuntime {
         convert::container_status(resp).ok_or_else(|| missing("ContainerStatus", "status"))
     }
 
-    async fn create_container(
-        &self,
-        sandbox_id: &str,
-        config: ContainerConfig,
-        sandbox: SandboxConfig,
-    ) -> Result<String> {
-        let req = proto::CreateContainerRequest {
-            pod_sandbox_id: sandbox_id.to_string(),
-            config: Some(convert::container_config(config)),
-            sandbox_config: Some(convert::sandbox_config(sandbox)),
-        };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
-        let resp = self
-            .runtime_call("CreateContainer", timeout, req, |mut c, r| async move {
-                c.create_container(r).await
-            })
-            .await?;
-        Ok(resp.container_id)
-    }
-
-    async fn start_container(&self, id: &str) -> Result<()> {
-        let req = proto::StartContainerRequest {
-            container_id: id.to_string(),
-        };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
-        self.runtime_call("StartContainer", timeout, req, |mut c, r| async move {
-            c.start_container(r).await
-        })
-        .await?;
-        Ok(())
-    }
-
     async fn stop_container(&self, id: &str, grace: Duration) -> Result<()> {
         let req = proto::StopContainerRequest {
             container_id: id.to_string(),
@@ -406,18 +337,6 @@ impl RuntimeService for RemoteRuntime {
         let timeout = grace + self.timeouts.call + CALL_SLACK;
         self.runtime_call("StopContainer", timeout, req, |mut c, r| async move {
             c.stop_container(r).await
-        })
-        .await?;
-        Ok(())
-    }
-
-    async fn remove_container(&self, id: &str) -> Result<()> {
-        let req = proto::RemoveContainerRequest {
-            container_id: id.to_string(),
-        };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
-        self.runtime_call("RemoveContainer", timeout, req, |mut c, r| async move {
-            c.remove_container(r).await
         })
         .await?;
         Ok(())
@@ -476,6 +395,92 @@ impl RuntimeService for RemoteRuntime {
             .boxed(),
         })
         .boxed()
+    }
+}
+
+#[cfg(feature = "test-util")]
+impl KubeletService for RemoteRuntime {
+    async fn run_pod_sandbox(&self, config: SandboxConfig) -> Result<String> {
+        let req = proto::RunPodSandboxRequest {
+            config: Some(convert::sandbox_config(config)),
+            runtime_handler: String::new(),
+        };
+        // creating a sandbox may pull the pause image
+        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let resp = self
+            .runtime_call("RunPodSandbox", timeout, req, |mut c, r| async move {
+                c.run_pod_sandbox(r).await
+            })
+            .await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let req = proto::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        self.runtime_call("StopPodSandbox", timeout, req, |mut c, r| async move {
+            c.stop_pod_sandbox(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let req = proto::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        self.runtime_call("RemovePodSandbox", timeout, req, |mut c, r| async move {
+            c.remove_pod_sandbox(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: SandboxConfig,
+    ) -> Result<String> {
+        let req = proto::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(convert::container_config(config)),
+            sandbox_config: Some(convert::sandbox_config(sandbox)),
+        };
+        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let resp = self
+            .runtime_call("CreateContainer", timeout, req, |mut c, r| async move {
+                c.create_container(r).await
+            })
+            .await?;
+        Ok(resp.container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let req = proto::StartContainerRequest {
+            container_id: id.to_string(),
+        };
+        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        self.runtime_call("StartContainer", timeout, req, |mut c, r| async move {
+            c.start_container(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let req = proto::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        self.runtime_call("RemoveContainer", timeout, req, |mut c, r| async move {
+            c.remove_container(r).await
+        })
+        .await?;
+        Ok(())
     }
 }
 

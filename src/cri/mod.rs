@@ -43,7 +43,8 @@ mod proto {
 /// Result of a CRI call.
 pub type Result<T, E = CriError> = std::result::Result<T, E>;
 
-/// The runtime side of the CRI: sandboxes, containers, exec, events.
+/// The runtime side of the CRI that the daemon and `kruised crictl` call: sandboxes and
+/// containers listed and inspected, stops, exec, events.
 pub trait RuntimeService: Send + Sync {
     /// The runtime's name and versions.
     fn version(&self) -> impl Future<Output = Result<RuntimeVersion>> + Send;
@@ -67,13 +68,6 @@ pub trait RuntimeService: Send + Sync {
         id: &str,
         verbose: bool,
     ) -> impl Future<Output = Result<PodSandboxStatus>> + Send;
-    /// Creates and starts a sandbox; returns its ID.
-    fn run_pod_sandbox(&self, config: SandboxConfig)
-    -> impl Future<Output = Result<String>> + Send;
-    /// Stops a sandbox and all its containers.
-    fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
-    /// Removes a stopped sandbox.
-    fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     /// Containers matching the filter.
     fn list_containers(
         &self,
@@ -86,19 +80,8 @@ pub trait RuntimeService: Send + Sync {
         id: &str,
         verbose: bool,
     ) -> impl Future<Output = Result<ContainerStatus>> + Send;
-    /// Creates a container in a sandbox; returns its ID.
-    fn create_container(
-        &self,
-        sandbox_id: &str,
-        config: ContainerConfig,
-        sandbox: SandboxConfig,
-    ) -> impl Future<Output = Result<String>> + Send;
-    /// Starts a created container.
-    fn start_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     /// Stops a container: SIGTERM, then SIGKILL after `grace`.
     fn stop_container(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
-    /// Removes a container.
-    fn remove_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     /// Runs a command in a container and waits for it, at most `timeout`.
     fn exec_sync(
         &self,
@@ -112,6 +95,31 @@ pub trait RuntimeService: Send + Sync {
     /// without the call fail it with [`CriError::Unsupported`] (containerd 1.6), and some end it
     /// at once without an event (CRI-O without `enable_pod_events`). Dropping it ends the call.
     fn container_events(&self) -> BoxStream<'static, Result<ContainerEvent>>;
+}
+
+/// The kubelet's side of the runtime service: sandboxes and containers made, started, stopped
+/// and removed. The tests' kubelet calls it; the daemon and `kruised crictl` never do, so it is
+/// test machinery (feature `test-util`), like the fake runtime.
+#[cfg(feature = "test-util")]
+pub trait KubeletService: RuntimeService {
+    /// Creates and starts a sandbox; returns its ID.
+    fn run_pod_sandbox(&self, config: SandboxConfig)
+    -> impl Future<Output = Result<String>> + Send;
+    /// Stops a sandbox and all its containers.
+    fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Removes a stopped sandbox.
+    fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Creates a container in a sandbox; returns its ID.
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: SandboxConfig,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// Starts a created container.
+    fn start_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Removes a container.
+    fn remove_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// The image side of the CRI.

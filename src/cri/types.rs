@@ -348,6 +348,7 @@ pub struct SandboxFilter {
     pub labels: StringMap,
 }
 
+#[cfg(feature = "test-util")]
 /// What is needed to create a sandbox the way the kubelet does (host network only: the daemon
 /// and its tests never set up pod networking).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -366,6 +367,7 @@ pub struct SandboxConfig {
     pub cgroup_parent: String,
 }
 
+#[cfg(feature = "test-util")]
 /// What is needed to create a container the way the kubelet does.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerConfig {

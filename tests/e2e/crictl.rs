@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::support::daemon::kruised_bin;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, unique, within};
-use kruised::cri::{ImageService, RuntimeService, StringMap};
+use kruised::cri::{ImageService, KubeletService, RuntimeService, StringMap};
 use regex::Regex;
 
 const LIMIT: Duration = Duration::from_secs(60);

@@ -135,24 +135,33 @@ fn the_layer_table_has_no_circle() {
     }
 }
 
-/// The fake runtime is test machinery: compiled only with the `test-util` feature, which the
-/// shipped build does not have, and product code uses it nowhere (tests inside `src/` may: they
-/// follow the file's `#[cfg(test)]`).
+/// The fake runtime and the kubelet's calls (`KubeletService`: sandboxes and containers made
+/// and removed) are test machinery: compiled only with the `test-util` feature, which the
+/// shipped build does not have, and product code uses them nowhere (tests inside `src/` may:
+/// they follow the file's `#[cfg(test)]`; `cri/` implements them).
 #[test]
-fn product_code_never_uses_the_fake_runtime_and_the_shipped_build_has_none() {
+fn product_code_never_uses_the_fake_runtime_or_the_kubelets_calls_and_the_shipped_build_has_neither()
+ {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let cri = std::fs::read_to_string(src.join("cri/mod.rs")).expect("read cri/mod.rs");
     assert!(
         cri.contains("#[cfg(feature = \"test-util\")]\npub mod fake;"),
         "cri::fake is compiled only with the test-util feature"
     );
+    assert!(
+        cri.contains("#[cfg(feature = \"test-util\")]\npub trait KubeletService"),
+        "cri::KubeletService is compiled only with the test-util feature"
+    );
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut users = Vec::new();
-    for file in files.iter().filter(|f| !f.ends_with("cri/fake.rs")) {
+    for file in &files {
         let text = std::fs::read_to_string(file).expect("read");
         let product = text.split("#[cfg(test)]").next().unwrap_or_default();
-        if product.contains("fake::") {
+        let uses_fake = product.contains("fake::") && !file.ends_with("cri/fake.rs");
+        let uses_kubelet_calls =
+            product.contains("KubeletService") && !file.starts_with(src.join("cri"));
+        if uses_fake || uses_kubelet_calls {
             users.push(
                 file.strip_prefix(&src)
                     .expect("under src")
@@ -161,5 +170,8 @@ fn product_code_never_uses_the_fake_runtime_and_the_shipped_build_has_none() {
             );
         }
     }
-    assert!(users.is_empty(), "product code uses cri::fake: {users:?}");
+    assert!(
+        users.is_empty(),
+        "product code uses cri::fake or cri::KubeletService: {users:?}"
+    );
 }

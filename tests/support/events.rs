@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use kruised::cri::{ContainerEvent, ContainerEventKind, CriError, RuntimeService};
+use kruised::cri::{ContainerEvent, ContainerEventKind, CriError, KubeletService, RuntimeService};
 use tokio::sync::mpsc;
 
 use super::kubelet::{ContainerSpec, Kubelet, RunningPod};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{
-    ContainerConfig, ContainerMetadata, ImageService, PullRequest, RemoteRuntime, RuntimeService,
-    SandboxConfig, SandboxMetadata, StringMap,
+    ContainerConfig, ContainerMetadata, ImageService, KubeletService, PullRequest, RemoteRuntime,
+    RuntimeService, SandboxConfig, SandboxMetadata, StringMap,
 };
 use kruised::hash::kubelet::{format_hash, hash_container};
 

@@ -33,8 +33,8 @@ use k8s_openapi::api::core::v1::{Container as SpecContainer, EnvVar, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruised::cri::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, Endpoint, ImageService,
-    PullRequest, RemoteRuntime, RuntimeService, SandboxConfig, SandboxMetadata, StringMap,
-    Timeouts,
+    KubeletService, PullRequest, RemoteRuntime, RuntimeService, SandboxConfig, SandboxMetadata,
+    StringMap, Timeouts,
 };
 use kruised::hash::env::env_meta_ref;
 use kruised::hash::kubelet::{format_hash, hash_container};
