@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use crate::admin::{self, AdminState};
 use crate::config::DaemonConfig;
+use crate::controller::Backoff;
 use crate::controller::Context;
 use crate::cri::{RuntimeService, Runtimes};
 use crate::health::{Liveness, Readiness, ReadinessCondition};
@@ -279,7 +280,7 @@ async fn discover_versions(
     versions: client::ServedVersions,
     cancel: CancellationToken,
 ) {
-    let mut pause = RUNTIME_RETRY_MIN;
+    let mut backoff = Backoff::new(RUNTIME_RETRY_MIN, RUNTIME_RETRY_MAX);
     loop {
         match versions.discover(&client).await {
             Ok(newer) => {
@@ -293,9 +294,8 @@ async fn discover_versions(
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(crate::controller::jitter(pause)) => {}
+            () = tokio::time::sleep(backoff.pause()) => {}
         }
-        pause = (pause * 2).min(RUNTIME_RETRY_MAX);
     }
 }
 
@@ -311,7 +311,7 @@ async fn runtime_loop(
     let heartbeat = liveness.register("runtime", RUNTIME_PROBE_INTERVAL * 3 + RUNTIME_RETRY_MAX);
     let rt = &config.runtime;
     ready.set_not_ready("looking for the container runtime");
-    let mut pause = RUNTIME_RETRY_MIN;
+    let mut backoff = Backoff::new(RUNTIME_RETRY_MIN, RUNTIME_RETRY_MAX);
     let mut last_error = String::new();
     let runtimes = loop {
         heartbeat.beat();
@@ -328,9 +328,8 @@ async fn runtime_loop(
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(crate::controller::jitter(pause)) => {}
+            () = tokio::time::sleep(backoff.pause()) => {}
         }
-        pause = (pause * 2).min(RUNTIME_RETRY_MAX);
     };
     ready.set_ready();
     let primary = runtimes.primary().clone();

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -248,7 +248,7 @@ impl LivenessInner {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<LoopEntry>> {
         // The list is consistent after every statement, so a panic elsewhere cannot corrupt it.
-        self.loops.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.loops)
     }
 }
 

@@ -18,6 +18,7 @@ pub mod health;
 pub mod k8s;
 pub mod metrics;
 pub mod sdnotify;
+pub mod sync;
 pub mod telemetry;
 mod version;
 

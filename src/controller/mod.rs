@@ -60,12 +60,20 @@ pub fn jitter(d: Duration) -> Duration {
     d.mul_f64(rand::random_range(0.8..1.2))
 }
 
+/// The pause after failed attempt `attempt` (0-based): `base × 2^attempt`, at most `cap`. The
+/// daemon's one exponential back-off: [`Backoff`] walks it with jitter; the image puller's tags
+/// count their attempts themselves.
+pub fn exponential(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    base.saturating_mul(2u32.saturating_pow(attempt.min(31)))
+        .min(cap)
+}
+
 /// Jittered exponential back-off: `min`, doubling up to `max`, each pause ± 20 %.
 #[derive(Clone, Debug)]
 pub struct Backoff {
     min: Duration,
     max: Duration,
-    next: Duration,
+    attempt: u32,
 }
 
 impl Backoff {
@@ -74,26 +82,38 @@ impl Backoff {
         Backoff {
             min,
             max,
-            next: min,
+            attempt: 0,
         }
     }
 
     /// The next pause; each call doubles the one after it, up to the maximum.
     pub fn pause(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
+        let d = exponential(self.attempt, self.min, self.max);
+        self.attempt = self.attempt.saturating_add(1);
         jitter(d)
     }
 
     /// Starts again from the minimum (after a success).
     pub fn reset(&mut self) {
-        self.next = self.min;
+        self.attempt = 0;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exponential_backoff_doubles_from_the_base_up_to_the_cap() {
+        let (b, cap) = (Duration::from_secs(1), Duration::from_secs(30));
+        let steps: Vec<_> = (0..7).map(|i| exponential(i, b, cap).as_secs()).collect();
+        assert_eq!(steps, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(exponential(u32::MAX, b, cap), cap);
+        assert_eq!(
+            exponential(2, Duration::from_millis(1), cap),
+            Duration::from_millis(4)
+        );
+    }
 
     #[test]
     fn backoff_doubles_up_to_its_maximum_and_starts_again_after_a_reset() {

@@ -53,7 +53,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     /// Adds `key` unless it is already waiting; a key being processed is marked to run again.

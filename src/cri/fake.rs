@@ -128,7 +128,7 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, FakeState> {
         // a test that panicked while holding the lock already failed; keep serving
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Counts the call, then applies an injected delay or failure.

@@ -14,11 +14,11 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+use crate::k8s::keys::KRUISE_GROUP;
+
 /// The field manager recorded on every write.
 pub const FIELD_MANAGER: &str = "kruised";
 
-/// The API group of kruise's resources.
-pub const KRUISE_GROUP: &str = "apps.kruise.io";
 /// The version kruised's typed resources are written in.
 pub const TYPED_VERSION: &str = "v1alpha1";
 /// The newer version kruised also understands, preferred where the server serves it.
@@ -66,7 +66,7 @@ impl ServedVersions {
             Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
             Err(e) => return Err(e),
         };
-        *self.newer.lock().unwrap_or_else(|e| e.into_inner()) = newer.clone();
+        *crate::sync::lock(&self.newer) = newer.clone();
         self.known.store(true, std::sync::atomic::Ordering::Release);
         self.done.notify_waiters();
         Ok(newer)
@@ -85,7 +85,7 @@ impl ServedVersions {
 
     /// The version requests for `resource` use.
     pub fn version_of(&self, resource: &str) -> &'static str {
-        let newer = self.newer.lock().unwrap_or_else(|e| e.into_inner());
+        let newer = crate::sync::lock(&self.newer);
         if newer.iter().any(|r| r == resource) {
             NEWER_VERSION
         } else {

@@ -1,5 +1,5 @@
-//! Every label and annotation key the daemon reads or writes, in one place, and typed parsers for
-//! the values that carry structure.
+//! Every label and annotation key the daemon reads or writes, and kruise's API group, in one
+//! place, and typed parsers for the values that carry structure.
 //!
 //! Kubelet keys are what the kubelet puts on CRI sandboxes and containers
 //! (`k8s.io/kubelet/pkg/types` and `pkg/kubelet/kuberuntime/labels.go`). Kruise keys are those of
@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::hash::gojson::{GoStruct, GoValue};
 use crate::k8s::crd::{is_false, null_as_default};
+
+/// The API group of kruise's resources, and of the controllers whose pods it manages (a pod's
+/// controller `ownerReference`). The CRD types' derives spell it out, as attributes must.
+pub const KRUISE_GROUP: &str = "apps.kruise.io";
 
 /// Kubelet label on sandboxes and containers: the pod's name.
 pub const KUBELET_POD_NAME: &str = "io.kubernetes.pod.name";

@@ -101,7 +101,7 @@ fn every_crd_is_apps_kruise_io_v1alpha1_served_and_stored_with_a_status_subresou
     let all = crds();
     assert_eq!(all.len(), 3);
     for c in &all {
-        assert_eq!(c.spec.group, crd::GROUP);
+        assert_eq!(c.spec.group, kruised::k8s::keys::KRUISE_GROUP);
         assert_eq!(c.spec.group, "apps.kruise.io");
         let v = only_version(c);
         assert_eq!(v.name, crd::VERSION);

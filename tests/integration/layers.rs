@@ -11,18 +11,19 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // leaves
     ("addr", &[]),
     ("build_info", &[]),
-    ("cri", &[]),
+    ("sync", &[]),
+    ("cri", &["sync"]),
     ("hash", &[]),
-    ("health", &[]),
+    ("health", &["sync"]),
     ("sdnotify", &[]),
     ("telemetry", &[]),
     // shared services
     ("metrics", &["build_info"]),
-    ("k8s", &["hash", "health"]),
+    ("k8s", &["hash", "health", "sync"]),
     ("config", &["addr", "cri", "telemetry"]),
     ("admin", &["health", "metrics"]),
     // capabilities
-    ("controller", &["config", "cri", "hash", "k8s"]),
+    ("controller", &["config", "cri", "hash", "k8s", "sync"]),
     // commands
     ("cli", &["config", "crictl", "telemetry"]),
     (

@@ -15,13 +15,10 @@ use crate::k8s::keys::{
     self, InPlaceUpdateState, RuntimeContainerHashes, RuntimeContainerMeta, RuntimeContainerMetaSet,
 };
 
-/// The API group whose controllers own the pods this capability manages.
-const KRUISE_GROUP: &str = "apps.kruise.io";
-
 /// Whether kruise manages the pod: a controller owner in `apps.kruise.io`, or a sidecar set.
 pub fn is_managed(pod: &Pod) -> bool {
     let owned = pod.metadata.owner_references.iter().flatten().any(|o| {
-        o.controller == Some(true) && o.api_version.split('/').next() == Some(KRUISE_GROUP)
+        o.controller == Some(true) && o.api_version.split('/').next() == Some(keys::KRUISE_GROUP)
     });
     owned
         || pod

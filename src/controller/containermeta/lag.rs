@@ -55,7 +55,7 @@ struct Unreported {
 
 impl LagMeter {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Expects the kubelet to report `change` of container `id` (`name` of pod `uid`), made at

@@ -43,6 +43,7 @@ use crate::hash::env::current_env_hash;
 use crate::k8s::keys;
 use crate::k8s::watch::Watched;
 use crate::k8s::write::{self, EventSink};
+use crate::sync::lock;
 
 /// Pods reconciled at once.
 const WORKERS: usize = 4;
@@ -130,10 +131,6 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         ctx.tracker
             .spawn(worker(shared.clone()).instrument(span.clone()));
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shared {

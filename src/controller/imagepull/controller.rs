@@ -317,7 +317,7 @@ where
             Err(e) if write::is_not_found(&e) => None,
             Err(e) => {
                 self.write_failures += 1;
-                let pause = crate::controller::jitter(state::backoff(
+                let pause = crate::controller::jitter(crate::controller::exponential(
                     self.write_failures - 1,
                     Duration::from_millis(200),
                     WRITE_RETRY_MAX,

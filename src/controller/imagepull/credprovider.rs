@@ -383,7 +383,7 @@ const GLOBAL_KEY: &str = "global";
 
 impl Provider {
     fn cached(&self, image: &str) -> Option<BTreeMap<String, AuthEntry>> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = crate::sync::lock(&self.cache);
         let now = Instant::now();
         cache.retain(|_, c| c.expires > now);
         [image, registry_of(image), GLOBAL_KEY]
@@ -411,7 +411,7 @@ impl Provider {
             None => self.default_cache,
         };
         if !ttl.is_zero() {
-            self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            crate::sync::lock(&self.cache).insert(
                 key.to_string(),
                 Cached {
                     expires: Instant::now() + ttl,

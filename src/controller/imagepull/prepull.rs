@@ -135,7 +135,7 @@ pub async fn run<I, C>(
                         Some(Tried::Failed { attempts, .. }) => attempts + 1,
                         _ => 1,
                     };
-                    let pause = super::state::backoff(attempts - 1, RETRY_BASE, RETRY_MAX);
+                    let pause = crate::controller::exponential(attempts - 1, RETRY_BASE, RETRY_MAX);
                     tracing::warn!(image = %image, error = %e, retry_in = ?pause, "next-batch pre-pull failed");
                     Tried::Failed {
                         attempts,

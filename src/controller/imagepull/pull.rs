@@ -133,7 +133,7 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
-        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inflight)
     }
 
     /// Pulls `spec`, or joins an identical pull in flight; waits at most `timeout`. Dropping the

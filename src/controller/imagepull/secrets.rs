@@ -123,7 +123,7 @@ impl SecretStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.cache)
     }
 
     /// One secret: from the cache if fresh, else from the API.

@@ -71,12 +71,6 @@ pub fn is_terminal(phase: &ImagePullPhase) -> bool {
     matches!(phase, ImagePullPhase::Succeeded | ImagePullPhase::Failed)
 }
 
-/// The pause after failed attempt `attempt` (0-based): `base × 2^attempt`, at most `cap`.
-pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
-    base.saturating_mul(2u32.saturating_pow(attempt.min(31)))
-        .min(cap)
-}
-
 /// How long the next attempt may take: the tag's timeout, cut to what is left before the
 /// active deadline. `None`: the deadline has passed.
 pub fn attempt_budget(timeout: Duration, deadline_left: Option<Duration>) -> Option<Duration> {
@@ -232,18 +226,6 @@ mod tests {
         let t = now();
         let back: Time = serde_json::from_value(serde_json::to_value(&t).unwrap()).unwrap();
         assert_eq!(t, back);
-    }
-
-    #[test]
-    fn backoff_doubles_from_the_base_up_to_the_cap() {
-        let (b, cap) = (Duration::from_secs(1), Duration::from_secs(30));
-        let steps: Vec<_> = (0..7).map(|i| backoff(i, b, cap).as_secs()).collect();
-        assert_eq!(steps, [1, 2, 4, 8, 16, 30, 30]);
-        assert_eq!(backoff(u32::MAX, b, cap), cap);
-        assert_eq!(
-            backoff(2, Duration::from_millis(1), cap),
-            Duration::from_millis(4)
-        );
     }
 
     #[test]

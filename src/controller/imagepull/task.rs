@@ -104,7 +104,7 @@ struct Done {
 }
 
 fn update(cell: &Cell, f: impl FnOnce(&mut ImageTagStatus)) {
-    let mut s = cell.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = crate::sync::lock(cell);
     f(&mut s);
 }
 
@@ -272,7 +272,7 @@ where
         }
         attempt += 1;
         if attempt <= limit {
-            let pause = state::backoff(
+            let pause = crate::controller::exponential(
                 attempt - 1,
                 env.settings.backoff_base,
                 env.settings.backoff_cap,

@@ -46,6 +46,7 @@ use crate::k8s::crd::{NodePodProbe, ProbeState};
 use crate::k8s::keys;
 use crate::k8s::watch::Watched;
 use crate::k8s::write::{self, EventSink, EventSpec};
+use crate::sync::lock;
 
 /// The event component (kruise's).
 pub const EVENT_COMPONENT: &str = "kruise-daemon-podprobe";
@@ -104,10 +105,6 @@ struct Shared {
     started: Instant,
     cancel: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Now, in whole seconds: what the API server keeps of a `metav1.Time`, so a status read back

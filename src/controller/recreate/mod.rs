@@ -40,6 +40,7 @@ use crate::k8s::crd::{
 use crate::k8s::keys;
 use crate::k8s::watch::{Change, Watched};
 use crate::k8s::write::{self, EventSink, EventSpec};
+use crate::sync::lock;
 
 /// Pods worked on at once (kruise: 32 workers).
 const WORKERS: usize = 8;
@@ -68,10 +69,6 @@ struct Shared {
     /// Kills in progress, by request UID, to call off when the request ends.
     inflight: Mutex<HashMap<String, CancellationToken>>,
     cancel: CancellationToken,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts the controller (kruise runs it always: no gate).

@@ -37,9 +37,6 @@ pub use nodepodprobe::{
     NodePodProbeStatus, PodProbe, PodProbeStatus, ProbeState,
 };
 
-/// The API group of every kruise workload resource (also the group the container-meta controller
-/// looks for in a pod's controller `ownerReference`).
-pub const GROUP: &str = "apps.kruise.io";
 /// The version the daemon speaks for all three resources.
 pub const VERSION: &str = "v1alpha1";
 
