@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{LifecycleHandler, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
-use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -193,11 +192,54 @@ fn api_of(shared: &Shared, r: &ContainerRecreateRequest) -> Api<ContainerRecreat
     Api::namespaced(shared.client.clone(), &r.namespace().unwrap_or_default())
 }
 
+/// A merge patch of the status fields the daemon owns (never the manager's snapshot); the
+/// fields left `None` are not touched.
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusPatch<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<Phase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_time: Option<String>,
+    /// `Some(None)` clears the message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_recreate_states: Option<&'a [State]>,
+}
+
+impl<'a> StatusPatch<'a> {
+    fn phase(phase: Phase) -> Self {
+        StatusPatch {
+            phase: Some(phase),
+            ..Default::default()
+        }
+    }
+
+    fn states(states: &'a [State]) -> Self {
+        StatusPatch {
+            container_recreate_states: Some(states),
+            ..Default::default()
+        }
+    }
+
+    /// `Completed` now, with `message` (cleared when `None`).
+    fn completed(message: Option<&'a str>) -> Self {
+        StatusPatch {
+            phase: Some(Phase::Completed),
+            completion_time: Some(now_rfc3339()),
+            message: Some(message),
+            ..Default::default()
+        }
+    }
+}
+
 async fn patch(
     shared: &Shared,
     r: &ContainerRecreateRequest,
-    status: serde_json::Value,
+    status: StatusPatch<'_>,
 ) -> Result<(), kube::Error> {
+    let status = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
     write::patch_status(&api_of(shared, r), &r.name_any(), &status)
         .await
         .map(drop)
@@ -223,7 +265,7 @@ async fn sync_pod(shared: &Shared, key: &Key) -> Result<Option<Duration>, PassEr
     let (picked, to_pending) = decide::pick(&requests);
     for r in to_pending {
         tracing::info!(request = %r.name_any(), "another request of the pod runs first: Pending");
-        patch(shared, &r, json!({"phase": Phase::Pending})).await?;
+        patch(shared, &r, StatusPatch::phase(Phase::Pending)).await?;
     }
     let Some(r) = picked else {
         return Ok(None);
@@ -231,7 +273,7 @@ async fn sync_pod(shared: &Shared, key: &Key) -> Result<Option<Duration>, PassEr
     let name = r.name_any();
     if r.phase() != Phase::Recreating {
         tracing::info!(request = %name, "recreating");
-        patch(shared, &r, json!({"phase": Phase::Recreating})).await?;
+        patch(shared, &r, StatusPatch::phase(Phase::Recreating)).await?;
         // the write's watch event brings the next pass
         return Ok(None);
     }
@@ -346,7 +388,7 @@ async fn manage(
         .map(|s| s.container_recreate_states.clone())
         .unwrap_or_default();
     if states != current {
-        patch(shared, r, json!({"containerRecreateStates": states})).await?;
+        patch(shared, r, StatusPatch::states(&states[..])).await?;
         return Ok(None);
     }
     match decide::next_step(r, &mut states) {
@@ -356,7 +398,7 @@ async fn manage(
         }
         Step::Wait => {
             if states != current {
-                patch(shared, r, json!({"containerRecreateStates": states})).await?;
+                patch(shared, r, StatusPatch::states(&states[..])).await?;
             }
             let until_min_started = decide::min_started_deadline(r, &states, &observed)
                 .map(|at| Duration::from_nanos(u64::try_from(at - now_ns).unwrap_or(0)));
@@ -393,7 +435,7 @@ async fn kill_one(
         }
     };
     set(states, Phase::Recreating, String::new(), true);
-    patch(shared, r, json!({"containerRecreateStates": states})).await?;
+    patch(shared, r, StatusPatch::states(&states[..])).await?;
 
     let spec_container = r.spec.containers.iter().find(|c| c.name == container);
     let spec = KillSpec {
@@ -470,7 +512,7 @@ async fn kill_one(
                 format!("kill container error: {e}"),
                 true,
             );
-            patch(shared, r, json!({"containerRecreateStates": states})).await?;
+            patch(shared, r, StatusPatch::states(&states[..])).await?;
             Ok(())
         }
     }
@@ -485,12 +527,7 @@ async fn complete(
     states: &[State],
 ) -> Result<(), PassError> {
     let message = (!message.is_empty()).then_some(message);
-    patch(
-        shared,
-        r,
-        json!({"phase": Phase::Completed, "completionTime": now_rfc3339(), "message": message}),
-    )
-    .await?;
+    patch(shared, r, StatusPatch::completed(message)).await?;
     let failed = message.is_some() || states.iter().any(|s| s.phase == Phase::Failed);
     let took = r
         .metadata
