@@ -12,6 +12,7 @@ pub mod cri;
 pub mod crictl;
 pub mod daemon;
 pub mod explain;
+pub mod gojson;
 pub mod hash;
 pub mod hashcmd;
 pub mod health;

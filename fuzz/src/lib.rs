@@ -14,7 +14,7 @@ use kruised::controller::imagepull::credprovider;
 use kruised::controller::imagepull::keyring::{self, Keyring};
 use kruised::controller::imagepull::reference::{self, Reference};
 use kruised::cri::{Endpoint, EndpointSource};
-use kruised::hash::gojson::{self, Dialect, GoValue};
+use kruised::gojson::{self, Dialect, GoValue};
 use kruised::k8s::keys;
 use serde_json::Value;
 

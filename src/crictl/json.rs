@@ -9,7 +9,7 @@
 //!
 //! [`Json`] keeps object members in the order they were built, so one value serves both.
 
-use crate::hash::gojson::{self, GoValue};
+use crate::gojson::{self, GoValue};
 
 /// A JSON value whose objects keep their members in order.
 #[derive(Clone, Debug, PartialEq)]

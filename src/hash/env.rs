@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 
 use super::deep_hash_bytes;
-use super::gojson::{Dialect, GoStruct, GoValue, marshal_with};
+use crate::gojson::{Dialect, GoStruct, GoValue, marshal_with};
 
 /// Env var names kruise never treats as metadata references (`excludeEnvs`).
 pub const EXCLUDED_ENV_NAMES: [&str; 2] = ["SIDECARSET_VERSION", "SIDECARSET_VERSION_ALT"];

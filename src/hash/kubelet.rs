@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::deep_hash_bytes;
-use super::gojson::{GoStruct, GoValue, marshal};
+use crate::gojson::{GoStruct, GoValue, marshal};
 
 /// kubelet ≥ 1.31 `HashContainer`: hash of `{"image":…,"name":…}`.
 pub fn hash_container(c: &core::Container) -> u64 {

@@ -2,11 +2,10 @@
 //! kruise's env-from-metadata hash.
 //!
 //! Every hash kruise and kubelet compute here has the same shape: marshal a value with Go's
-//! `encoding/json` ([`gojson`]), then feed the resulting `[]byte` to `DeepHashObject`, which prints it
+//! `encoding/json` ([`crate::gojson`]), then feed the resulting `[]byte` to `DeepHashObject`, which prints it
 //! with `spew` (`%#v`) into an FNV-1a 32-bit hasher ([`deep_hash_bytes`]).
 
 pub mod env;
-pub mod gojson;
 pub mod kubelet;
 
 /// FNV-1a 32-bit offset basis.

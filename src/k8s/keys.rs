@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::hash::gojson::{GoStruct, GoValue};
+use crate::gojson::{GoStruct, GoValue};
 use crate::k8s::crd::{is_false, null_as_default};
 
 /// The API group of kruise's resources, and of the controllers whose pods it manages (a pod's

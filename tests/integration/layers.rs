@@ -13,13 +13,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("build_info", &[]),
     ("sync", &[]),
     ("cri", &["sync"]),
-    ("hash", &[]),
+    ("gojson", &[]),
+    ("hash", &["gojson"]),
     ("health", &["sync"]),
     ("sdnotify", &[]),
     ("telemetry", &[]),
     // shared services
     ("metrics", &["build_info"]),
-    ("k8s", &["hash", "health", "sync"]),
+    ("k8s", &["gojson", "hash", "health", "sync"]),
     ("config", &["addr", "cri", "telemetry"]),
     ("admin", &["health", "metrics"]),
     // capabilities
@@ -45,7 +46,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("hashcmd", &["config", "hash"]),
     (
         "crictl",
-        &["build_info", "config", "controller", "cri", "hash", "k8s"],
+        &[
+            "build_info",
+            "config",
+            "controller",
+            "cri",
+            "gojson",
+            "hash",
+            "k8s",
+        ],
     ),
 ];
 

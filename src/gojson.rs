@@ -1,4 +1,5 @@
-//! A Go `encoding/json` (`json.Marshal`) compatible encoder for the values kruise and kubelet hash.
+//! A Go `encoding/json` (`json.Marshal`) compatible encoder for the values kruise and kubelet hash,
+//! the annotations kruise reads back byte for byte, and `kruised crictl`'s JSON.
 //!
 //! Go's output differs from serde_json's in ways that change hashes: struct fields come out in
 //! declaration order (not sorted), map keys are sorted by byte order, `<` `>` `&` are written as
