@@ -315,7 +315,9 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
         // play the kubelet and the manager until everything is done
         let deadline = back + LIMIT;
         let (mut t_env, mut t_pull, mut t_crr, mut t_probe) = (None, None, None, None);
-        let probe_before = probe_state(api, &probe_uid).and_then(|(_, t)| t);
+        // a result that differs from this one in state or time (the time has whole seconds:
+        // a Failed and then a Succeeded within one second share it)
+        let probe_before = probe_state(api, &probe_uid);
         loop {
             let rv = api.resource_version();
             let main = env_pod.container("main").to_string();
@@ -372,7 +374,7 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
             }
             if t_probe.is_none()
                 && probe_state(api, &probe_uid)
-                    .is_some_and(|(s, t)| s == want_probe && t != probe_before)
+                    .is_some_and(|now| now.0 == want_probe && Some(&now) != probe_before.as_ref())
             {
                 t_probe = Some(now);
             }
