@@ -36,6 +36,8 @@ const RUNTIME_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Runs the daemon until SIGTERM/SIGINT (drain, then exit 0) or a second signal (exit now).
 pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
+    // first: a SIGTERM that comes while the tasks start must drain them, not kill the process
+    let signals = Signals::install()?;
     let config = Arc::new(config);
     tracing::info!(
         node = %config.node_name,
@@ -162,7 +164,6 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     );
 
     // ready or not, wait for the signal; readiness is reported by /readyz
-    let signals = Signals::install()?;
     // start-up is over: systemd's READY means that, not "caches synced" (an unreachable API
     // server must not fail the unit's start); STATUS says what the daemon still waits for
     crate::sdnotify::notify("READY=1\nSTATUS=started; waiting for the caches and the runtime");
