@@ -27,9 +27,9 @@ use kruised_test_support::pull as pull_support;
 use std::time::{Duration, Instant};
 
 use kruised::controller::imagepull::Settings;
-use kruised::cri::{ImageService, PullRequest, RemoteRuntime, Timeouts};
+use kruised::cri::{RemoteRuntime, Timeouts};
 use kruised::k8s::crd::ImagePullPhase;
-use pull_support::{LIMIT, PullNode};
+use pull_support::PullNode;
 use serde_json::{Value, json};
 use support::Lab;
 
@@ -56,34 +56,6 @@ fn main() {
         .build()
         .unwrap()
         .block_on(bench(lab, rounds, count));
-}
-
-async fn remove(rt: &RemoteRuntime, images: &[String]) {
-    for i in images {
-        rt.remove_image(i).await.unwrap();
-        assert!(
-            rt.image_status(i).await.unwrap().is_none(),
-            "{i} still present"
-        );
-    }
-}
-
-/// All images pulled at once straight through CRI.
-async fn direct(rt: &RemoteRuntime, images: &[String]) -> Duration {
-    let started = Instant::now();
-    let pulls = images.iter().map(|i| {
-        rt.pull_image(
-            PullRequest {
-                image: i.clone(),
-                ..Default::default()
-            },
-            LIMIT,
-        )
-    });
-    for r in futures::future::join_all(pulls).await {
-        r.unwrap();
-    }
-    started.elapsed()
 }
 
 /// One run through the puller: total time, and the daemon's share of it: before the first
@@ -163,9 +135,9 @@ async fn bench(lab: Lab, rounds: usize, count: usize) {
     let node = PullNode::start(Settings::default(), lab.endpoint()).await;
 
     // warm-up: one of each, not counted (first connections, first registry reads)
-    remove(&rt, &images).await;
-    direct(&rt, &images).await;
-    remove(&rt, &images).await;
+    pull_support::remove_images(&rt, &images).await;
+    pull_support::pull_at_once(&rt, &images).await;
+    pull_support::remove_images(&rt, &images).await;
     through_puller(&node, &repos, 1).await;
 
     let (mut d, mut p, mut before, mut after) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -191,15 +163,15 @@ async fn bench(lab: Lab, rounds: usize, count: usize) {
     for round in 0..rounds {
         let v = i64::try_from(round).unwrap() + 2;
         if round % 2 == 0 {
-            remove(&rt, &images).await;
-            d.push(direct(&rt, &images).await);
-            remove(&rt, &images).await;
+            pull_support::remove_images(&rt, &images).await;
+            d.push(pull_support::pull_at_once(&rt, &images).await);
+            pull_support::remove_images(&rt, &images).await;
             p.push(record(through_puller(&node, &repos, v).await));
         } else {
-            remove(&rt, &images).await;
+            pull_support::remove_images(&rt, &images).await;
             p.push(record(through_puller(&node, &repos, v).await));
-            remove(&rt, &images).await;
-            d.push(direct(&rt, &images).await);
+            pull_support::remove_images(&rt, &images).await;
+            d.push(pull_support::pull_at_once(&rt, &images).await);
         }
         println!(
             "round {}: direct CRI {:>8.1} ms   through kruised {:>8.1} ms",

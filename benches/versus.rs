@@ -37,11 +37,11 @@
 )]
 
 use kruised_test_support as support;
+use kruised_test_support::pull as pull_support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kruised::cri::{ImageService, PullRequest};
 use kruised::k8s::crd::{ImagePullPhase, NodeImage};
 use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -197,35 +197,6 @@ async fn set_tags(lab: &KubeLab, admin: &Client, repos: &[String], version: Opti
     .unwrap();
 }
 
-/// Removes the images from the node, so that the next pull fetches their layers again.
-async fn remove_images(lab: &KubeLab, images: &[String]) {
-    let rt = lab.runtime();
-    for i in images {
-        rt.remove_image(i).await.unwrap();
-        assert!(
-            rt.image_status(i).await.unwrap().is_none(),
-            "{i} still on the node"
-        );
-    }
-}
-
-/// The images pulled at once straight through CRI.
-async fn direct_pull(lab: &KubeLab, images: &[String]) -> Duration {
-    let rt = lab.runtime();
-    let started = Instant::now();
-    let pulls = images.iter().map(|i| {
-        let request = PullRequest {
-            image: i.clone(),
-            ..Default::default()
-        };
-        rt.pull_image(request, cluster::LIMIT)
-    });
-    for r in futures::future::join_all(pulls).await {
-        r.unwrap();
-    }
-    started.elapsed()
-}
-
 /// The images pulled by the running daemon through the node's NodeImage, tags at `version`.
 async fn pull_through_daemon(
     lab: &KubeLab,
@@ -261,9 +232,10 @@ async fn pulls(lab: &KubeLab, admin: &Client, sizes: &Sizes, version: &mut i64, 
     let images: Vec<String> = repos.iter().map(|r| format!("{r}:v1")).collect();
     for round in 0..sizes.pull_rounds {
         for direct_first in [round % 2 == 0, round % 2 == 1] {
-            remove_images(lab, &images).await;
+            pull_support::remove_images(&lab.runtime(), &images).await;
             if direct_first {
-                f.direct.push(direct_pull(lab, &images).await);
+                f.direct
+                    .push(pull_support::pull_at_once(&lab.runtime(), &images).await);
             } else {
                 *version += 1;
                 f.through_daemon

@@ -425,3 +425,33 @@ pub fn owner() -> Value {
 pub fn b64(s: &str) -> String {
     kruised::controller::imagepull::keyring::base64_encode(s.as_bytes())
 }
+
+/// Removes the images from the runtime and checks they are gone, so that the next pull fetches
+/// their layers again.
+pub async fn remove_images(rt: &RemoteRuntime, images: &[String]) {
+    for i in images {
+        rt.remove_image(i).await.unwrap();
+        assert!(
+            rt.image_status(i).await.unwrap().is_none(),
+            "{i} still present"
+        );
+    }
+}
+
+/// The images pulled at once straight through CRI `PullImage`; how long that took.
+pub async fn pull_at_once(rt: &RemoteRuntime, images: &[String]) -> Duration {
+    let started = Instant::now();
+    let pulls = images.iter().map(|i| {
+        rt.pull_image(
+            PullRequest {
+                image: i.clone(),
+                ..Default::default()
+            },
+            LIMIT,
+        )
+    });
+    for r in futures::future::join_all(pulls).await {
+        r.unwrap();
+    }
+    started.elapsed()
+}
