@@ -8,7 +8,7 @@
 //! completes it with "failed to find runtime service"); and the kill is recorded in the status
 //! before it happens, so a daemon restart never kills a container twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
@@ -121,11 +121,14 @@ pub struct Observed {
 
 /// The state of each container of the request now (kruise's
 /// `getCurrentCRRContainersRecreateStates`), in spec order. `observed` is by container name;
-/// `now_ns` the wall clock.
+/// `killed` the containers this daemon has recorded as killed, which a request read from the
+/// watch may not show yet (its copy can be older than the daemon's own last write, and a
+/// status written from it must not take `isKilled` back); `now_ns` the wall clock.
 pub fn container_states(
     crr: &ContainerRecreateRequest,
     observed: &BTreeMap<String, Observed>,
     snapshot: &[ContainerStatusSnapshot],
+    killed: &BTreeSet<String>,
     now_ns: i64,
 ) -> Vec<State> {
     let strategy = crr.spec.strategy.clone().unwrap_or_default();
@@ -140,7 +143,7 @@ pub fn container_states(
         .iter()
         .map(|c| {
             let prev = previous.get(c.name.as_str());
-            let was_killed = prev.is_some_and(|p| p.is_killed);
+            let was_killed = prev.is_some_and(|p| p.is_killed) || killed.contains(&c.name);
             let state = |phase: Phase, message: &str, is_killed: bool| State {
                 name: c.name.clone(),
                 phase,
@@ -283,7 +286,7 @@ mod tests {
             ("a", obs("a1", ContainerState::Running, 0, SEC)),
             ("b", obs("b1", ContainerState::Running, 0, SEC)),
         ]);
-        let mut states = container_states(&r, &o, &[], 100 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 100 * SEC);
         assert!(states.iter().all(|s| s.phase == Phase::Pending));
         assert_eq!(next_step(&r, &mut states), Step::Kill("a".into()));
     }
@@ -302,18 +305,22 @@ mod tests {
             container_id: "containerd://a2".into(),
         }];
         assert_eq!(
-            container_states(&r, &o, &snap, 104 * SEC)[0].phase,
+            container_states(&r, &o, &snap, &BTreeSet::new(), 104 * SEC)[0].phase,
             Phase::Recreating
         );
         assert_eq!(
-            container_states(&r, &o, &[], 106 * SEC)[0].phase,
+            container_states(&r, &o, &[], &BTreeSet::new(), 106 * SEC)[0].phase,
             Phase::Recreating,
             "not ready yet"
         );
-        let s = &container_states(&r, &o, &snap, 106 * SEC)[0];
+        let s = &container_states(&r, &o, &snap, &BTreeSet::new(), 106 * SEC)[0];
         assert_eq!((s.phase.clone(), s.is_killed), (Phase::Succeeded, true));
         assert_eq!(
-            min_started_deadline(&r, &container_states(&r, &o, &snap, 104 * SEC), &o),
+            min_started_deadline(
+                &r,
+                &container_states(&r, &o, &snap, &BTreeSet::new(), 104 * SEC),
+                &o
+            ),
             Some(105 * SEC)
         );
     }
@@ -325,12 +332,12 @@ mod tests {
             ("a", obs("a1", ContainerState::Exited, 0, SEC)),
             ("b", obs("b1", ContainerState::Running, 0, SEC)),
         ]);
-        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(states[0].phase, Phase::Recreating);
         assert_eq!(next_step(&r, &mut states), Step::Wait);
         assert!(states[0].is_killed);
         let r = crr(json!({}), json!([]));
-        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(
             next_step(&r, &mut states),
             Step::Kill("b".into()),
@@ -342,14 +349,14 @@ mod tests {
     fn a_missing_container_fails_and_fail_completes_while_ignore_goes_on() {
         let o = observed(&[("b", obs("b1", ContainerState::Running, 0, SEC))]);
         let r = crr(json!({"failurePolicy": "Fail"}), json!([]));
-        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(
             (states[0].phase.clone(), states[0].message.as_str()),
             (Phase::Failed, NOT_FOUND_ON_NODE)
         );
         assert_eq!(next_step(&r, &mut states), Step::Complete);
         let r = crr(json!({"failurePolicy": "Ignore"}), json!([]));
-        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(next_step(&r, &mut states), Step::Kill("b".into()));
     }
 
@@ -360,7 +367,7 @@ mod tests {
             ("b", obs("b1", ContainerState::Running, 0, SEC)),
         ]);
         let r = crr(json!({"forceRecreate": true}), json!([]));
-        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(states[0].phase, Phase::Pending);
         assert_eq!(next_step(&r, &mut states), Step::Kill("a".into()));
         // once recorded as killed (before the kill, so also across a daemon restart), never again
@@ -368,9 +375,40 @@ mod tests {
             json!({"forceRecreate": true}),
             json!([{"name": "a", "phase": "Recreating", "isKilled": true}]),
         );
-        let mut states = container_states(&r, &o, &[], 10 * SEC);
+        let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(states[0].phase, Phase::Recreating);
         assert_eq!(next_step(&r, &mut states), Step::Kill("b".into()));
+    }
+
+    #[test]
+    fn a_kill_the_watched_copy_does_not_show_yet_is_never_taken_back_or_done_again() {
+        // the daemon recorded b killed and stopped it; the watch still has the copy before
+        let r = crr(
+            json!({"forceRecreate": true}),
+            json!([{"name": "a", "phase": "Recreating", "isKilled": true},
+                   {"name": "b", "phase": "Pending"}]),
+        );
+        let killed: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        let o = observed(&[
+            ("a", obs("a2", ContainerState::Running, 1, SEC)),
+            ("b", obs("b1", ContainerState::Exited, 0, SEC)),
+        ]);
+        let states = container_states(&r, &o, &[], &killed, 10 * SEC);
+        assert_eq!(
+            (states[1].phase.clone(), states[1].is_killed),
+            (Phase::Recreating, true)
+        );
+        // and once the kubelet has recreated it, a forced request does not kill the new one
+        let o = observed(&[
+            ("a", obs("a2", ContainerState::Running, 1, SEC)),
+            ("b", obs("b2", ContainerState::Running, 1, 5 * SEC)),
+        ]);
+        let mut states = container_states(&r, &o, &[], &killed, 10 * SEC);
+        assert_eq!(
+            (states[1].phase.clone(), states[1].is_killed),
+            (Phase::Recreating, true)
+        );
+        assert_eq!(next_step(&r, &mut states), Step::Wait);
     }
 
     #[test]
@@ -380,7 +418,7 @@ mod tests {
             json!([{"name": "a", "phase": "Succeeded", "isKilled": true},
                    {"name": "b", "phase": "Failed", "message": "kill container error: x"}]),
         );
-        let mut states = container_states(&r, &BTreeMap::new(), &[], SEC);
+        let mut states = container_states(&r, &BTreeMap::new(), &[], &BTreeSet::new(), SEC);
         assert_eq!(states[1].message, "kill container error: x");
         assert_eq!(next_step(&r, &mut states), Step::Complete);
     }

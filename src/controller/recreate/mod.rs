@@ -7,14 +7,16 @@
 //!
 //! Decisions are the pure functions of [`decide`]; this module does the I/O. Status writes are
 //! JSON merge patches of the changed fields only. What was done is read back from the
-//! request's status and the runtime, never kept only in memory: a container about to be killed
-//! is recorded as killed first, so a daemon restart in the middle never kills it twice. When the
+//! request's status and the runtime: a container about to be killed is recorded as killed
+//! first, so a daemon restart in the middle never kills it twice. The daemon also remembers its
+//! own kills until the request ends, because the watched copy of a request can be older than
+//! its last write, and a status written from that copy must not take `isKilled` back. When the
 //! manager ends a request (completion, deletion), a kill in progress for it is called off.
 
 pub mod decide;
 mod metrics;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,6 +69,9 @@ struct Shared {
     metrics: Metrics,
     /// Kills in progress, by request UID, to call off when the request ends.
     inflight: Mutex<HashMap<String, CancellationToken>>,
+    /// The containers recorded as killed, by request UID, until the request ends: the watched
+    /// copy of a request can be older than the daemon's own last write to it.
+    killed: Mutex<HashMap<String, BTreeSet<String>>>,
     cancel: CancellationToken,
 }
 
@@ -87,6 +92,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         events,
         metrics: Metrics::register(registry),
         inflight: Mutex::new(HashMap::new()),
+        killed: Mutex::new(HashMap::new()),
         cancel: ctx.cancel.clone(),
     });
     let span = tracing::info_span!("recreate");
@@ -103,8 +109,9 @@ fn key_of(r: &ContainerRecreateRequest) -> Key {
 }
 
 impl Shared {
-    /// Calls off a kill in progress for a request that ended.
+    /// Calls off a kill in progress for a request that ended, and forgets its kills.
     fn call_off(&self, uid: &str) {
+        lock(&self.killed).remove(uid);
         if let Some(t) = lock(&self.inflight).remove(uid) {
             tracing::info!(
                 request = uid,
@@ -381,7 +388,11 @@ async fn manage(
     }
     let snapshot = decide::snapshot(r);
     let now_ns = i64::try_from(now().as_nanosecond()).unwrap_or(i64::MAX);
-    let mut states = decide::container_states(r, &observed, &snapshot, now_ns);
+    let killed = lock(&shared.killed)
+        .get(&r.uid().unwrap_or_default())
+        .cloned()
+        .unwrap_or_default();
+    let mut states = decide::container_states(r, &observed, &snapshot, &killed, now_ns);
     let current = r
         .status
         .as_ref()
@@ -436,6 +447,10 @@ async fn kill_one(
     };
     set(states, Phase::Recreating, String::new(), true);
     patch(shared, r, StatusPatch::states(&states[..])).await?;
+    lock(&shared.killed)
+        .entry(r.uid().unwrap_or_default())
+        .or_default()
+        .insert(container.to_string());
 
     let spec_container = r.spec.containers.iter().find(|c| c.name == container);
     let spec = KillSpec {
@@ -528,6 +543,7 @@ async fn complete(
 ) -> Result<(), PassError> {
     let message = (!message.is_empty()).then_some(message);
     patch(shared, r, StatusPatch::completed(message)).await?;
+    lock(&shared.killed).remove(&r.uid().unwrap_or_default());
     let failed = message.is_some() || states.iter().any(|s| s.phase == Phase::Failed);
     let took = r
         .metadata
