@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::gojson::{GoStruct, GoValue};
-use crate::k8s::crd::{is_false, null_as_default};
+use crate::k8s::crd::{ContainerStatusSnapshot, is_false, null_as_default};
 
 /// The API group of kruise's resources, and of the controllers whose pods it manages (a pod's
 /// controller `ownerReference`). The CRD types' derives spell it out, as attributes must.
@@ -90,7 +90,7 @@ pub const CRR_ACTIVE_LABEL: &str = "crr.apps.kruise.io/active";
 /// The value of [`CRR_ACTIVE_LABEL`] on an active request.
 pub const CRR_ACTIVE_TRUE: &str = "true";
 /// CRR annotation (v1alpha1) written by the manager while Recreating: JSON list of
-/// [`SyncContainerStatus`], the pod's current container statuses.
+/// [`ContainerStatusSnapshot`], the pod's current container statuses.
 pub const CRR_SYNC_CONTAINER_STATUSES: &str = "crr.apps.kruise.io/sync-container-statuses";
 /// CRR annotation (v1alpha1) written by the manager once it made the pod not-ready: the RFC3339
 /// time it did so. The same string is the manager's finalizer name on the CRR.
@@ -173,11 +173,12 @@ pub fn parse_inplace_update_state(
 /// The CRR's [`CRR_SYNC_CONTAINER_STATUSES`] snapshot, if present (`null` is an empty list).
 pub fn parse_sync_container_statuses(
     annotations: &BTreeMap<String, String>,
-) -> Result<Option<Vec<SyncContainerStatus>>, KeyError> {
-    Ok(
-        parse_json::<Option<Vec<SyncContainerStatus>>>(annotations, CRR_SYNC_CONTAINER_STATUSES)?
-            .map(Option::unwrap_or_default),
-    )
+) -> Result<Option<Vec<ContainerStatusSnapshot>>, KeyError> {
+    Ok(parse_json::<Option<Vec<ContainerStatusSnapshot>>>(
+        annotations,
+        CRR_SYNC_CONTAINER_STATUSES,
+    )?
+    .map(Option::unwrap_or_default))
 }
 
 /// The CRR's [`CRR_UNREADY_ACQUIRED`] time, if present.
@@ -362,29 +363,6 @@ pub struct InPlaceUpdateContainerBatch {
     /// The containers of the batch.
     #[serde(default, deserialize_with = "null_as_default")]
     pub containers: Vec<String>,
-}
-
-/// One container status in [`CRR_SYNC_CONTAINER_STATUSES`] (kruise
-/// `ContainerRecreateRequestSyncContainerStatus`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SyncContainerStatus {
-    /// Container name.
-    #[serde(default)]
-    pub name: String,
-    /// Whether the container has passed its readiness probe.
-    #[serde(default)]
-    pub ready: bool,
-    /// The container's restart count.
-    #[serde(default)]
-    pub restart_count: i32,
-    /// `<runtime>://<id>`.
-    #[serde(
-        default,
-        rename = "containerID",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub container_id: String,
 }
 
 #[cfg(test)]
@@ -580,13 +558,13 @@ mod tests {
         assert_eq!(
             list,
             [
-                SyncContainerStatus {
+                ContainerStatusSnapshot {
                     name: "a".into(),
                     ready: true,
                     restart_count: 2,
                     container_id: "containerd://x".into(),
                 },
-                SyncContainerStatus {
+                ContainerStatusSnapshot {
                     name: "b".into(),
                     ..Default::default()
                 },

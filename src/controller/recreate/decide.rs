@@ -76,14 +76,6 @@ pub fn snapshot(crr: &ContainerRecreateRequest) -> Vec<ContainerStatusSnapshot> 
     .ok()
     .flatten()
     .unwrap_or_default()
-    .into_iter()
-    .map(|s| ContainerStatusSnapshot {
-        name: s.name,
-        ready: s.ready,
-        restart_count: s.restart_count,
-        container_id: s.container_id,
-    })
-    .collect()
 }
 
 /// Since when the manager has the pod not ready: condition `PreRecreateGrace=True`

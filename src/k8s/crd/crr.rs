@@ -185,7 +185,9 @@ pub struct ContainerRecreateRequestStatus {
     pub conditions: Vec<CrrCondition>,
 }
 
-/// One container in the manager's snapshot of the pod's statuses.
+/// One container in the manager's snapshot of the pod's statuses: `status.containerStatusSnapshot`
+/// (`v1beta1`), or the `sync-container-statuses` annotation (`v1alpha1`, kruise's
+/// `ContainerRecreateRequestSyncContainerStatus`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatusSnapshot {
