@@ -7,12 +7,60 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::HTTPGetAction;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// How much of an HTTP body is read (the kubelet's limit).
 pub const BODY_LIMIT: usize = 10 * 1024;
 /// Redirects followed on the same host.
 const MAX_REDIRECTS: usize = 10;
+
+/// What a handler's `httpGet` asks besides where to: HTTPS or HTTP, the path (`/` when it has
+/// none) and its headers in order, read the same way for probes and hooks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Action {
+    /// `scheme: HTTPS` (any case).
+    pub https: bool,
+    /// The path.
+    pub path: String,
+    /// The headers, in order.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Action {
+    /// The parts of `action`.
+    pub fn of(action: &HTTPGetAction) -> Self {
+        Action {
+            https: action
+                .scheme
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("https")),
+            path: action
+                .path
+                .clone()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "/".into()),
+            headers: action
+                .http_headers
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+        }
+    }
+
+    /// This GET to `host:port`, sent as `user_agent`.
+    pub fn request<'a>(&'a self, host: &'a str, port: u16, user_agent: &'a str) -> Get<'a> {
+        Get {
+            host,
+            port,
+            https: self.https,
+            path: &self.path,
+            headers: &self.headers,
+            user_agent,
+        }
+    }
+}
 
 /// One GET as a handler describes it.
 #[derive(Clone, Copy, Debug)]
@@ -385,6 +433,26 @@ mod tests {
             }
         });
         (port, rx)
+    }
+
+    #[test]
+    fn an_action_reads_its_scheme_in_any_case_its_path_as_slash_when_empty_and_headers_in_order() {
+        let action: HTTPGetAction = serde_json::from_value(serde_json::json!({
+            "port": 80, "scheme": "https", "path": "",
+            "httpHeaders": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
+        }))
+        .unwrap();
+        let a = Action::of(&action);
+        assert!(a.https);
+        assert_eq!(a.path, "/");
+        assert_eq!(
+            a.headers,
+            [("B".to_string(), "2".to_string()), ("A".into(), "1".into())]
+        );
+        let get = a.request("10.0.0.1", 8443, "kube-probe/1.36");
+        assert_eq!(get.url("/"), "https://10.0.0.1:8443/");
+        let plain = Action::of(&HTTPGetAction::default());
+        assert_eq!((plain.https, plain.path.as_str()), (false, "/"));
     }
 
     fn get_of<'a>(port: u16, path: &'a str, headers: &'a [(String, String)]) -> Get<'a> {

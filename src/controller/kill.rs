@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ContainerPort, LifecycleHandler, ObjectReferenc
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::time::Instant;
 
-use crate::controller::httpget::{self, Get, GetError, join_host_port};
+use crate::controller::httpget::{self, Action, Get, GetError, join_host_port};
 use crate::cri::{Container, CriError, RuntimeService};
 use crate::k8s::keys;
 use crate::k8s::write::EventSpec;
@@ -212,28 +212,8 @@ async fn run_hook<R: RuntimeService>(
     }
     if let Some(http) = &h.http_get {
         let host = host_or_pod(&http.host);
-        let path = http
-            .path
-            .clone()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "/".into());
-        let headers: Vec<(String, String)> = http
-            .http_headers
-            .iter()
-            .flatten()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect();
-        let req = Get {
-            host: &host,
-            port: resolve_port(&http.port, ports)?,
-            https: http
-                .scheme
-                .as_deref()
-                .is_some_and(|s| s.eq_ignore_ascii_case("https")),
-            path: &path,
-            headers: &headers,
-            user_agent: HOOK_USER_AGENT,
-        };
+        let action = Action::of(http);
+        let req = action.request(&host, resolve_port(&http.port, ports)?, HOOK_USER_AGENT);
         return http_hook(&req).await;
     }
     if let Some(tcp) = &h.tcp_socket {

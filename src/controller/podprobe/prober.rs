@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::controller::httpget::{self, Get, join_host_port};
+use crate::controller::httpget::{self, Action, Get, join_host_port};
 use crate::cri::{CriError, RuntimeService};
 
 /// The longest message kept (kruise's limit), cut at a character boundary.
@@ -145,34 +145,13 @@ pub async fn run<R: RuntimeService>(
             Ok(p) => p,
             Err(e) => return Outcome::Error(e),
         };
-        let https = http
-            .scheme
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"));
-        let path = http
-            .path
-            .clone()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "/".into());
-        let headers: Vec<(String, String)> = http
-            .http_headers
-            .iter()
-            .flatten()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect();
-        let req = Get {
-            host: &host,
-            port,
-            https,
-            path: &path,
-            headers: &headers,
-            user_agent: USER_AGENT,
-        };
+        let action = Action::of(http);
+        let req = action.request(&host, port, USER_AGENT);
         return match tokio::time::timeout(timeout, http_probe(&req)).await {
             Ok(o) => o,
             Err(_) => Outcome::Failure(format!(
                 "Get \"{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
-                req.url(&path)
+                req.url(&action.path)
             )),
         };
     }
