@@ -23,6 +23,8 @@ use super::{convert, convert_detail};
 
 /// Largest message accepted from the runtime (kruise-daemon and the kubelet use 16 MiB).
 const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+/// The least time limit of the calls the runtime may take long over.
+const SLOW_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// HTTP/2 keepalive of the runtime connection: how often a ping goes out while a call is open
 /// (the container event stream always is), and how long its answer may take before the
@@ -98,6 +100,13 @@ impl RemoteRuntime {
             image_endpoint,
             timeouts,
         }
+    }
+
+    /// The time limit of a call the runtime may take long over: running a sandbox (which may
+    /// pull the pause image), stopping and removing one, creating, starting and removing a
+    /// container, removing an image. The ordinary limit, but at least a minute.
+    fn slow_call_timeout(&self) -> Duration {
+        self.timeouts.call.max(SLOW_CALL_TIMEOUT)
     }
 
     /// The runtime service endpoint.
@@ -406,7 +415,7 @@ impl KubeletService for RemoteRuntime {
             runtime_handler: String::new(),
         };
         // creating a sandbox may pull the pause image
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         let resp = self
             .runtime_call("RunPodSandbox", timeout, req, |mut c, r| async move {
                 c.run_pod_sandbox(r).await
@@ -419,7 +428,7 @@ impl KubeletService for RemoteRuntime {
         let req = proto::StopPodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         self.runtime_call("StopPodSandbox", timeout, req, |mut c, r| async move {
             c.stop_pod_sandbox(r).await
         })
@@ -431,7 +440,7 @@ impl KubeletService for RemoteRuntime {
         let req = proto::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         self.runtime_call("RemovePodSandbox", timeout, req, |mut c, r| async move {
             c.remove_pod_sandbox(r).await
         })
@@ -450,7 +459,7 @@ impl KubeletService for RemoteRuntime {
             config: Some(convert::container_config(config)),
             sandbox_config: Some(convert::sandbox_config(sandbox)),
         };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         let resp = self
             .runtime_call("CreateContainer", timeout, req, |mut c, r| async move {
                 c.create_container(r).await
@@ -463,7 +472,7 @@ impl KubeletService for RemoteRuntime {
         let req = proto::StartContainerRequest {
             container_id: id.to_string(),
         };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         self.runtime_call("StartContainer", timeout, req, |mut c, r| async move {
             c.start_container(r).await
         })
@@ -475,7 +484,7 @@ impl KubeletService for RemoteRuntime {
         let req = proto::RemoveContainerRequest {
             container_id: id.to_string(),
         };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         self.runtime_call("RemoveContainer", timeout, req, |mut c, r| async move {
             c.remove_container(r).await
         })
@@ -561,7 +570,7 @@ impl ImageService for RemoteRuntime {
         let req = proto::RemoveImageRequest {
             image: Some(convert::image_spec(image)),
         };
-        let timeout = self.timeouts.call.max(Duration::from_secs(60));
+        let timeout = self.slow_call_timeout();
         self.image_call("RemoveImage", timeout, req, |mut c, r| async move {
             c.remove_image(r).await
         })
