@@ -14,7 +14,8 @@ use crate::controller::containermeta::{
     self,
     decide::{self, Observation, Step, Verdict},
 };
-use crate::cri::{ContainerFilter, RuntimeService, Runtimes};
+use crate::controller::containers_of_pod;
+use crate::cri::Runtimes;
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
 use crate::k8s::{client, keys};
@@ -92,15 +93,7 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
             runtimes.primary_version().runtime_name.clone(),
         ),
     };
-    let containers = runtime
-        .list_containers(ContainerFilter {
-            labels: [(keys::KUBELET_POD_UID.to_string(), uid)]
-                .into_iter()
-                .collect(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_default();
+    let containers = containers_of_pod(&runtime, &uid).await.unwrap_or_default();
     let newest = decide::newest_by_name(&containers);
     let annotated = keys::parse_runtime_containers_meta(pod.annotations())
         .ok()

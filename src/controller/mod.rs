@@ -20,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::DaemonConfig;
-use crate::cri::Runtimes;
+use crate::cri::{Container, ContainerFilter, CriError, RuntimeService, Runtimes};
 use crate::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe};
+use crate::k8s::keys;
 use crate::k8s::watch as kwatch;
+use crate::k8s::write::EventSink;
 
 /// Starts every enabled controller on the daemon's tasks.
 pub fn start(ctx: &Context, registry: &mut Registry) {
@@ -53,6 +55,36 @@ pub struct Context {
     pub cancel: CancellationToken,
     /// Tracks every task, for the drain.
     pub tracker: TaskTracker,
+}
+
+/// Every container the runtime holds of the pod `uid` (the kubelet's pod-UID label), every
+/// attempt of each: container meta, recreate requests and `kruised explain` look them up alike.
+pub async fn containers_of_pod<R: RuntimeService>(
+    runtime: &R,
+    uid: &str,
+) -> Result<Vec<Container>, CriError> {
+    runtime
+        .list_containers(ContainerFilter {
+            labels: [(keys::KUBELET_POD_UID.to_string(), uid.to_string())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        })
+        .await
+}
+
+impl Context {
+    /// A sink of the events `component` records about this node's objects, on the daemon's
+    /// tasks.
+    pub fn event_sink(&self, component: &str) -> EventSink {
+        EventSink::spawn(
+            self.client.clone(),
+            component,
+            &self.config.node_name,
+            self.cancel.clone(),
+            &self.tracker,
+        )
+    }
 }
 
 /// `d` ± 20 %, so many nodes do not retry in step.

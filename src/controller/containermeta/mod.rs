@@ -35,10 +35,8 @@ pub use self::restart::{image_id_matches, image_matches};
 use self::restart::{restarts_due, spawn_kill};
 use self::settle::{RestartDelay, Timeline};
 use super::queue::WorkQueue;
-use crate::controller::Context;
-use crate::cri::{
-    ContainerFilter, CriError, RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes,
-};
+use crate::controller::{Context, containers_of_pod};
+use crate::cri::{CriError, RemoteRuntime, RuntimeLookupError, Runtimes};
 use crate::hash::env::current_env_hash;
 use crate::k8s::keys;
 use crate::k8s::watch::Watched;
@@ -92,13 +90,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     let Some(pods) = ctx.pods.clone() else {
         return;
     };
-    let events = EventSink::spawn(
-        ctx.client.clone(),
-        "kruise-daemon-containermeta",
-        &ctx.config.node_name,
-        ctx.cancel.clone(),
-        &ctx.tracker,
-    );
+    let events = ctx.event_sink("kruise-daemon-containermeta");
     let shared = Arc::new(Shared {
         pods,
         client: ctx.client.clone(),
@@ -264,15 +256,7 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
     let Some((runtime, runtime_name)) = runtime_of(shared, &pod)? else {
         return Ok(());
     };
-    let uid = pod.uid().unwrap_or_default();
-    let containers = runtime
-        .list_containers(ContainerFilter {
-            labels: [(keys::KUBELET_POD_UID.to_string(), uid)]
-                .into_iter()
-                .collect(),
-            ..Default::default()
-        })
-        .await?;
+    let containers = containers_of_pod(&runtime, &pod.uid().unwrap_or_default()).await?;
     let newest = decide::newest_by_name(&containers);
     let annotations = pod.annotations();
     let old = match keys::parse_runtime_containers_meta(annotations) {

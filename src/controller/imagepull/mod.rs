@@ -124,13 +124,7 @@ pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
             let Some(runtime) = wait_for_runtime(&ctx).await else {
                 return;
             };
-            let events = EventSink::spawn(
-                ctx.client.clone(),
-                EVENT_COMPONENT,
-                &ctx.config.node_name,
-                ctx.cancel.clone(),
-                &ctx.tracker,
-            );
+            let events = ctx.event_sink(EVENT_COMPONENT);
             let (plugin_config, plugin_dir) = &ctx.config.credential_providers;
             let plugins = match credprovider::Plugins::load(plugin_config, plugin_dir) {
                 Ok(Some(p)) => {

@@ -119,13 +119,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     let Some(probes) = ctx.pod_probes.clone() else {
         return;
     };
-    let events = EventSink::spawn(
-        ctx.client.clone(),
-        EVENT_COMPONENT,
-        &ctx.config.node_name,
-        ctx.cancel.clone(),
-        &ctx.tracker,
-    );
+    let events = ctx.event_sink(EVENT_COMPONENT);
     let shared = Arc::new(Shared {
         probes,
         client: ctx.client.clone(),

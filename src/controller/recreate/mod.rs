@@ -30,10 +30,10 @@ use tracing::Instrument;
 
 use self::decide::{Observed, Step};
 pub use self::metrics::Metrics;
-use super::Context;
 use super::kill::{self, KillSpec};
 use super::queue::WorkQueue;
-use crate::cri::{ContainerFilter, RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes};
+use super::{Context, containers_of_pod};
+use crate::cri::{RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes};
 use crate::k8s::crd::{
     ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
     ContainerRecreateRequestPhase as Phase,
@@ -77,13 +77,7 @@ struct Shared {
 
 /// Starts the controller (kruise runs it always: no gate).
 pub fn start(ctx: &Context, registry: &mut Registry) {
-    let events = EventSink::spawn(
-        ctx.client.clone(),
-        EVENT_COMPONENT,
-        &ctx.config.node_name,
-        ctx.cancel.clone(),
-        &ctx.tracker,
-    );
+    let events = ctx.event_sink(EVENT_COMPONENT);
     let shared = Arc::new(Shared {
         requests: ctx.recreate_requests.clone(),
         client: ctx.client.clone(),
@@ -353,13 +347,7 @@ async fn manage(
         .get(keys::CRR_POD_UID_LABEL)
         .cloned()
         .unwrap_or_default();
-    let containers = runtime
-        .list_containers(ContainerFilter {
-            labels: [(keys::KUBELET_POD_UID.to_string(), uid.clone())]
-                .into_iter()
-                .collect(),
-            ..Default::default()
-        })
+    let containers = containers_of_pod(&runtime, &uid)
         .await
         .map_err(|e| PassError::Runtime(e.to_string()))?;
     let newest = crate::controller::containermeta::decide::newest_by_name(&containers);
