@@ -24,7 +24,7 @@ use super::filter::{
 use super::format::{age, truncate_id};
 use super::json::{Json, info_value};
 use super::table::Table;
-use super::{err_out, map_block, now_ns, out, print_doc, print_list, wire};
+use super::{err_out, ids_to_inspect, map_block, now_ns, out, print_doc, print_list, wire};
 
 /// `exec -s` without `--timeout`: crictl waits as long as the command runs; the CRI needs a
 /// number, so "no limit" is a day.
@@ -318,20 +318,19 @@ fn status_table(s: &ContainerStatus, verbose: bool, now: i64) -> String {
 
 /// `inspect`.
 pub(super) async fn inspect(rt: &RemoteRuntime, a: InspectArgs) -> anyhow::Result<ExitCode> {
-    let ids = if a.ids.is_empty() {
-        list_containers(rt, &a.filter)
-            .await
-            .context("list containers")?
-            .into_iter()
-            .map(|c| c.id)
-            .collect()
-    } else {
-        a.ids.clone()
+    let listed = async {
+        anyhow::Ok(
+            list_containers(rt, &a.filter)
+                .await
+                .context("list containers")?
+                .into_iter()
+                .map(|c| c.id)
+                .collect(),
+        )
     };
-    if ids.is_empty() {
-        err_out(b"No IDs provided or nothing found per filter\n");
+    let Some(ids) = ids_to_inspect(&a.ids, listed).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     let verbose = !a.quiet;
     let mut statuses = Vec::new();
     for id in &ids {

@@ -16,7 +16,7 @@ use super::filter::{filter_images, parse_image_filters, sort_images};
 use super::format::{human_size, human_size_with_precision, truncate_id};
 use super::json::Json;
 use super::table::Table;
-use super::{err_out, out, print_doc, print_list, wire};
+use super::{err_out, ids_to_inspect, out, print_doc, print_list, wire};
 
 /// `pull` without `--pull-timeout`: crictl waits as long as the pull takes; the client needs
 /// a limit, so "no limit" is a day.
@@ -168,20 +168,19 @@ fn image_table(i: &Image, info: &crate::cri::StringMap, verbose: bool) -> String
 
 /// `inspecti`.
 pub(super) async fn inspecti(rt: &RemoteRuntime, a: InspectiArgs) -> anyhow::Result<ExitCode> {
-    let ids: Vec<String> = if a.ids.is_empty() {
-        list_images(rt, None, &a.filter)
-            .await
-            .context("listing images")?
-            .into_iter()
-            .map(|i| i.id)
-            .collect()
-    } else {
-        a.ids.clone()
+    let listed = async {
+        anyhow::Ok(
+            list_images(rt, None, &a.filter)
+                .await
+                .context("listing images")?
+                .into_iter()
+                .map(|i| i.id)
+                .collect(),
+        )
     };
-    if ids.is_empty() {
-        err_out(b"No IDs provided or nothing found per filter\n");
+    let Some(ids) = ids_to_inspect(&a.ids, listed).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     let verbose = !a.quiet;
     let mut found = Vec::new();
     for id in &ids {

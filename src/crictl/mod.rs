@@ -128,6 +128,24 @@ pub(crate) fn out(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The IDs an inspect command works on: those given, else those `listed` finds; `None`, after
+/// crictl's message, when there are none.
+pub(crate) async fn ids_to_inspect(
+    given: &[String],
+    listed: impl Future<Output = anyhow::Result<Vec<String>>>,
+) -> anyhow::Result<Option<Vec<String>>> {
+    let ids = if given.is_empty() {
+        listed.await?
+    } else {
+        given.to_vec()
+    };
+    if ids.is_empty() {
+        err_out(b"No IDs provided or nothing found per filter\n");
+        return Ok(None);
+    }
+    Ok(Some(ids))
+}
+
 /// Writes bytes to stderr.
 pub(crate) fn err_out(bytes: &[u8]) {
     let mut stderr = std::io::stderr().lock();

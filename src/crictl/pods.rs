@@ -13,7 +13,7 @@ use super::containers::{go_map, one_or_many, status_object};
 use super::filter::{count, matches, newest_first, parse_labels, parse_sandbox_state, regex};
 use super::format::{age, go_time_string, truncate_id};
 use super::table::Table;
-use super::{err_out, map_block, now_ns, out, print_doc, print_list, wire};
+use super::{ids_to_inspect, map_block, now_ns, out, print_doc, print_list, wire};
 
 /// The name crictl shows for a sandbox state.
 fn state_name(s: SandboxState) -> &'static str {
@@ -165,20 +165,19 @@ fn status_table(s: &PodSandboxStatus, verbose: bool) -> String {
 
 /// `inspectp`.
 pub(super) async fn inspectp(rt: &RemoteRuntime, a: InspectpArgs) -> anyhow::Result<ExitCode> {
-    let ids = if a.ids.is_empty() {
-        list_pods(rt, &a.filter)
-            .await
-            .context("list pod sandboxes")?
-            .into_iter()
-            .map(|p| p.id)
-            .collect()
-    } else {
-        a.ids.clone()
+    let listed = async {
+        anyhow::Ok(
+            list_pods(rt, &a.filter)
+                .await
+                .context("list pod sandboxes")?
+                .into_iter()
+                .map(|p| p.id)
+                .collect(),
+        )
     };
-    if ids.is_empty() {
-        err_out(b"No IDs provided or nothing found per filter\n");
+    let Some(ids) = ids_to_inspect(&a.ids, listed).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     let verbose = !a.quiet;
     let mut statuses = Vec::new();
     for id in &ids {
