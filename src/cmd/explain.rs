@@ -3,12 +3,15 @@
 //! the spec, the expected, current and annotated env-from-metadata hashes, the in-place update
 //! state, and whether a restart is due, blocked, or not needed, and why.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 
-use crate::config::{ExplainArgs, OutputFormat};
+use super::OutputFormat;
+use crate::config::RuntimeArgs;
 use crate::controller::containermeta::env::read_env;
 use crate::controller::containermeta::{
     self,
@@ -19,6 +22,22 @@ use crate::cri::Runtimes;
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
 use crate::k8s::{client, keys};
+
+/// Arguments of `kruised explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod, as `namespace/name` (or `name` in the default namespace).
+    pub pod: String,
+    /// kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// How to reach the container runtime.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
 
 /// What the daemon sees and decides for one container.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -1,6 +1,13 @@
-//! The command line: the subcommands, and the binary's other names. The same binary runs as
+//! The commands (`run`, `version`, `hash`, `explain`, `crictl`), each in its own file with its
+//! arguments beside it, and the command line that picks one. The same binary runs as
 //! `kruised <command>`, as `kruise-daemon` (kruise's Helm chart runs `/kruise-daemon` with
 //! kruise-daemon's flags: that is `kruised run`), and as `crictl` (`kruised crictl`).
+
+pub mod crictl;
+pub mod explain;
+pub mod hash;
+pub mod run;
+pub mod version;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -8,7 +15,10 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::config::{ExplainArgs, HashArgs, RunArgs, VersionArgs};
+use self::explain::ExplainArgs;
+use self::hash::HashArgs;
+use self::run::RunArgs;
+use self::version::VersionArgs;
 use crate::telemetry::LogFormat;
 
 /// kruised: the node side of OpenKruise in-place updates and image pre-pulling.
@@ -46,9 +56,39 @@ pub enum Command {
     /// clusters without OpenKruise's own CRDs).
     Crds,
     /// crictl-compatible debugging of the node's container runtime (also run as `crictl`).
-    Crictl(crate::crictl::CrictlArgs),
+    Crictl(self::crictl::CrictlArgs),
     /// Print shell completion code for kruised.
     Completion(CompletionArgs),
+}
+
+/// Runs the command the user asked for. Errors are returned for `main` to print; nothing in the
+/// library exits the process.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Version(args) => version::run(args).await,
+        Command::Run(args) => run::run(args).await,
+        Command::Hash(args) => hash::run(args),
+        Command::Explain(args) => explain::run(args).await,
+        Command::Crictl(args) => crictl::run(args).await,
+        Command::Completion(args) => {
+            print!("{}", completion(args.shell));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crds => {
+            print!("{}", crate::k8s::crd::crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Output format of the inspection commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// A table.
+    #[default]
+    Table,
+    /// JSON.
+    Json,
 }
 
 /// Arguments of `kruised completion`.
@@ -121,11 +161,11 @@ impl Cli {
         if args.first().and_then(implied_command) == Some("crictl") {
             // parsed as `crictl` itself, so usage and help speak of `crictl ps`, not of
             // `crictl crictl ps`
-            let matches = crate::crictl::command()
+            let matches = self::crictl::command()
                 .try_get_matches_from(args)
                 .map_err(|e| report(e, true))?;
             let args =
-                <crate::crictl::CrictlArgs as clap::FromArgMatches>::from_arg_matches(&matches)
+                <self::crictl::CrictlArgs as clap::FromArgMatches>::from_arg_matches(&matches)
                     .map_err(|e| report(e, true))?;
             return Ok(Cli {
                 log_format: LogFormat::default(),
@@ -141,7 +181,7 @@ impl Cli {
     /// only errors (their output is the point), or everything with `-D`.
     pub fn default_log_level(&self) -> &'static str {
         match &self.command {
-            Command::Crictl(args) if crate::crictl::debug_requested(args) => "warn,kruised=debug",
+            Command::Crictl(args) if self::crictl::debug_requested(args) => "warn,kruised=debug",
             Command::Crictl(_) => "error",
             _ => "info",
         }
@@ -349,12 +389,12 @@ mod tests {
         );
         assert_eq!(c.global.runtime.timeout, Some(Duration::from_secs(3)));
         assert!(c.global.debug);
-        let Some(crate::crictl::args::CrictlCommand::Ps(ps)) = c.command else {
+        let Some(self::crictl::args::CrictlCommand::Ps(ps)) = c.command else {
             panic!("not ps")
         };
         assert!(ps.filter.all && ps.resolve_image_path);
         assert_eq!(ps.filter.label, vec!["a=b", "c=d"]);
-        assert_eq!(ps.output, crate::crictl::args::ListOutput::Json);
+        assert_eq!(ps.output, self::crictl::args::ListOutput::Json);
     }
 
     #[test]
@@ -375,7 +415,7 @@ mod tests {
         let Command::Crictl(c) = cli.command else {
             panic!("not crictl")
         };
-        let Some(crate::crictl::args::CrictlCommand::Exec(e)) = c.command else {
+        let Some(self::crictl::args::CrictlCommand::Exec(e)) = c.command else {
             panic!("not exec")
         };
         assert!(e.sync);
@@ -395,7 +435,7 @@ mod tests {
         assert_eq!(c.global.runtime.timeout, Some(Duration::from_secs(1)));
         assert!(matches!(
             c.command,
-            Some(crate::crictl::args::CrictlCommand::Pods(ref p)) if p.quiet
+            Some(self::crictl::args::CrictlCommand::Pods(ref p)) if p.quiet
         ));
         assert_eq!(
             Cli::parse_args_or_exit_code(os(&["crictl", "ps", "--bogus"])).unwrap_err(),

@@ -342,7 +342,7 @@ mod tests {
     use super::*;
 
     /// A CRI log file containerd 1.6 wrote: stderr first, a partial last line.
-    const RAW: &str = include_str!("../../tests/fixtures/cri-log-logger.log");
+    const RAW: &str = include_str!("../../../tests/fixtures/cri-log-logger.log");
 
     fn render(data: &[u8], tail: Option<usize>, w: &mut LogWriter) -> (String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -2,8 +2,21 @@
 
 use std::process::ExitCode;
 
-use crate::config::VersionArgs;
+use clap::Args;
+
+use crate::config::RuntimeArgs;
 use crate::cri::Runtimes;
+
+/// Arguments of `kruised version`.
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    /// How to reach the runtime.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Print only kruised's own version; do not contact the runtime.
+    #[arg(long)]
+    pub client_only: bool,
+}
 
 /// kruised's own version.
 pub use crate::build_info::VERSION;

@@ -5,11 +5,22 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
+use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::config::{HashArgs, OutputFormat};
+use super::OutputFormat;
 use crate::hash::env::expected_env_hash;
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
+
+/// Arguments of `kruised hash`.
+#[derive(Debug, Args)]
+pub struct HashArgs {
+    /// The Pod manifest; `-` or nothing reads stdin.
+    pub file: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
 
 /// The hashes of one container.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

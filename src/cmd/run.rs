@@ -1,0 +1,310 @@
+//! `kruised run`: the daemon's flags (kruise-daemon's names where they mean the same, and
+//! every other flag of kruise-daemon accepted and ignored, so kruise's Helm chart runs kruised
+//! unchanged), validated into a [`DaemonConfig`] for [`crate::daemon::run`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::config::{
+    ConfigError, DEFAULT_BURST, DEFAULT_QPS, DaemonConfig, FeatureGates, RestartDelay, RuntimeArgs,
+    parse_duration, parse_go_bool, parse_size,
+};
+
+/// Runs the daemon until it is told to stop.
+pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    crate::daemon::run(args.resolve()?).await
+}
+
+/// Arguments of `kruised run`. Flags keep kruise-daemon's names where they mean the same.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The node this daemon serves (kruise-daemon: the NODE_NAME env, from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Address of the admin server: /healthz, /readyz, /metrics. Go-style `:10221` binds all
+    /// interfaces.
+    #[arg(long, default_value = ":10221")]
+    pub addr: String,
+    /// kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Client-side limit of API requests per second (0: the default, 20).
+    #[arg(long, default_value_t = 0.0)]
+    pub rest_config_qps: f64,
+    /// Client-side burst of API requests (0: the default, 30).
+    #[arg(long, default_value_t = 0)]
+    pub rest_config_burst: u32,
+    /// Most image pulls at once; 0 or less: no limit (kruise-daemon's default is -1).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub max_workers_for_pull_image: i32,
+    /// Feature gates, kruise syntax: `A=true,B=false`; kruise's gate names.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+    /// Namespace of image pull secrets (kruise's convention).
+    #[arg(
+        long,
+        env = "KRUISED_CONFIG_NAMESPACE",
+        default_value = "kruise-daemon-config"
+    )]
+    pub config_namespace: String,
+    /// Free space the image filesystem must keep: a pull that would start below it fails with a
+    /// message instead of filling the disk. `0` turns the check off. E.g. `5Gi`, `500Mi`.
+    #[arg(long, value_parser = parse_size, default_value = "0")]
+    pub image_fs_min_free: u64,
+    /// How often the runtime is relisted in the absence of events.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub relist_interval: Duration,
+    /// How long SIGTERM waits for in-flight work before exiting.
+    #[arg(long, value_parser = parse_duration, default_value = "8s")]
+    pub drain_timeout: Duration,
+    /// When a container whose env from metadata went stale is stopped: `auto` (as soon as the
+    /// kubelet is known to recreate it with the new values), or a fixed delay after the change
+    /// (kruise-daemon waits 1s; `0s` stops at once, for benchmarks).
+    #[arg(long, default_value = "auto")]
+    pub env_restart_delay: RestartDelay,
+    /// How to reach the container runtime.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// kubelet credential provider plugins (kruise-daemon's flag): a `CredentialProviderConfig`
+    /// file (`kubelet.config.k8s.io/v1`). Used when it exists; kruise's default path.
+    #[arg(long, default_value = DEFAULT_PLUGIN_CONFIG_FILE)]
+    pub plugin_config_file: PathBuf,
+    /// Where the credential provider plugins' executables are (kruise-daemon's flag).
+    #[arg(long, default_value = DEFAULT_PLUGIN_BIN_DIR)]
+    pub plugin_bin_dir: PathBuf,
+    /// kruise-daemon's and klog's other flags: accepted so that kruise's Helm chart runs
+    /// kruised unchanged, logged once as ignored.
+    #[command(flatten)]
+    pub compat: KruiseDaemonCompat,
+}
+
+/// kruise's default credential provider config file.
+pub const DEFAULT_PLUGIN_CONFIG_FILE: &str = "/kruise/CredentialProviderPlugin.yaml";
+/// kruise's default credential provider plugin directory.
+pub const DEFAULT_PLUGIN_BIN_DIR: &str = "/kruise/plugins";
+
+/// Every flag kruise-daemon accepts (v1.9 and HEAD: `cmd/daemon/main.go`, klog v2's flag set,
+/// and the manager flags its imports register) that means nothing to kruised. Booleans take
+/// `--x` or `--x=<bool>` and never the next argument, as in Go's pflag; values take `--x v` or
+/// `--x=v`.
+#[derive(Clone, Debug, Default, Args)]
+#[command(next_help_heading = "kruise-daemon compatibility (accepted, ignored)")]
+pub struct KruiseDaemonCompat {
+    /// Go pprof server (kruised has none).
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_pprof: Option<bool>,
+    /// Go pprof address.
+    #[arg(long, hide = true)]
+    pub pprof_addr: Option<String>,
+    /// klog verbosity (`-v=4` too): kruised's log level is RUST_LOG.
+    #[arg(short = 'v', long = "v", hide = true, allow_negative_numbers = true)]
+    pub v: Option<i32>,
+    #[arg(long = "logtostderr", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    logtostderr: Option<bool>,
+    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    alsologtostderr: Option<bool>,
+    #[arg(long = "add_dir_header", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    add_dir_header: Option<bool>,
+    #[arg(long = "skip_headers", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    skip_headers: Option<bool>,
+    #[arg(long = "one_output", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    one_output: Option<bool>,
+    #[arg(long = "skip_log_headers", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    skip_log_headers: Option<bool>,
+    #[arg(long = "log_dir", hide = true)]
+    log_dir: Option<String>,
+    #[arg(long = "log_file", hide = true)]
+    log_file: Option<String>,
+    #[arg(long = "log_file_max_size", hide = true)]
+    log_file_max_size: Option<String>,
+    #[arg(long = "stderrthreshold", hide = true)]
+    stderrthreshold: Option<String>,
+    #[arg(long = "vmodule", hide = true)]
+    vmodule: Option<String>,
+    #[arg(long = "log_backtrace_at", hide = true)]
+    log_backtrace_at: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    cloneset_scaling_exclude_preparing_delete: Option<bool>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    disable_no_deepcopy: Option<bool>,
+    #[arg(long, hide = true)]
+    sidecarset_workers: Option<String>,
+    #[arg(long, hide = true)]
+    statefulset_workers: Option<String>,
+    #[arg(long, hide = true)]
+    protection_log_path: Option<String>,
+    #[arg(long, hide = true)]
+    expectation_timeout: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_base_delay: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_max_delay: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_qps: Option<String>,
+    #[arg(long, hide = true)]
+    rate_limiter_bucket_size: Option<String>,
+    /// Arguments that are no flag (Go's pflag collects them and kruise-daemon ignores them,
+    /// e.g. the `false` of `--enable-pprof false`).
+    #[arg(hide = true)]
+    pub positional: Vec<String>,
+}
+
+impl KruiseDaemonCompat {
+    /// The compatibility flags that were given, as `--name`, for the log line saying they are
+    /// ignored.
+    pub fn given(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut seen = |name: &str, given: bool| {
+            if given {
+                out.push(format!("--{name}"));
+            }
+        };
+        seen("enable-pprof", self.enable_pprof.is_some());
+        seen("pprof-addr", self.pprof_addr.is_some());
+        seen("v", self.v.is_some());
+        seen("logtostderr", self.logtostderr.is_some());
+        seen("alsologtostderr", self.alsologtostderr.is_some());
+        seen("add_dir_header", self.add_dir_header.is_some());
+        seen("skip_headers", self.skip_headers.is_some());
+        seen("one_output", self.one_output.is_some());
+        seen("skip_log_headers", self.skip_log_headers.is_some());
+        seen("log_dir", self.log_dir.is_some());
+        seen("log_file", self.log_file.is_some());
+        seen("log_file_max_size", self.log_file_max_size.is_some());
+        seen("stderrthreshold", self.stderrthreshold.is_some());
+        seen("vmodule", self.vmodule.is_some());
+        seen("log_backtrace_at", self.log_backtrace_at.is_some());
+        seen(
+            "cloneset-scaling-exclude-preparing-delete",
+            self.cloneset_scaling_exclude_preparing_delete.is_some(),
+        );
+        seen("disable-no-deepcopy", self.disable_no_deepcopy.is_some());
+        seen("sidecarset-workers", self.sidecarset_workers.is_some());
+        seen("statefulset-workers", self.statefulset_workers.is_some());
+        seen("protection-log-path", self.protection_log_path.is_some());
+        seen("expectation-timeout", self.expectation_timeout.is_some());
+        seen(
+            "rate-limiter-base-delay",
+            self.rate_limiter_base_delay.is_some(),
+        );
+        seen(
+            "rate-limiter-max-delay",
+            self.rate_limiter_max_delay.is_some(),
+        );
+        seen("rate-limiter-qps", self.rate_limiter_qps.is_some());
+        seen(
+            "rate-limiter-bucket-size",
+            self.rate_limiter_bucket_size.is_some(),
+        );
+        out
+    }
+}
+
+impl RunArgs {
+    /// Validates the flags into a [`DaemonConfig`].
+    pub fn resolve(&self) -> Result<DaemonConfig, ConfigError> {
+        let invalid = |setting: &str, reason: String| ConfigError::Invalid {
+            setting: setting.to_string(),
+            reason,
+        };
+        let node_name = self
+            .node_name
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "NODE_NAME",
+                    "required: set the NODE_NAME environment variable (spec.nodeName through the \
+                     downward API) or --node-name"
+                        .into(),
+                )
+            })?;
+        let addr =
+            crate::addr::parse_addr(&self.addr).map_err(|e| invalid("--addr", e.to_string()))?;
+        if !self.rest_config_qps.is_finite() || self.rest_config_qps < 0.0 {
+            return Err(invalid("--rest-config-qps", "must be 0 or more".into()));
+        }
+        let qps = if self.rest_config_qps == 0.0 {
+            DEFAULT_QPS
+        } else {
+            self.rest_config_qps
+        };
+        let burst = if self.rest_config_burst == 0 {
+            DEFAULT_BURST
+        } else {
+            self.rest_config_burst
+        };
+        // as kruise: only a positive number limits, 0 and negative mean no limit
+        let max_pull_workers = usize::try_from(self.max_workers_for_pull_image)
+            .ok()
+            .filter(|n| *n > 0);
+        let gates = FeatureGates::parse(&self.feature_gates)?;
+        if self.config_namespace.is_empty() {
+            return Err(invalid("--config-namespace", "empty".into()));
+        }
+        if self.relist_interval < Duration::from_secs(1) {
+            return Err(invalid("--relist-interval", "must be at least 1s".into()));
+        }
+        Ok(DaemonConfig {
+            node_name,
+            addr,
+            kubeconfig: self.kubeconfig.clone(),
+            qps,
+            burst,
+            max_pull_workers,
+            gates,
+            config_namespace: self.config_namespace.clone(),
+            image_fs_min_free: self.image_fs_min_free,
+            relist_interval: self.relist_interval,
+            drain_timeout: self.drain_timeout,
+            env_restart_delay: self.env_restart_delay,
+            credential_providers: (self.plugin_config_file.clone(), self.plugin_bin_dir.clone()),
+            ignored: {
+                let mut ignored = self.compat.given();
+                ignored.extend(self.compat.positional.iter().map(|a| format!("{a:?}")));
+                ignored
+            },
+            runtime: self.runtime.resolve()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::runtime::tests::args;
+
+    fn run_args() -> RunArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let mut w = Wrap::parse_from(["run", "--node-name", "n1"]);
+        w.run.runtime = args();
+        w.run
+    }
+
+    #[test]
+    fn zero_and_negative_pull_workers_mean_no_limit() {
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        for (n, limit) in [
+            (-1, None),
+            (0, None),
+            (-5, None),
+            (1, Some(1)),
+            (4, Some(4)),
+        ] {
+            let mut r = RunArgs {
+                max_workers_for_pull_image: n,
+                ..run_args()
+            };
+            r.runtime.crictl_config = Some(empty.path().to_path_buf());
+            assert_eq!(r.resolve().unwrap().max_pull_workers, limit, "{n}");
+        }
+    }
+}

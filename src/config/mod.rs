@@ -1,0 +1,191 @@
+//! The daemon's settings, validated once from the command line: [`DaemonConfig`] (what
+//! `kruised run` runs with), [`features`] (kruise's feature gates) and [`runtime`] (where the
+//! container runtime is: flags, environment, crictl.yaml, detection), with the parsers of the
+//! values kruise-daemon and crictl write (Go booleans, durations, sizes).
+
+pub mod features;
+pub mod runtime;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use features::FeatureGates;
+pub use runtime::{CrictlFile, DEFAULT_CRICTL_CONFIG, RuntimeArgs, RuntimeConfig};
+
+/// A refused setting: names the setting and says why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A value cannot be used.
+    #[error("{setting}: {reason}")]
+    Invalid {
+        /// The flag, variable or file key.
+        setting: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// Two settings contradict each other.
+    #[error("{a} and {b} cannot be used together: {reason}")]
+    Conflict {
+        /// One setting.
+        a: &'static str,
+        /// The other.
+        b: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A configuration file could not be read or parsed.
+    #[error("cannot read {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Go's `strconv.ParseBool`, which kruise-daemon's boolean flags and feature gates use.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "{s:?} is not a boolean (1, t, true, 0, f, false, ...)"
+        )),
+    }
+}
+
+/// How restarts wait for the kubelet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartDelay {
+    /// As soon as the kubelet is known to hold the new pod
+    /// (`controller::containermeta::settle` says how that is known).
+    Auto,
+    /// A fixed delay after the change (`Duration::ZERO`: at once).
+    Fixed(Duration),
+}
+
+impl std::str::FromStr for RestartDelay {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(RestartDelay::Auto);
+        }
+        parse_duration(s)
+            .map(RestartDelay::Fixed)
+            .map_err(|e| format!("{e} (or \"auto\")"))
+    }
+}
+
+/// Settings of `kruised run`, validated.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    /// The node.
+    pub node_name: String,
+    /// Admin server address.
+    pub addr: std::net::SocketAddr,
+    /// kubeconfig file, if given.
+    pub kubeconfig: Option<PathBuf>,
+    /// Client-side request rate.
+    pub qps: f64,
+    /// Client-side burst.
+    pub burst: u32,
+    /// Most pulls at once; `None`: unlimited.
+    pub max_pull_workers: Option<usize>,
+    /// Feature gates in effect.
+    pub gates: FeatureGates,
+    /// Namespace of pull secrets.
+    pub config_namespace: String,
+    /// Free space floor of the image filesystem, bytes (0: no check).
+    pub image_fs_min_free: u64,
+    /// Relist interval.
+    pub relist_interval: Duration,
+    /// Drain deadline.
+    pub drain_timeout: Duration,
+    /// When stale-env restarts happen.
+    pub env_restart_delay: RestartDelay,
+    /// Credential provider plugin config file (used if it exists) and plugin directory.
+    pub credential_providers: (PathBuf, PathBuf),
+    /// kruise-daemon flags given that mean nothing here, and stray arguments (logged once).
+    pub ignored: Vec<String>,
+    /// The runtime.
+    pub runtime: RuntimeConfig,
+}
+
+/// Default client-side request rate (controller-runtime 0.20's default, as kruise-daemon has).
+pub const DEFAULT_QPS: f64 = 20.0;
+/// Default client-side burst.
+pub const DEFAULT_BURST: u32 = 30;
+
+/// Parses a size: bytes, or with a unit `Ki` `Mi` `Gi` `Ti` (powers of 1024) or `K` `M` `G` `T`
+/// (powers of 1000), as Kubernetes quantities write them.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 0, 500Mi, 5Gi)"))?;
+    let factor: u64 = match unit {
+        "" => 1,
+        "K" | "k" => 1000,
+        "M" => 1000_u64.pow(2),
+        "G" => 1000_u64.pow(3),
+        "T" => 1000_u64.pow(4),
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use Ki, Mi, Gi, Ti, K, M, G, T)"
+            ));
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Parses `1h`, `2m`, `30s`, `500ms`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 2s, 1m)"))?;
+    let secs = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_kubernetes_quantities() {
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert_eq!(parse_size("5Gi").unwrap(), 5 << 30);
+        assert_eq!(parse_size("500M").unwrap(), 500_000_000);
+        assert!(parse_size("5GB").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("2 weeks").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}
