@@ -404,6 +404,13 @@ list_binaries --tests --benches
 phase "build the rest (beside the layers)" "$t"
 run_part demo env KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
 run_part integration "$(bin integration)" "${TEST_ARGS[@]}"
+# the fleet benchmark's smoke run: five simulated nodes against an API server of its own
+# (tests/fleet-lab.sh, on ports 18xxx), the shipped kruised on each
+fleet_part() {
+  use_shipped_binary || return 1
+  KRUISED_KUBE_ASSETS=$assets "$(bin fleet)"
+}
+if [ -n "$kube_lab" ]; then run_part fleet fleet_part; fi
 t=$(now)
 cargo test --workspace --locked --lib --bins --test api --test cli --bench reaction \
   --bench podprobe -- "${TEST_ARGS[@]}"
@@ -413,7 +420,7 @@ failed=0
 failed_parts=()
 parts=()
 for rt in "${E2E_RUNTIMES[@]}"; do parts+=("e2e-$rt"); done
-if [ -n "$kube_lab" ]; then parts+=(cluster); fi
+if [ -n "$kube_lab" ]; then parts+=(cluster fleet); fi
 parts+=(demo integration)
 for p in "${parts[@]}"; do
   wait "${PART_PID[$p]}" || true

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod daemon;
 pub mod events;
+pub mod fleet;
 pub mod kubelet;
 pub mod kubelet_meta;
 pub mod node;

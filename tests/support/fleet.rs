@@ -1,0 +1,769 @@
+//! A fleet of simulated nodes against one real API server (`tests/fleet-lab.sh`: etcd and
+//! kube-apiserver, nothing else), for the fleet benchmark (`benches/fleet.rs`).
+//!
+//! - [`FleetLab`]: the control plane, its identities (one token a node and daemon kind, so the
+//!   audit log tells every daemon's requests apart), its audit log and its processes' cost.
+//! - [`SimNode`] and [`Kubelets`]: each node a Node object and a CRI server of its own (the fake
+//!   runtime on a unix socket, where a DaemonSet would find the node's runtime), and the
+//!   kubelet's part of every node in one task: pods bound to a node get a sandbox and containers
+//!   with the kubelet's labels, annotations and container hash and their env resolved from the
+//!   pod as it is then; a container that exited is created again (attempt + 1) from the pod as
+//!   it is now; the pod's status (container IDs, restart counts, `Ready` from the containers and
+//!   the readiness gates) is written back when it changed. It watches the pods once for all
+//!   nodes, as its own user (`fleet-kubelet`), whose requests the figures leave out.
+//! - [`FleetDaemon`]: kruised or kruise-daemon for one node, run as its DaemonSet runs it
+//!   (`NODE_NAME`, the node's runtime under its host run directory, its RBAC), its log in a
+//!   file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use kruised::cri::fake::FakeRuntime;
+use kruised::cri::{
+    ContainerConfig, ContainerMetadata, ContainerState, SandboxMetadata, StringMap,
+};
+use kruised::hash::kubelet::{format_hash, hash_container};
+use kruised::k8s::keys;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::kubelet_meta::{PodRef, container_labels, sandbox_labels};
+use crate::node::resolve_env;
+
+/// The namespace of the fleet's pods.
+pub const NAMESPACE: &str = "fleet";
+
+/// The two node daemons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// OpenKruise's kruise-daemon.
+    KruiseDaemon,
+    /// This project's daemon.
+    Kruised,
+}
+
+impl Kind {
+    /// The user name prefix (and token prefix) of its identities.
+    pub fn user(self) -> &'static str {
+        match self {
+            Kind::KruiseDaemon => "kruise-daemon",
+            Kind::Kruised => "kruised",
+        }
+    }
+}
+
+/// The control plane of `tests/fleet-lab.sh`.
+pub struct FleetLab {
+    /// Its state directory.
+    pub dir: PathBuf,
+    /// The admin's client.
+    pub admin: Client,
+    /// The simulated kubelets' client.
+    pub kubelet: Client,
+    salt: String,
+    script: PathBuf,
+}
+
+/// What a process has cost so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcUsage {
+    /// User and system CPU time.
+    pub cpu: Duration,
+    /// Resident memory, bytes.
+    pub rss: u64,
+}
+
+/// One request in the audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Audited {
+    /// The user.
+    pub user: String,
+    /// `get`, `list`, `watch`, `create`, `patch`, ...
+    pub verb: String,
+    /// `pods`, `pods/status`, `nodeimages`, ... (`-` for a non-resource URL).
+    pub resource: String,
+    /// When the API server answered (a watch: when it started).
+    pub at_micros: i64,
+}
+
+impl FleetLab {
+    /// Starts the lab under `dir` (`tests/fleet-lab.sh start`); `None`, after a message, when the
+    /// Kubernetes binaries are missing and the run may skip (not under `CI=true` or
+    /// `KRUISED_REQUIRE_LAB=1`).
+    pub async fn start(dir: &Path) -> Option<FleetLab> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let script = root.join("tests/fleet-lab.sh");
+        let assets = std::env::var_os("KRUISED_KUBE_ASSETS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("../shared/kube"));
+        if !assets.join("SHA256SUMS").is_file() {
+            let required = std::env::var("CI").as_deref() == Ok("true")
+                || std::env::var("KRUISED_REQUIRE_LAB").as_deref() == Ok("1");
+            assert!(
+                !required,
+                "the fleet lab is required but {} has no Kubernetes binaries (KRUISED_KUBE_ASSETS)",
+                assets.display()
+            );
+            eprintln!(
+                "SKIPPED: no Kubernetes binaries in {} (KRUISED_KUBE_ASSETS)",
+                assets.display()
+            );
+            return None;
+        }
+        let status = tokio::process::Command::new("bash")
+            .arg(&script)
+            .arg("start")
+            .env("FLEET_LAB", dir)
+            .env("KRUISED_KUBE_ASSETS", &assets)
+            .status()
+            .await
+            .expect("run tests/fleet-lab.sh");
+        assert!(status.success(), "tests/fleet-lab.sh start failed");
+        let salt = std::fs::read_to_string(dir.join("token-salt"))
+            .expect("token salt")
+            .trim()
+            .to_string();
+        Some(FleetLab {
+            dir: dir.to_path_buf(),
+            admin: client_from(&dir.join("kubeconfig")).await,
+            kubelet: client_from(&dir.join("kubelet.kubeconfig")).await,
+            salt,
+            script,
+        })
+    }
+
+    /// Stops the lab's processes (also when a run panics), keeping its state.
+    fn stop(&self) {
+        let _ = std::process::Command::new("bash")
+            .arg(&self.script)
+            .arg("stop")
+            .env("FLEET_LAB", &self.dir)
+            .status();
+    }
+
+    /// A kubeconfig for daemon `kind` of node `i`, written under the lab.
+    pub fn kubeconfig(&self, kind: Kind, i: usize) -> PathBuf {
+        let admin = std::fs::read_to_string(self.dir.join("kubeconfig")).expect("admin kubeconfig");
+        let token = format!("{}-n{i}-{}", kind.user(), self.salt);
+        let text = admin
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("token:") {
+                    format!("    token: {token}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = self.dir.join(format!("{}-n{i}.kubeconfig", kind.user()));
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path
+    }
+
+    /// What the API server (`kube-apiserver`) or etcd (`etcd`) has cost so far.
+    pub fn usage(&self, process: &str) -> ProcUsage {
+        let pid = std::fs::read_to_string(self.dir.join(format!("run/{process}.pid")))
+            .unwrap_or_default();
+        proc_usage(pid.trim().parse().unwrap_or(0))
+    }
+
+    /// The audit log's size now: where the requests after this moment start.
+    pub fn audit_mark(&self) -> u64 {
+        std::fs::metadata(self.dir.join("audit.log")).map_or(0, |m| m.len())
+    }
+
+    /// The requests logged between the marks `from` and `to` (a watch counted when it started,
+    /// anything else when it completed).
+    pub fn audited(&self, from: u64, to: u64) -> Vec<Audited> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(self.dir.join("audit.log")).expect("open the audit log");
+        f.seek(SeekFrom::Start(from)).expect("seek");
+        let mut text = String::new();
+        f.take(to.saturating_sub(from))
+            .read_to_string(&mut text)
+            .expect("read the audit log");
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| {
+                let stage = e["stage"].as_str().unwrap_or_default();
+                if e["verb"] == "watch" {
+                    stage == "ResponseStarted"
+                } else {
+                    stage == "ResponseComplete"
+                }
+            })
+            .map(|e| {
+                let resource = match (
+                    e["objectRef"]["resource"].as_str(),
+                    e["objectRef"]["subresource"].as_str(),
+                ) {
+                    (Some(r), Some(s)) => format!("{r}/{s}"),
+                    (Some(r), None) => r.to_string(),
+                    _ => "-".to_string(),
+                };
+                let at = e["stageTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .map_or(0, |t| t.as_microsecond());
+                Audited {
+                    user: e["user"]["username"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    verb: e["verb"].as_str().unwrap_or_default().to_string(),
+                    resource,
+                    at_micros: at,
+                }
+            })
+            .collect()
+    }
+
+    /// The watches the API server holds open now, summed over resources
+    /// (`apiserver_longrunning_requests{verb="WATCH"}`).
+    pub async fn open_watches(&self) -> u64 {
+        let req = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("request");
+        let text = self.admin.request_text(req).await.expect("API metrics");
+        text.lines()
+            .filter(|l| {
+                l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+impl Drop for FleetLab {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// CPU time and resident memory of process `pid` (zero when it is gone).
+pub fn proc_usage(pid: u32) -> ProcUsage {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // the fields after the command name, which may hold spaces: utime and stime are the 12th
+    // and 13th of them (fields 14 and 15 of the line)
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    ProcUsage {
+        // the kernel's USER_HZ is 100 on Linux
+        cpu: Duration::from_millis(ticks * 10),
+        rss: rss_kib * 1024,
+    }
+}
+
+async fn client_from(kubeconfig: &Path) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// One simulated node: its name and its runtime.
+pub struct SimNode {
+    /// `n<i>`.
+    pub name: String,
+    /// Where its DaemonSet pods see the host's `/var/run` (`containerd/containerd.sock` in it).
+    pub varrun: PathBuf,
+    /// Its runtime.
+    pub cri: FakeRuntime,
+    /// Its pods' sandboxes, by pod UID.
+    sandboxes: Mutex<HashMap<String, String>>,
+}
+
+impl SimNode {
+    /// Starts node `n<i>`'s runtime under `root` and registers the Node.
+    pub async fn start(lab: &FleetLab, root: &Path, i: usize) -> SimNode {
+        let name = format!("n{i}");
+        let varrun = root.join(&name).join("varrun");
+        std::fs::create_dir_all(varrun.join("containerd")).expect("node dir");
+        let cri = FakeRuntime::start(&varrun.join("containerd/containerd.sock"), "containerd")
+            .await
+            .expect("start the node's runtime");
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(lab.admin.clone());
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}});
+        nodes
+            .patch(&name, &PatchParams::apply("fleet"), &Patch::Apply(&node))
+            .await
+            .expect("register the node");
+        SimNode {
+            name,
+            varrun,
+            cri,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The StopContainer calls its runtime received, by container ID.
+    pub fn stops(&self) -> Vec<String> {
+        self.cri
+            .state()
+            .stops
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Brings `pod` to what the kubelet would run: returns the container statuses to report.
+    fn sync(&self, pod: &Pod) -> Vec<Value> {
+        let uid = pod.uid().unwrap_or_default();
+        let pod_ref = PodRef {
+            name: pod.metadata.name.as_deref().unwrap_or_default(),
+            namespace: pod.metadata.namespace.as_deref().unwrap_or_default(),
+            uid: &uid,
+        };
+        let sandbox = {
+            let mut sandboxes = self.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+            sandboxes
+                .entry(uid.clone())
+                .or_insert_with(|| {
+                    self.cri.add_sandbox(
+                        SandboxMetadata {
+                            name: pod_ref.name.to_string(),
+                            uid: uid.clone(),
+                            namespace: pod_ref.namespace.to_string(),
+                            attempt: 0,
+                        },
+                        sandbox_labels(pod_ref, &pod.labels().clone()),
+                        "127.0.0.1",
+                    )
+                })
+                .clone()
+        };
+        let mut statuses = Vec::new();
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            let newest = {
+                let st = self.cri.state();
+                st.containers
+                    .values()
+                    .filter(|x| x.pod_sandbox_id == sandbox && x.status.metadata.name == c.name)
+                    .max_by_key(|x| x.status.metadata.attempt)
+                    .map(|x| {
+                        (
+                            x.status.id.clone(),
+                            x.status.metadata.attempt,
+                            x.status.state,
+                            x.status.image.clone(),
+                        )
+                    })
+            };
+            let (id, attempt, image_id) = match newest {
+                Some((id, attempt, ContainerState::Running, image)) => (id, attempt, image),
+                // restart policy Always, no back-off: a container that exited runs again
+                Some((_, attempt, _, _)) => {
+                    let id = start_container(&self.cri, pod_ref, pod, &sandbox, c, attempt + 1);
+                    (id, attempt + 1, String::new())
+                }
+                None => (
+                    start_container(&self.cri, pod_ref, pod, &sandbox, c, 0),
+                    0,
+                    String::new(),
+                ),
+            };
+            let image_id = if image_id.is_empty() {
+                self.cri
+                    .state()
+                    .containers
+                    .get(&id)
+                    .map(|x| x.status.image.clone())
+                    .unwrap_or_default()
+            } else {
+                image_id
+            };
+            statuses.push(json!({"name": c.name,
+                "containerID": format!("containerd://{id}"),
+                "image": c.image, "imageID": image_id, "ready": true, "started": true,
+                "restartCount": attempt, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}));
+        }
+        statuses
+    }
+}
+
+/// Starts a container as the kubelet does: its labels and annotations (hash, restart count,
+/// grace period) and its env resolved from the pod now. Returns its ID.
+pub fn start_container(
+    cri: &FakeRuntime,
+    pod: PodRef<'_>,
+    spec: &Pod,
+    sandbox: &str,
+    c: &SpecContainer,
+    attempt: u32,
+) -> String {
+    let mut annotations = StringMap::new();
+    annotations.insert(
+        keys::KUBELET_CONTAINER_HASH.into(),
+        format_hash(hash_container(c)),
+    );
+    annotations.insert(
+        keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
+        attempt.to_string(),
+    );
+    annotations.insert(keys::KUBELET_POD_TERMINATION_GRACE.into(), "30".into());
+    cri.add_container(
+        sandbox,
+        ContainerConfig {
+            metadata: ContainerMetadata {
+                name: c.name.clone(),
+                attempt,
+            },
+            image: c.image.clone().unwrap_or_default(),
+            envs: resolve_env(spec, c),
+            labels: container_labels(pod, &c.name, &StringMap::new()),
+            annotations,
+            ..Default::default()
+        },
+        true,
+        true,
+    )
+}
+
+/// The kubelets of every node, in one task: one watch of the fleet's pods, a sync of every
+/// pod on each change and every `period` (the PLEG's relist), status written when it changed.
+pub struct Kubelets {
+    store: Store<Pod>,
+    task: tokio::task::JoinHandle<()>,
+    /// Status writes so far.
+    pub status_writes: Arc<Mutex<u64>>,
+}
+
+impl Kubelets {
+    /// Starts them for `nodes`.
+    pub fn start(lab: &FleetLab, nodes: Arc<Vec<SimNode>>, period: Duration) -> Kubelets {
+        let pods: Api<Pod> = Api::namespaced(lab.kubelet.clone(), NAMESPACE);
+        let (store, writer) = reflector::store();
+        let stream =
+            reflector::reflector(writer, watcher(pods.clone(), watcher::Config::default()))
+                .default_backoff()
+                .applied_objects();
+        let by_name: HashMap<String, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        let status_writes = Arc::new(Mutex::new(0));
+        let writes = status_writes.clone();
+        let reader = store.clone();
+        // the watch runs on its own, so the store is current whenever a container is recreated
+        // (a kubelet takes a pod change from its watch while it syncs others)
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let notify = changed.clone();
+        let watch = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while stream.next().await.is_some() {
+                notify.notify_one();
+            }
+        });
+        let task = tokio::spawn(async move {
+            let _watch = AbortOnDrop(watch);
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = changed.notified() => {}
+                    _ = tick.tick() => {}
+                }
+                let mut patches = Vec::new();
+                for listed in reader.state() {
+                    // the pod as it is now, not as it was when this round began
+                    let Some(pod) = reader.get(&reflector::ObjectRef::from_obj(&*listed)) else {
+                        continue;
+                    };
+                    let Some(i) = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_ref())
+                        .and_then(|n| by_name.get(n))
+                    else {
+                        continue;
+                    };
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        continue;
+                    }
+                    let statuses = nodes[*i].sync(&pod);
+                    if let Some(patch) = status_patch(&pod, statuses) {
+                        patches.push((pod.name_any(), patch));
+                    }
+                }
+                // every node's kubelet writes on its own: at once, a few dozen at a time
+                futures::stream::iter(patches)
+                    .for_each_concurrent(32, |(name, patch)| {
+                        let pods = pods.clone();
+                        let writes = writes.clone();
+                        async move {
+                            let r = pods
+                                .patch_status(
+                                    &name,
+                                    &PatchParams::default(),
+                                    &Patch::Strategic(&patch),
+                                )
+                                .await;
+                            if r.is_ok() {
+                                *writes.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                            }
+                        }
+                    })
+                    .await;
+            }
+        });
+        Kubelets {
+            store,
+            task,
+            status_writes,
+        }
+    }
+
+    /// The pods as the kubelets last saw them.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.store.state()
+    }
+}
+
+impl Drop for Kubelets {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The status patch the kubelet writes for `pod` with `statuses`, if anything it reports
+/// changed: the containers, phase `Running`, and `Ready` (every container runs and every
+/// readiness gate is True).
+fn status_patch(pod: &Pod, statuses: Vec<Value>) -> Option<Value> {
+    let status = pod.status.clone().unwrap_or_default();
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let condition = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.clone())
+    };
+    let gates_ok = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .all(|g| condition(&g.condition_type).as_deref() == Some("True"));
+    let ready = if gates_ok { "True" } else { "False" };
+    let reported: BTreeMap<String, (String, i32)> = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|s| {
+            (
+                s.name.clone(),
+                (s.container_id.clone().unwrap_or_default(), s.restart_count),
+            )
+        })
+        .collect();
+    let now: BTreeMap<String, (String, i32)> = statuses
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or_default().to_string(),
+                (
+                    s["containerID"].as_str().unwrap_or_default().to_string(),
+                    i32::try_from(s["restartCount"].as_u64().unwrap_or(0)).unwrap_or(0),
+                ),
+            )
+        })
+        .collect();
+    let same = reported == now
+        && status.phase.as_deref() == Some("Running")
+        && condition("Ready").as_deref() == Some(ready);
+    if same {
+        return None;
+    }
+    let now_time = k8s_openapi::jiff::Timestamp::now().to_string();
+    let reason = (ready == "False").then_some("ReadinessGatesNotReady");
+    Some(json!({"status": {
+        "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
+        "podIPs": [{"ip": "127.0.0.1"}],
+        "conditions": [
+            {"type": "Ready", "status": ready, "reason": reason, "lastTransitionTime": now_time},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now_time}
+        ],
+        "containerStatuses": statuses
+    }}))
+}
+
+/// A node daemon of the fleet.
+pub struct FleetDaemon {
+    /// Which.
+    pub kind: Kind,
+    /// Its node's index.
+    pub node: usize,
+    /// Its admin address (`/healthz`; kruised also `/readyz`).
+    pub addr: SocketAddr,
+    /// Its log.
+    pub log: PathBuf,
+    child: tokio::process::Child,
+}
+
+impl FleetDaemon {
+    /// Starts `kind` for node `i` as its DaemonSet would: kruised with `--host-run-dir` at the
+    /// node's run directory; kruise-daemon (`exe`) in a mount namespace of its own with that
+    /// directory at `/hostvarrun`. Both with `NODE_NAME`, their node's identity, and a free
+    /// admin port.
+    pub fn start(lab: &FleetLab, node: &SimNode, i: usize, kind: Kind, exe: &Path) -> FleetDaemon {
+        let addr = crate::daemon::free_addr();
+        let kubeconfig = lab.kubeconfig(kind, i);
+        let log = lab.dir.join(format!("{}-n{i}.log", kind.user()));
+        let file = std::fs::File::create(&log).expect("daemon log");
+        let mut cmd = match kind {
+            Kind::Kruised => {
+                let mut c = tokio::process::Command::new(exe);
+                c.args(["run", "--addr"])
+                    .arg(addr.to_string())
+                    .arg("--host-run-dir")
+                    .arg(&node.varrun)
+                    .env("RUST_LOG", "info")
+                    .env_remove("CONTAINER_RUNTIME_ENDPOINT");
+                c
+            }
+            Kind::KruiseDaemon => {
+                let script = format!(
+                    "mkdir -p /hostvarrun && mount --bind {} /hostvarrun && exec {} --addr={addr} \
+                     --enable-pprof=false --socket-file=containerd/containerd.sock \
+                     --feature-gates=ImagePullJobGate=true --logtostderr=true --v=2",
+                    node.varrun.display(),
+                    exe.display()
+                );
+                let mut c = tokio::process::Command::new("unshare");
+                c.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+                c
+            }
+        };
+        let child = cmd
+            .env("NODE_NAME", &node.name)
+            .env("KUBECONFIG", &kubeconfig)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the daemon");
+        FleetDaemon {
+            kind,
+            node: i,
+            addr,
+            log,
+            child,
+        }
+    }
+
+    /// Whether it is ready: kruised's `/readyz`, kruise-daemon's `/healthz` (it has no
+    /// readiness).
+    pub async fn is_ready(&self) -> bool {
+        let path = match self.kind {
+            Kind::Kruised => "/readyz",
+            Kind::KruiseDaemon => "/healthz",
+        };
+        let probe = async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(self.addr).await.ok()?;
+            let request = format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.addr
+            );
+            s.write_all(request.as_bytes()).await.ok()?;
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).await.ok()?;
+            Some(head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"))
+        };
+        // a daemon still starting may refuse or reset the connection: not ready yet
+        tokio::time::timeout(Duration::from_secs(2), probe)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+    }
+
+    /// Its process ID (for kruise-daemon, the `unshare` that became it).
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Stops it (SIGTERM) and waits for it to exit, at most `limit`.
+    pub async fn stop(mut self, limit: Duration) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        if tokio::time::timeout(limit, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Waits until every daemon is ready, at most `limit`; returns when each became ready, from
+/// `started`.
+pub async fn wait_ready(
+    daemons: &[FleetDaemon],
+    started: Instant,
+    limit: Duration,
+) -> Vec<Duration> {
+    let mut ready: Vec<Option<Duration>> = vec![None; daemons.len()];
+    let deadline = started + limit;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    while ready.iter().any(Option::is_none) {
+        tick.tick().await;
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} daemons not ready after {limit:?} (logs: {:?})",
+            ready.iter().filter(|r| r.is_none()).count(),
+            daemons.len(),
+            daemons
+                .iter()
+                .zip(&ready)
+                .find(|(_, r)| r.is_none())
+                .map(|(d, _)| d.log.clone())
+        );
+        let checks = futures::future::join_all(
+            daemons
+                .iter()
+                .zip(&ready)
+                .map(|(d, r)| async move { r.is_none() && d.is_ready().await }),
+        )
+        .await;
+        for (r, up) in ready.iter_mut().zip(checks) {
+            if up && r.is_none() {
+                *r = Some(started.elapsed());
+            }
+        }
+    }
+    ready.into_iter().flatten().collect()
+}
