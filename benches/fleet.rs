@@ -67,6 +67,7 @@ struct Figures {
     update: Duration,
     restarts: BTreeMap<u32, usize>,
     writes_per_pod: f64,
+    update_writes: Counts,
     api_rss: u64,
 }
 
@@ -120,8 +121,10 @@ async fn create_pods(lab: &FleetLab, nodes: &[SimNode], per_node: usize) -> Vec<
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), NAMESPACE);
     let mut names = Vec::new();
-    for node in nodes {
-        for j in 0..per_node {
+    // in the order a rollout takes them: a workload's pods are spread over the nodes, so each
+    // 10 % of them touches every node
+    for j in 0..per_node {
+        for node in nodes {
             let name = format!("{}-p{j}", node.name);
             let pod = json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "labels": {"app": "fleet"},
@@ -314,12 +317,12 @@ async fn run(
             .or_default() += 1;
     }
     let stops: usize = nodes.iter().map(|n| n.stops().len()).sum::<usize>() - stops_before;
-    let writes = lab
-        .audited(mark, lab.audit_mark())
+    let update_counts = counts(&lab.audited(mark, lab.audit_mark()), kind);
+    f.update_writes = update_counts
         .into_iter()
-        .filter(|e| e.user.starts_with(&format!("{}:", kind.user())))
-        .filter(|e| matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete"))
-        .count();
+        .filter(|((verb, _), _)| matches!(verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .collect();
+    let writes = total(&f.update_writes);
     f.writes_per_pod = writes as f64 / pods.len() as f64;
     f.api_rss = lab.usage("kube-apiserver").rss;
     eprintln!(
@@ -358,10 +361,11 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)]) {
             f.rest_api_cpu
         );
         println!(
-            "  update: {:.1?}; restarts per pod {:?}; {:.2} API writes per pod; API server RSS {} MiB",
+            "  update: {:.1?}; restarts per pod {:?}; {:.2} API writes per pod ({}); API server RSS {} MiB",
             f.update,
             f.restarts,
             f.writes_per_pod,
+            fmt(&f.update_writes),
             f.api_rss >> 20
         );
     }

@@ -172,9 +172,13 @@ if [ -n "$kruise" ] && [ -n "$kube_lab" ]; then
   t=$(now)
   mkdir -p "$RUN/kruise"
   xz -dc "$kruise/kruise-manager.xz" > "$RUN/kruise/kruise-manager"
-  chmod +x "$RUN/kruise/kruise-manager"
+  # kruise-daemon, beside kruised in the fleet benchmark's smoke run
+  if [ -f "$kruise/kruise-daemon.xz" ]; then
+    xz -dc "$kruise/kruise-daemon.xz" > "$RUN/kruise/kruise-daemon"
+  fi
+  chmod +x "$RUN/kruise"/kruise-*
   (cd "$RUN/kruise" && sha256sum -c --ignore-missing --quiet "$kruise/SHA256SUMS")
-  phase "unpack kruise-manager" "$t"
+  phase "unpack kruise-manager and kruise-daemon" "$t"
 fi
 
 # the shipped binary and image (the layers on real runtimes run the binary, the cluster layer
@@ -405,9 +409,10 @@ phase "build the rest (beside the layers)" "$t"
 run_part demo env KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
 run_part integration "$(bin integration)" "${TEST_ARGS[@]}"
 # the fleet benchmark's smoke run: five simulated nodes against an API server of its own
-# (tests/fleet-lab.sh, on ports 18xxx), the shipped kruised on each
+# (tests/fleet-lab.sh, on ports 18xxx), kruise-daemon then the shipped kruised on each
 fleet_part() {
   use_shipped_binary || return 1
+  if [ -x "$RUN/kruise/kruise-daemon" ]; then export KRUISED_KRUISE_DAEMON=$RUN/kruise/kruise-daemon; fi
   KRUISED_KUBE_ASSETS=$assets "$(bin fleet)"
 }
 if [ -n "$kube_lab" ]; then run_part fleet fleet_part; fi

@@ -25,3 +25,4 @@ mod imagepull;
 mod k8s;
 mod layers;
 mod recreate;
+mod relay;

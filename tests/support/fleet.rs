@@ -287,8 +287,12 @@ pub struct SimNode {
     pub name: String,
     /// Where its DaemonSet pods see the host's `/var/run` (`containerd/containerd.sock` in it).
     pub varrun: PathBuf,
+    /// The same for kruise-daemon: its socket reaches the runtime through the relay that
+    /// gives its requests an `:authority` the runtime's h2 accepts ([`crate::authority`]).
+    pub varrun_relayed: PathBuf,
     /// Its runtime.
     pub cri: FakeRuntime,
+    relay: tokio::task::JoinHandle<()>,
     /// Its pods' sandboxes, by pod UID.
     sandboxes: Mutex<HashMap<String, String>>,
 }
@@ -299,9 +303,14 @@ impl SimNode {
         let name = format!("n{i}");
         let varrun = root.join(&name).join("varrun");
         std::fs::create_dir_all(varrun.join("containerd")).expect("node dir");
-        let cri = FakeRuntime::start(&varrun.join("containerd/containerd.sock"), "containerd")
+        let socket = varrun.join("containerd/containerd.sock");
+        let cri = FakeRuntime::start(&socket, "containerd")
             .await
             .expect("start the node's runtime");
+        let varrun_relayed = root.join(&name).join("varrun-relayed");
+        std::fs::create_dir_all(varrun_relayed.join("containerd")).expect("node dir");
+        let relay =
+            crate::authority::relay(&varrun_relayed.join("containerd/containerd.sock"), &socket);
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(lab.admin.clone());
         let node = json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}});
@@ -312,7 +321,9 @@ impl SimNode {
         SimNode {
             name,
             varrun,
+            varrun_relayed,
             cri,
+            relay,
             sandboxes: Mutex::new(HashMap::new()),
         }
     }
@@ -399,6 +410,12 @@ impl SimNode {
                 "restartCount": attempt, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}));
         }
         statuses
+    }
+}
+
+impl Drop for SimNode {
+    fn drop(&mut self) {
+        self.relay.abort();
     }
 }
 
@@ -655,7 +672,7 @@ impl FleetDaemon {
                     "mkdir -p /hostvarrun && mount --bind {} /hostvarrun && exec {} --addr={addr} \
                      --enable-pprof=false --socket-file=containerd/containerd.sock \
                      --feature-gates=ImagePullJobGate=true --logtostderr=true --v=2",
-                    node.varrun.display(),
+                    node.varrun_relayed.display(),
                     exe.display()
                 );
                 let mut c = tokio::process::Command::new("unshare");

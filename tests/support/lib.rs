@@ -2,6 +2,7 @@
 //! the real runtime lab, and a small "kubelet" that creates pods through CRI the way the kubelet
 //! does. A crate of its own, built once for every test binary that uses it.
 
+pub mod authority;
 pub mod cluster;
 pub mod daemon;
 pub mod events;
