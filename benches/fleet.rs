@@ -19,8 +19,8 @@
 //!     KRUISED_FLEET_NODES=10,50,100 cargo bench --bench fleet
 //!     # KRUISED_FLEET_PODS (30 a node), KRUISED_FLEET_REST_SECS (600)
 //!
-//! Under `cargo test` (no `--bench` argument) a smoke run (5 nodes, 4 pods each, 10 s at rest)
-//! checks the harness, kruised alone unless `KRUISED_KRUISE_DAEMON` is set, and asserts what
+//! Under `cargo test` (no `--bench` argument) a smoke run (5 nodes, 2 pods each, 5 s at rest,
+//! the update half the pods at a time) checks the harness, kruised alone unless `KRUISED_KRUISE_DAEMON` is set, and asserts what
 //! must hold: every daemon ready, exactly one restart per pod under kruised.
 
 #![allow(
@@ -50,6 +50,8 @@ struct Sizes {
     nodes: Vec<usize>,
     pods_per_node: usize,
     rest: Duration,
+    /// The share of the pods updated at once, percent.
+    wave_percent: usize,
 }
 
 /// Requests by (verb, resource).
@@ -277,7 +279,7 @@ async fn run(
     let api: Api<Pod> = Api::namespaced(lab.admin.clone(), NAMESPACE);
     let mark = lab.audit_mark();
     let started = Instant::now();
-    let wave = (pods.len() / 10).max(1);
+    let wave = (pods.len() * sizes.wave_percent / 100).max(1);
     for chunk in pods.chunks(wave) {
         for name in chunk {
             set_update_ready(&api, name, false).await;
@@ -389,12 +391,14 @@ async fn main() {
                 .collect(),
             pods_per_node: usize::try_from(num("KRUISED_FLEET_PODS", 30)).unwrap(),
             rest: Duration::from_secs(num("KRUISED_FLEET_REST_SECS", 600)),
+            wave_percent: 10,
         }
     } else {
         Sizes {
             nodes: vec![5],
-            pods_per_node: 4,
-            rest: Duration::from_secs(10),
+            pods_per_node: 2,
+            rest: Duration::from_secs(5),
+            wave_percent: 50,
         }
     };
     let kruise_daemon = std::env::var_os("KRUISED_KRUISE_DAEMON").map(PathBuf::from);

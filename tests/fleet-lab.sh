@@ -113,7 +113,10 @@ wait_for() { # what, seconds, command...
   local what=$1 limit=$2 t0=$SECONDS
   shift 2
   until "$@" > /dev/null 2>&1; do
-    [ $((SECONDS - t0)) -lt "$limit" ] || die "$what not up after ${limit}s (logs in $RUN)"
+    if [ $((SECONDS - t0)) -ge "$limit" ]; then
+      tail -n 20 "$RUN"/*.log >&2 || true
+      die "$what not up after ${limit}s (logs above and in $RUN)"
+    fi
     sleep 0.2
   done
 }
@@ -158,7 +161,7 @@ start() {
   ulimit -n "$(ulimit -Hn)" || true
   start_daemon etcd "$BIN/etcd" -data-dir "$FLEET_LAB/etcd" -listen-client-url "http://127.0.0.1:$P_ETCD" \
     -listen-peer-url "http://127.0.0.1:$P_PEER" -log-level warn -unsafe-no-fsync
-  wait_for etcd 30 sh -c "curl -sf --max-time 2 http://127.0.0.1:$P_ETCD/health | grep -q '\"health\":\"true\"'"
+  wait_for etcd 60 sh -c "curl -sf --max-time 2 http://127.0.0.1:$P_ETCD/health | grep -q '\"health\":\"true\"'"
   start_daemon kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$P_ETCD" --bind-address=127.0.0.1 --secure-port="$P_API" \
     --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
@@ -169,7 +172,8 @@ start() {
     --authorization-mode=RBAC --disable-admission-plugins=ServiceAccount --profiling=false \
     --audit-policy-file="$FLEET_LAB/audit-policy.yaml" --audit-log-path="$FLEET_LAB/audit.log" \
     --audit-log-format=json --audit-log-maxsize=0 --v=1
-  wait_for kube-apiserver 120 apicurl /readyz
+  # on a loaded machine (the other test layers beside it) the API server takes minutes
+  wait_for kube-apiserver 300 apicurl /readyz
   kctl apply --server-side --force-conflicts -f "$ASSETS/kruise-crds" > /dev/null
   kctl apply --server-side --force-conflicts -f "$ROOT/tests/fixtures/cluster/testworkload-crd.yaml" > /dev/null
   kctl wait --for=condition=Established crd --all --timeout=60s > /dev/null
