@@ -10,6 +10,7 @@
 //! | `Version.runtime_name` (the container ID prefix) | `containerd` | `containerd` | `cri-o` |
 //! | `ExecSync` past its timeout | `DeadlineExceeded` | `DeadlineExceeded` | exit -1, "command timed out" |
 //! | `GetContainerEvents` | unimplemented | a stream | a stream, or none (`enable_pod_events`) |
+//! | a call while the CRI plugin starts | Unknown, "server is not initialized yet" | the same | refused (no socket yet) |
 //!
 //! The image a container runs is named by the image ID (with or without `sha256:`) or by one
 //! of the image's repo digests, depending on the runtime and the call.
@@ -20,6 +21,16 @@ use super::{Container, ExecResult, Image};
 /// -1 and this on stderr (conmon's `TimedOutMessage`). containerd fails the call with
 /// `DeadlineExceeded` instead.
 const CRIO_EXEC_TIMED_OUT: &[u8] = b"command timed out";
+
+/// What containerd answers (status Unknown) while its CRI plugin is still starting: it accepts
+/// connections before the plugin is up. The text is the only sign: no code tells it apart.
+const CONTAINERD_NOT_INITIALIZED: &str = "server is not initialized yet";
+
+/// Whether a call failed because the runtime is still starting (containerd's way; CRI-O's
+/// socket does not exist until it answers).
+pub fn runtime_starting(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unknown && status.message().contains(CONTAINERD_NOT_INITIALIZED)
+}
 
 /// Whether an `ExecSync` answer says the command was killed at its timeout (CRI-O's way).
 pub fn exec_timed_out(r: &ExecResult) -> bool {

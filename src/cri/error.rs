@@ -105,8 +105,11 @@ impl CriError {
                 message: describe_unavailable(&status),
             },
             // the connection broke during the call (the runtime crashed or restarted): tonic
-            // reports that as Unknown "transport error", with the transport error as source
-            Code::Unknown if broken_transport(&status) || starting(&status) => {
+            // reports that as Unknown "transport error", with the transport error as source;
+            // and a runtime still starting is as good as unreachable
+            Code::Unknown
+                if broken_transport(&status) || super::dialect::runtime_starting(&status) =>
+            {
                 CriError::Unreachable {
                     endpoint: endpoint.to_string(),
                     message: describe_unavailable(&status),
@@ -148,12 +151,6 @@ fn broken_transport(status: &tonic::Status) -> bool {
         source = err.source();
     }
     false
-}
-
-/// containerd accepts connections before its CRI plugin is up and answers Unknown "server is
-/// not initialized yet" meanwhile: a runtime (re)starting, as good as unreachable.
-fn starting(status: &tonic::Status) -> bool {
-    status.message().contains("server is not initialized yet")
 }
 
 /// tonic reports a failed dial as `Unavailable` with the transport error as its source; the
