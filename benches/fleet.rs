@@ -296,7 +296,8 @@ async fn run(
             kubelets,
             nodes,
             "a wave of pods running with the new value",
-            Duration::from_secs(120),
+            // a wave's time grows with its size: each daemon's API client is rate-limited
+            Duration::from_secs(120) + Duration::from_secs(chunk.len() as u64),
             |now| {
                 chunk_names
                     .iter()
