@@ -248,12 +248,17 @@ async fn run(
     let api0 = lab.usage("kube-apiserver");
     let mark = lab.audit_mark();
     let started = Instant::now();
-    let daemons: Vec<FleetDaemon> = nodes
+    let mut daemons: Vec<FleetDaemon> = nodes
         .iter()
         .enumerate()
         .map(|(i, node)| FleetDaemon::start(lab, node, i, kind, exe))
         .collect();
-    let ready = wait_ready(&daemons, started, Duration::from_secs(120 + 2 * n as u64)).await;
+    let ready = wait_ready(
+        &mut daemons,
+        started,
+        Duration::from_secs(120 + 2 * n as u64),
+    )
+    .await;
     f.rollout = ready.iter().copied().max().unwrap_or_default();
     let api1 = lab.usage("kube-apiserver");
     f.rollout_counts = counts(&lab.audited(mark, lab.audit_mark()), kind);

@@ -20,7 +20,8 @@
 # $FLEET_LAB/kubeconfig is the admin's, $FLEET_LAB/kubelet.kubeconfig the simulated kubelets'.
 #
 # Env: FLEET_LAB ($TMPDIR/fleet-lab)  FLEET_LAB_PORT_BASE (18000: API server +443, etcd +379/+380)
-#      FLEET_LAB_MAX_NODES (500)  KRUISED_KUBE_ASSETS (../shared/kube beside the repository)
+#      FLEET_LAB_MAX_NODES (500); the harness gives node i's daemons the admin ports base+2000+i
+#      (kruised) and base+4000+i (kruise-daemon)  KRUISED_KUBE_ASSETS (../shared/kube beside the repository)
 # Needs: openssl, curl, xz-utils, python3 (tests/run.sh installs them).
 set -euo pipefail
 

@@ -70,6 +70,8 @@ pub struct FleetLab {
     pub kubelet: Client,
     salt: String,
     script: PathBuf,
+    /// The lab's ports start here (`FLEET_LAB_PORT_BASE`); the daemons' admin ports follow.
+    port_base: u16,
 }
 
 /// What a process has cost so far.
@@ -131,7 +133,12 @@ impl FleetLab {
             .expect("token salt")
             .trim()
             .to_string();
+        let port_base = std::env::var("FLEET_LAB_PORT_BASE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(18000);
         Some(FleetLab {
+            port_base,
             dir: dir.to_path_buf(),
             admin: client_from(&dir.join("kubeconfig")).await,
             kubelet: client_from(&dir.join("kubelet.kubeconfig")).await,
@@ -652,7 +659,15 @@ impl FleetDaemon {
     /// directory at `/hostvarrun`. Both with `NODE_NAME`, their node's identity, and a free
     /// admin port.
     pub fn start(lab: &FleetLab, node: &SimNode, i: usize, kind: Kind, exe: &Path) -> FleetDaemon {
-        let addr = crate::daemon::free_addr();
+        // fixed, below the ephemeral range: a port found free and let go can be taken again
+        // before the daemon binds it, by another daemon's lookup or by an outgoing connection
+        // (clear of tests/run.sh's other ports: 5000s, 16000s, 19000s)
+        let offset = match kind {
+            Kind::Kruised => 2000,
+            Kind::KruiseDaemon => 4000,
+        };
+        let port = lab.port_base + offset + u16::try_from(i).expect("fewer than 2,000 nodes");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let kubeconfig = lab.kubeconfig(kind, i);
         let log = lab.dir.join(format!("{}-n{i}.log", kind.user()));
         let file = std::fs::File::create(&log).expect("daemon log");
@@ -725,6 +740,11 @@ impl FleetDaemon {
             .unwrap_or(false)
     }
 
+    /// Whether its process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Its process ID (for kruise-daemon, the `unshare` that became it).
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap_or(0)
@@ -749,7 +769,7 @@ impl FleetDaemon {
 /// Waits until every daemon is ready, at most `limit`; returns when each became ready, from
 /// `started`.
 pub async fn wait_ready(
-    daemons: &[FleetDaemon],
+    daemons: &mut [FleetDaemon],
     started: Instant,
     limit: Duration,
 ) -> Vec<Duration> {
@@ -758,6 +778,14 @@ pub async fn wait_ready(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     while ready.iter().any(Option::is_none) {
         tick.tick().await;
+        if let Some(d) = daemons.iter_mut().find_map(|d| d.exited().then_some(d)) {
+            panic!(
+                "the {:?} of node {} exited before it was ready (log: {})",
+                d.kind,
+                d.node,
+                d.log.display()
+            );
+        }
         assert!(
             Instant::now() < deadline,
             "{} of {} daemons not ready after {limit:?} (logs: {:?})",
