@@ -99,10 +99,7 @@ fn writes(before: &Counts, after: &Counts) -> Counts {
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let pods = if full { 100 } else { 4 };
-    let period: i64 = std::env::var("KRUISED_BENCH_PROBE_PERIOD")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(1);
+    let period: i64 = support::env_or("KRUISED_BENCH_PROBE_PERIOD", 1);
     let probes = pods * PROBES_PER_POD;
     let mut node = FakeNode::start().await;
     let mut uids = Vec::new();

@@ -112,12 +112,7 @@ async fn main() {
     let api_before = node.api.request_counts();
     let cri_before = node.cri.state().calls.clone();
     let idle = if full {
-        Duration::from_secs(
-            std::env::var("KRUISED_BENCH_IDLE_SECS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(10),
-        )
+        Duration::from_secs(support::env_or("KRUISED_BENCH_IDLE_SECS", 10))
     } else {
         Duration::from_millis(500)
     };

@@ -458,12 +458,7 @@ async fn main() {
         eprintln!("SKIPPED: no kruise-daemon (KRUISED_KRUISE_DAEMON=path of the unpacked binary)");
         return;
     };
-    let num = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let num = support::env_or::<u64>;
     let sizes = if bench {
         Sizes {
             idle_pods: usize::try_from(num("KRUISED_BENCH_IDLE_PODS", 100)).unwrap(),

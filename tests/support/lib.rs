@@ -278,6 +278,14 @@ pub async fn within<T>(
         .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
 }
 
+/// The number in the environment variable `name`, else `default` (also when it does not parse).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Unique suffix for names in one test run (tests run in parallel and share one containerd).
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
