@@ -267,8 +267,9 @@ async fn run(
         rss: api1.rss,
     };
 
-    // 2. at rest (what the start stirred settles first)
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // 2. at rest, once what the start stirred has settled
+    lab.audit_quiet(Duration::from_secs(2), Duration::from_secs(60))
+        .await;
     let mark = lab.audit_mark();
     let api0 = lab.usage("kube-apiserver");
     tokio::time::sleep(sizes.rest).await;
@@ -315,8 +316,9 @@ async fn run(
         }
     }
     f.update = started.elapsed();
-    // the audit log is written a little after the answers
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // the last writes (events, the last annotations) are logged once the daemons are done
+    lab.audit_quiet(Duration::from_secs(2), Duration::from_secs(60))
+        .await;
     let after = running_value(kubelets, nodes);
     for p in pods {
         let restarts = after[p].1 - before[p].1;
@@ -382,12 +384,7 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)]) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
-    let num = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let num = support::env_or::<u64>;
     let sizes = if bench {
         Sizes {
             nodes: std::env::var("KRUISED_FLEET_NODES")

@@ -22,21 +22,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::fake::FakeRuntime;
-use kruised::cri::{
-    ContainerConfig, ContainerMetadata, ContainerState, SandboxMetadata, StringMap,
-};
-use kruised::hash::kubelet::{format_hash, hash_container};
-use kruised::k8s::keys;
+use kruised::cri::{ContainerState, SandboxMetadata};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::kubelet_meta::{PodRef, container_labels, sandbox_labels};
-use crate::node::resolve_env;
+use crate::kubelet_meta::{PodRef, sandbox_labels};
+use crate::node::start_container;
 
 /// The namespace of the fleet's pods.
 pub const NAMESPACE: &str = "fleet";
@@ -92,8 +88,6 @@ pub struct Audited {
     pub verb: String,
     /// `pods`, `pods/status`, `nodeimages`, ... (`-` for a non-resource URL).
     pub resource: String,
-    /// When the API server answered (a watch: when it started).
-    pub at_micros: i64,
 }
 
 impl FleetLab {
@@ -133,10 +127,7 @@ impl FleetLab {
             .expect("token salt")
             .trim()
             .to_string();
-        let port_base = std::env::var("FLEET_LAB_PORT_BASE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(18000);
+        let port_base = crate::env_or("FLEET_LAB_PORT_BASE", 18000);
         Some(FleetLab {
             port_base,
             dir: dir.to_path_buf(),
@@ -188,6 +179,25 @@ impl FleetLab {
         std::fs::metadata(self.dir.join("audit.log")).map_or(0, |m| m.len())
     }
 
+    /// Waits until the audit log has not grown for `quiet` (what was in flight is logged, and
+    /// nothing is asking), at most `limit`.
+    pub async fn audit_quiet(&self, quiet: Duration, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut last = (self.audit_mark(), Instant::now());
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        while last.1.elapsed() < quiet {
+            assert!(
+                Instant::now() < deadline,
+                "the audit log still grew after {limit:?}"
+            );
+            tick.tick().await;
+            let mark = self.audit_mark();
+            if mark != last.0 {
+                last = (mark, Instant::now());
+            }
+        }
+    }
+
     /// The requests logged between the marks `from` and `to` (a watch counted when it started,
     /// anything else when it completed).
     pub fn audited(&self, from: u64, to: u64) -> Vec<Audited> {
@@ -217,10 +227,6 @@ impl FleetLab {
                     (Some(r), None) => r.to_string(),
                     _ => "-".to_string(),
                 };
-                let at = e["stageTimestamp"]
-                    .as_str()
-                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                    .map_or(0, |t| t.as_microsecond());
                 Audited {
                     user: e["user"]["username"]
                         .as_str()
@@ -228,7 +234,6 @@ impl FleetLab {
                         .to_string(),
                     verb: e["verb"].as_str().unwrap_or_default().to_string(),
                     resource,
-                    at_micros: at,
                 }
             })
             .collect()
@@ -384,33 +389,26 @@ impl SimNode {
                             x.status.id.clone(),
                             x.status.metadata.attempt,
                             x.status.state,
-                            x.status.image.clone(),
                         )
                     })
             };
-            let (id, attempt, image_id) = match newest {
-                Some((id, attempt, ContainerState::Running, image)) => (id, attempt, image),
+            let start = |attempt| {
+                let id = start_container(&self.cri, pod_ref, pod, &sandbox, c, attempt, true, true);
+                (id, attempt)
+            };
+            let (id, attempt) = match newest {
+                Some((id, attempt, ContainerState::Running)) => (id, attempt),
                 // restart policy Always, no back-off: a container that exited runs again
-                Some((_, attempt, _, _)) => {
-                    let id = start_container(&self.cri, pod_ref, pod, &sandbox, c, attempt + 1);
-                    (id, attempt + 1, String::new())
-                }
-                None => (
-                    start_container(&self.cri, pod_ref, pod, &sandbox, c, 0),
-                    0,
-                    String::new(),
-                ),
+                Some((_, attempt, _)) => start(attempt + 1),
+                None => start(0),
             };
-            let image_id = if image_id.is_empty() {
-                self.cri
-                    .state()
-                    .containers
-                    .get(&id)
-                    .map(|x| x.status.image.clone())
-                    .unwrap_or_default()
-            } else {
-                image_id
-            };
+            let image_id = self
+                .cri
+                .state()
+                .containers
+                .get(&id)
+                .map(|x| x.status.image.clone())
+                .unwrap_or_default();
             statuses.push(json!({"name": c.name,
                 "containerID": format!("containerd://{id}"),
                 "image": c.image, "imageID": image_id, "ready": true, "started": true,
@@ -426,51 +424,11 @@ impl Drop for SimNode {
     }
 }
 
-/// Starts a container as the kubelet does: its labels and annotations (hash, restart count,
-/// grace period) and its env resolved from the pod now. Returns its ID.
-pub fn start_container(
-    cri: &FakeRuntime,
-    pod: PodRef<'_>,
-    spec: &Pod,
-    sandbox: &str,
-    c: &SpecContainer,
-    attempt: u32,
-) -> String {
-    let mut annotations = StringMap::new();
-    annotations.insert(
-        keys::KUBELET_CONTAINER_HASH.into(),
-        format_hash(hash_container(c)),
-    );
-    annotations.insert(
-        keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
-        attempt.to_string(),
-    );
-    annotations.insert(keys::KUBELET_POD_TERMINATION_GRACE.into(), "30".into());
-    cri.add_container(
-        sandbox,
-        ContainerConfig {
-            metadata: ContainerMetadata {
-                name: c.name.clone(),
-                attempt,
-            },
-            image: c.image.clone().unwrap_or_default(),
-            envs: resolve_env(spec, c),
-            labels: container_labels(pod, &c.name, &StringMap::new()),
-            annotations,
-            ..Default::default()
-        },
-        true,
-        true,
-    )
-}
-
 /// The kubelets of every node, in one task: one watch of the fleet's pods, a sync of every
 /// pod on each change and every `period` (the PLEG's relist), status written when it changed.
 pub struct Kubelets {
     store: Store<Pod>,
     task: tokio::task::JoinHandle<()>,
-    /// Status writes so far.
-    pub status_writes: Arc<Mutex<u64>>,
 }
 
 impl Kubelets {
@@ -487,8 +445,6 @@ impl Kubelets {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
-        let status_writes = Arc::new(Mutex::new(0));
-        let writes = status_writes.clone();
         let reader = store.clone();
         // the watch runs on its own, so the store is current whenever a container is recreated
         // (a kubelet takes a pod change from its watch while it syncs others)
@@ -535,28 +491,22 @@ impl Kubelets {
                 futures::stream::iter(patches)
                     .for_each_concurrent(32, |(name, patch)| {
                         let pods = pods.clone();
-                        let writes = writes.clone();
                         async move {
-                            let r = pods
+                            // a write that fails is made again on the next round: the status
+                            // still differs then
+                            let _ = pods
                                 .patch_status(
                                     &name,
                                     &PatchParams::default(),
                                     &Patch::Strategic(&patch),
                                 )
                                 .await;
-                            if r.is_ok() {
-                                *writes.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-                            }
                         }
                     })
                     .await;
             }
         });
-        Kubelets {
-            store,
-            task,
-            status_writes,
-        }
+        Kubelets { store, task }
     }
 
     /// The pods as the kubelets last saw them.
@@ -743,11 +693,6 @@ impl FleetDaemon {
     /// Whether its process has exited.
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
-    }
-
-    /// Its process ID (for kruise-daemon, the `unshare` that became it).
-    pub fn pid(&self) -> u32 {
-        self.child.id().unwrap_or(0)
     }
 
     /// Stops it (SIGTERM) and waits for it to exit, at most `limit`.

@@ -150,8 +150,7 @@ impl FakeNode {
         serde_json::from_value(updated).expect("pod")
     }
 
-    /// Starts a container the way the kubelet does: labels, restart count, the kubelet hash of
-    /// its spec, and its env with `valueFrom` resolved from the pod's metadata now.
+    /// Starts a container the way the kubelet does ([`start_container`]) in the pod's sandbox.
     pub fn start_container(
         &self,
         pod: &Pod,
@@ -166,30 +165,13 @@ impl FakeNode {
             namespace: "default",
             uid: pod.metadata.uid.as_deref().unwrap_or_default(),
         };
-        let labels = container_labels(pod_ref, &c.name, &StringMap::new());
-        let mut annotations = StringMap::new();
-        annotations.insert(
-            keys::KUBELET_CONTAINER_HASH.into(),
-            format_hash(hash_container(c)),
-        );
-        annotations.insert(
-            keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
-            attempt.to_string(),
-        );
-        annotations.insert(keys::KUBELET_POD_TERMINATION_GRACE.into(), "30".into());
-        self.cri.add_container(
+        start_container(
+            &self.cri,
+            pod_ref,
+            pod,
             sandbox,
-            ContainerConfig {
-                metadata: ContainerMetadata {
-                    name: c.name.clone(),
-                    attempt,
-                },
-                image: c.image.clone().unwrap_or_default(),
-                envs: resolve_env(pod, c),
-                labels,
-                annotations,
-                ..Default::default()
-            },
+            c,
+            attempt,
             env_in_info,
             has_env_binary,
         )
@@ -278,6 +260,53 @@ impl FakeNode {
             .await
             .ok()
     }
+}
+
+/// Starts a container in `sandbox` of `cri` the way the kubelet does: its labels, the kubelet
+/// hash of its spec, restart count and grace period, and its env with `valueFrom` resolved from
+/// the pod's metadata now. `env_in_info` and `has_env_binary` say how the runtime exposes that
+/// env. Returns its ID.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the container's parts, each named"
+)]
+pub fn start_container(
+    cri: &FakeRuntime,
+    pod_ref: PodRef<'_>,
+    pod: &Pod,
+    sandbox: &str,
+    c: &SpecContainer,
+    attempt: u32,
+    env_in_info: bool,
+    has_env_binary: bool,
+) -> String {
+    let labels = container_labels(pod_ref, &c.name, &StringMap::new());
+    let mut annotations = StringMap::new();
+    annotations.insert(
+        keys::KUBELET_CONTAINER_HASH.into(),
+        format_hash(hash_container(c)),
+    );
+    annotations.insert(
+        keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
+        attempt.to_string(),
+    );
+    annotations.insert(keys::KUBELET_POD_TERMINATION_GRACE.into(), "30".into());
+    cri.add_container(
+        sandbox,
+        ContainerConfig {
+            metadata: ContainerMetadata {
+                name: c.name.clone(),
+                attempt,
+            },
+            image: c.image.clone().unwrap_or_default(),
+            envs: resolve_env(pod, c),
+            labels,
+            annotations,
+            ..Default::default()
+        },
+        env_in_info,
+        has_env_binary,
+    )
 }
 
 /// The `runtime-containers-meta` of a pod object, parsed.
