@@ -107,15 +107,25 @@ pub fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store();
+    let (reader, mut writer) = reflector::store();
     let (changes, _) = broadcast::channel(CHANGE_BUFFER);
     let (gen_tx, generation) = watch::channel(0u64);
     let tx = changes.clone();
     ready.set_not_ready("waiting for the first list");
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(prune)
-        .reflect(writer);
+    // The first list reads the API server's watch cache (resourceVersion=0), as client-go's
+    // informers do: a fleet's daemons starting at once never read etcd, and before
+    // Kubernetes 1.31 a consistent list of pods by `spec.nodeName` reads every pod of the
+    // cluster from etcd, for each node. A relist (after 410 Gone) reads the current state
+    // instead: an API server whose cache lags must not take the store back in time.
+    let open = move |config: watcher::Config| {
+        Box::pin(watcher(api.clone(), config).default_backoff().modify(prune))
+    };
+    let mut first = config.clone().any_semantic();
+    // a paged list cannot be served from the cache: kube sends no resourceVersion=0 with a
+    // limit (the cache ignores it anyway; a node's objects are few)
+    first.page_size = None;
+    let mut stream = open(first);
+    let mut relists_consistent = false;
     tracker.spawn(
         async move {
             // the watch starts once `after` is done (the served versions are known)
@@ -123,7 +133,6 @@ where
                 () = cancel.cancelled() => return,
                 () = after => {}
             }
-            let mut stream = std::pin::pin!(stream);
             let mut synced = false;
             let mut last_error: Option<String> = None;
             loop {
@@ -131,6 +140,16 @@ where
                     () = cancel.cancelled() => break,
                     e = stream.next() => e,
                 };
+                if synced && !relists_consistent && matches!(event, Some(Ok(watcher::Event::Init)))
+                {
+                    // the first relist: from here on every list is a consistent read
+                    relists_consistent = true;
+                    stream = open(config.clone());
+                    continue;
+                }
+                if let Some(Ok(e)) = &event {
+                    writer.apply_watcher_event(e);
+                }
                 let change = match event {
                     None => break,
                     Some(Ok(watcher::Event::Apply(o))) => {

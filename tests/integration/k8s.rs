@@ -154,6 +154,60 @@ async fn pod_cache_recovers_from_a_dropped_watch_and_from_410_gone() {
     cancel.cancel();
 }
 
+/// The `resourceVersion` each list of pods asked for, oldest first (`None`: a consistent read).
+fn pod_list_versions(server: &apiserver_double::Handle) -> Vec<Option<String>> {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list" && r.resource == "pods")
+        .map(|r| {
+            r.query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("resourceVersion="))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_first_list_reads_the_watch_cache_and_every_relist_reads_the_current_state() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    let (readiness, cancel, tracker) = (
+        Readiness::new(),
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    cache_holds(&pods, &["a"], "initial list").await;
+    assert_eq!(
+        pod_list_versions(&server),
+        [Some("0".to_string())],
+        "the first list is served from the API server's cache, as an informer's is"
+    );
+
+    // two relists after 410 Gone: both consistent reads, each seeing a pod created just before
+    for (round, name) in [(1, "b"), (2, "c")] {
+        server.compact();
+        server.drop_watches();
+        server.create("pods", pod(name, "n1")).unwrap();
+        let want: Vec<&str> = ["a", "b", "c"][..=round].to_vec();
+        cache_holds(&pods, &want, "relist after 410").await;
+        let versions = pod_list_versions(&server);
+        assert_eq!(
+            versions.len(),
+            1 + round,
+            "one list per relist: {versions:?}"
+        );
+        assert_eq!(
+            versions.last(),
+            Some(&None),
+            "relist {round} reads the current state, not a cache that may lag: {versions:?}"
+        );
+    }
+    cancel.cancel();
+}
+
 #[tokio::test]
 async fn readiness_flips_to_ready_only_after_the_first_list() {
     let (server, client, _dir) = double().await;
