@@ -296,6 +296,11 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
             d.log_text()
         );
 
+        // the result to tell the new one from, read before the probe's file changes (read
+        // after it, it can already be the new one, and then no later change comes): a result
+        // that differs from it in state or time (the time has whole seconds: a Failed and then
+        // a Succeeded within one second share it)
+        let probe_before = probe_state(api, &probe_uid);
         // the probe's file follows the cycle: there on odd cycles, gone on even ones
         let cmd = if ready_file { "touch" } else { "rm" };
         cri!(
@@ -315,9 +320,6 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
         // play the kubelet and the manager until everything is done
         let deadline = back + LIMIT;
         let (mut t_env, mut t_pull, mut t_crr, mut t_probe) = (None, None, None, None);
-        // a result that differs from this one in state or time (the time has whole seconds:
-        // a Failed and then a Succeeded within one second share it)
-        let probe_before = probe_state(api, &probe_uid);
         loop {
             let rv = api.resource_version();
             let main = env_pod.container("main").to_string();
