@@ -618,6 +618,16 @@ impl FleetDaemon {
         };
         let port = lab.port_base + offset + u16::try_from(i).expect("fewer than 2,000 nodes");
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // a port held by anything else (another fleet lab's daemon) would answer the readiness
+        // probe for a daemon that could not bind it
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            panic!(
+                "{kind:?} of node {i}: its admin port {port} is not free ({e}): is another fleet \
+                 lab running? FLEET_LAB_PORT_BASE (now {}) moves every port (base + 443, 379, \
+                 380, 2000 + i, 4000 + i); two labs need bases 6000 apart",
+                lab.port_base
+            );
+        }
         let kubeconfig = lab.kubeconfig(kind, i);
         let log = lab.dir.join(format!("{}-n{i}.log", kind.user()));
         let file = std::fs::File::create(&log).expect("daemon log");
