@@ -61,6 +61,15 @@ async fn cache_holds(pods: &kwatch::Watched<Pod>, want: &[&str], what: &str) {
     .await;
 }
 
+/// A readiness, a cancellation and a task tracker for a watch under test.
+fn watch_tasks() -> (Readiness, CancellationToken, TaskTracker) {
+    (
+        Readiness::new(),
+        CancellationToken::new(),
+        TaskTracker::new(),
+    )
+}
+
 fn watch_pods(
     client: &kube::Client,
     node: &str,
@@ -85,11 +94,7 @@ async fn pod_cache_holds_exactly_the_nodes_pods_through_adds_updates_and_deletes
     let (server, client, _dir) = double().await;
     server.create("pods", pod("a", "n1")).unwrap();
     server.create("pods", pod("other", "n2")).unwrap();
-    let (readiness, cancel, tracker) = (
-        Readiness::new(),
-        CancellationToken::new(),
-        TaskTracker::new(),
-    );
+    let (readiness, cancel, tracker) = watch_tasks();
     let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
     cache_holds(&pods, &["a"], "initial list").await;
 
@@ -125,11 +130,7 @@ async fn pod_cache_recovers_from_a_dropped_watch_and_from_410_gone() {
     let (server, client, _dir) = double().await;
     server.create("pods", pod("a", "n1")).unwrap();
     server.create("pods", pod("b", "n1")).unwrap();
-    let (readiness, cancel, tracker) = (
-        Readiness::new(),
-        CancellationToken::new(),
-        TaskTracker::new(),
-    );
+    let (readiness, cancel, tracker) = watch_tasks();
     let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
     cache_holds(&pods, &["a", "b"], "initial list").await;
 
@@ -173,11 +174,7 @@ fn pod_list_versions(server: &apiserver_double::Handle) -> Vec<Option<String>> {
 async fn the_first_list_reads_the_watch_cache_and_every_relist_reads_the_current_state() {
     let (server, client, _dir) = double().await;
     server.create("pods", pod("a", "n1")).unwrap();
-    let (readiness, cancel, tracker) = (
-        Readiness::new(),
-        CancellationToken::new(),
-        TaskTracker::new(),
-    );
+    let (readiness, cancel, tracker) = watch_tasks();
     let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
     cache_holds(&pods, &["a"], "initial list").await;
     assert_eq!(
@@ -214,11 +211,7 @@ async fn readiness_flips_to_ready_only_after_the_first_list() {
     server.create("pods", pod("a", "n1")).unwrap();
     // the first lists fail: the watch backs off and retries, and stays not ready meanwhile
     server.fail_next(2, 500, Some("list"), Some("pods"));
-    let (readiness, cancel, tracker) = (
-        Readiness::new(),
-        CancellationToken::new(),
-        TaskTracker::new(),
-    );
+    let (readiness, cancel, tracker) = watch_tasks();
     let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
     assert!(!readiness.is_ready(), "not ready before the first list");
     server
