@@ -10,8 +10,9 @@
 #   tests/run.sh -- ARGS         ARGS to every test binary (a name filter, --nocapture, ...)
 #
 # How it runs, on two cores: the shipped binary and image build in the background from the start
-# (the longest chain), the labs start beside them (the cluster's once that binary is built), and
-# the binaries of the layers on real processes build; then, at once (each is mostly
+# (the longest chain), the labs start beside them (the cluster's once that binary or the
+# layers' test binaries are built), and the binaries of the layers on real processes build;
+# then, at once (each is mostly
 # waiting on real processes): the end-to-end layer on each runtime (its own lab and registry;
 # `tests/e2e`, then the tests that kill the runtime, `tests/e2e_faults`) and the cluster layer
 # (`tests/cluster`; the tests that deploy the shipped image last, once `scripts/build-image.sh`
@@ -229,10 +230,14 @@ if [ -n "$kube_lab" ]; then
     esac
   fi
   (
-    # not before the shipped binary is built: an idle cluster costs about 5 CPU-seconds a
-    # minute, which the builds need more, and it is ready in under a minute, while the build of
-    # the layers' test binaries ends a minute or more after the binary's
-    wait_for_shipped_binary || true
+    # not before the first of the two builds the cluster layer needs (the shipped binary, the
+    # layers' test binaries) is done: an idle cluster costs about 5 CPU-seconds a minute,
+    # which the builds need more, and it is ready in 20 to 30 s, before the other build ends on
+    # a slow host, and soon after on a fast one (where the cluster layer is the longest chain)
+    until [ -e "$RUN/shipped-binary" ] || [ -e "$RUN/layers-built" ]; do
+      kill -0 "$image_pid" 2> /dev/null || break
+      sleep 1
+    done
     if [ -n "$KCRI" ]; then
       LAB=$KCRI REG_ADDR=$KREG REG_AUTH_ADDR=$KREG_AUTH CRI_LAB_RUNTIMES=$CLUSTER_RUNTIME bash tests/cri-lab.sh start
     fi
@@ -264,6 +269,7 @@ bin() { awk -v n="$1" '$1 == n {print $2; exit}' "$RUN/binaries"; }
 t=$(now)
 nice -n 10 cargo test --workspace --locked --no-run "${LAYER_TARGETS[@]}"
 list_binaries "${LAYER_TARGETS[@]}"
+touch "$RUN/layers-built"
 phase "build what the layers run" "$t"
 
 # ---- the labs of the end-to-end layer
