@@ -10,7 +10,10 @@
 //! 2. at rest: requests a minute, the watches the API server holds open, its CPU;
 //! 3. a fleet-wide in-place update of one env-from-metadata value of every pod, 10 % of the
 //!    pods at a time as kruise-manager rolls out (`InPlaceUpdateReady=False`, then the
-//!    annotation): restarts per pod (exactly one is right), API writes per pod, time to done.
+//!    annotation): restarts per pod (exactly one is right, and one more where a kubelet
+//!    recreated the container from the pod as it was before the change: its watch behind the
+//!    daemon's, which the real kubelet's can be too; counted as stale recreations), API writes
+//!    per pod, time to done.
 //!
 //! Run (root: kruise-daemon runs in a mount namespace of its own; the Kubernetes binaries from
 //! `KRUISED_KUBE_ASSETS`, default `../shared/kube`):
@@ -21,7 +24,8 @@
 //!
 //! Under `cargo test` (no `--bench` argument) a smoke run (5 nodes, 2 pods each, 5 s at rest,
 //! the update half the pods at a time) checks the harness, kruised alone unless `KRUISED_KRUISE_DAEMON` is set, and asserts what
-//! must hold: every daemon ready, exactly one restart per pod under kruised.
+//! must hold: every daemon ready, one restart per pod for the change under kruised (and one
+//! more only after a stale recreation).
 
 #![allow(
     clippy::unwrap_used,
@@ -68,6 +72,11 @@ struct Figures {
     rest_api_cpu: Duration,
     update: Duration,
     restarts: BTreeMap<u32, usize>,
+    /// Containers a kubelet recreated after the change from the pod as it was before it (its
+    /// watch behind the daemon's): each is stopped once more, by design.
+    stale_recreations: usize,
+    /// Pods restarted once for the change, plus once for each stale recreation.
+    once_per_change: usize,
     writes_per_pod: f64,
     update_writes: Counts,
     api_rss: u64,
@@ -209,6 +218,32 @@ fn running_value(kubelets: &Kubelets, nodes: &[SimNode]) -> BTreeMap<String, (St
     out
 }
 
+/// The value of `APP_CONFIG` in each container of pod `pod` the kubelets created after attempt
+/// `attempt`.
+fn created_after(nodes: &[SimNode], pod: &str, attempt: i32) -> Vec<String> {
+    let mut out = Vec::new();
+    for node in nodes {
+        let st = node.cri.state();
+        for c in st.containers.values() {
+            let of_pod = c
+                .status
+                .labels
+                .get(keys::KUBELET_POD_NAME)
+                .map(String::as_str)
+                == Some(pod);
+            if of_pod && i64::from(c.status.metadata.attempt) > i64::from(attempt) {
+                out.extend(
+                    c.env
+                        .iter()
+                        .find_map(|e| e.strip_prefix("APP_CONFIG="))
+                        .map(str::to_string),
+                );
+            }
+        }
+    }
+    out
+}
+
 async fn wait_all(
     kubelets: &Kubelets,
     nodes: &[SimNode],
@@ -325,6 +360,17 @@ async fn run(
         *f.restarts
             .entry(u32::try_from(restarts).unwrap_or(0))
             .or_default() += 1;
+        let created = created_after(nodes, p, before[p].1);
+        assert_eq!(
+            created.len(),
+            usize::try_from(restarts).unwrap_or(0),
+            "{p}: the kubelets created a container for each restart they reported"
+        );
+        let stale = created.iter().filter(|v| **v == before[p].0).count();
+        f.stale_recreations += stale;
+        if usize::try_from(restarts).ok() == Some(1 + stale) {
+            f.once_per_change += 1;
+        }
     }
     let stops: usize = nodes.iter().map(|n| n.stops().len()).sum::<usize>() - stops_before;
     let update_counts = counts(&lab.audited(mark, lab.audit_mark()), kind);
@@ -371,9 +417,10 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)]) {
             f.rest_api_cpu
         );
         println!(
-            "  update: {:.1?}; restarts per pod {:?}; {:.2} API writes per pod ({}); API server RSS {} MiB",
+            "  update: {:.1?}; restarts per pod {:?} ({} stale recreations by the kubelets); {:.2} API writes per pod ({}); API server RSS {} MiB",
             f.update,
             f.restarts,
+            f.stale_recreations,
             f.writes_per_pod,
             fmt(&f.update_writes),
             f.api_rss >> 20
@@ -468,11 +515,14 @@ async fn main() {
             "v2",
         )
         .await;
+        // exactly once, but where a kubelet recreated the container from the pod before the
+        // change: kruised stops that one once more (and never a third time), by design
         assert_eq!(
-            ours.restarts.get(&1).copied().unwrap_or(0),
+            ours.once_per_change,
             pods.len(),
-            "kruised: every pod restarted exactly once: {:?}",
-            ours.restarts
+            "kruised: every pod restarted once for the change: restarts {:?}, stale recreations {}",
+            ours.restarts,
+            ours.stale_recreations
         );
         rows.push((Kind::Kruised, ours));
         report(n, pods.len(), &rows);
