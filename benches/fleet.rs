@@ -206,38 +206,32 @@ fn running_value(kubelets: &Kubelets, nodes: &[SimNode]) -> BTreeMap<String, (St
             .state()
             .containers
             .get(id)
-            .and_then(|c| {
-                c.env
-                    .iter()
-                    .find_map(|e| e.strip_prefix("APP_CONFIG="))
-                    .map(str::to_string)
-            })
+            .and_then(|c| app_config(&c.env))
             .unwrap_or_default();
         out.insert(pod.name_any(), (value, s.restart_count));
     }
     out
 }
 
-/// The value of `APP_CONFIG` in each container of pod `pod` the kubelets created after attempt
-/// `attempt`.
-fn created_after(nodes: &[SimNode], pod: &str, attempt: i32) -> Vec<String> {
-    let mut out = Vec::new();
+/// The value of `APP_CONFIG` in a container's env.
+fn app_config(env: &[String]) -> Option<String> {
+    env.iter()
+        .find_map(|e| e.strip_prefix("APP_CONFIG="))
+        .map(str::to_string)
+}
+
+/// Every container the kubelets created, by pod name: its attempt and its `APP_CONFIG`.
+fn created_by_pod(nodes: &[SimNode]) -> BTreeMap<String, Vec<(u32, String)>> {
+    let mut out: BTreeMap<String, Vec<(u32, String)>> = BTreeMap::new();
     for node in nodes {
-        let st = node.cri.state();
-        for c in st.containers.values() {
-            let of_pod = c
-                .status
-                .labels
-                .get(keys::KUBELET_POD_NAME)
-                .map(String::as_str)
-                == Some(pod);
-            if of_pod && i64::from(c.status.metadata.attempt) > i64::from(attempt) {
-                out.extend(
-                    c.env
-                        .iter()
-                        .find_map(|e| e.strip_prefix("APP_CONFIG="))
-                        .map(str::to_string),
-                );
+        for c in node.cri.state().containers.values() {
+            if let (Some(pod), Some(value)) = (
+                c.status.labels.get(keys::KUBELET_POD_NAME),
+                app_config(&c.env),
+            ) {
+                out.entry(pod.clone())
+                    .or_default()
+                    .push((c.status.metadata.attempt, value));
             }
         }
     }
@@ -355,18 +349,26 @@ async fn run(
     lab.audit_quiet(Duration::from_secs(2), Duration::from_secs(60))
         .await;
     let after = running_value(kubelets, nodes);
+    let all_created = created_by_pod(nodes);
     for p in pods {
         let restarts = after[p].1 - before[p].1;
         *f.restarts
             .entry(u32::try_from(restarts).unwrap_or(0))
             .or_default() += 1;
-        let created = created_after(nodes, p, before[p].1);
+        // the value of each container created for the pod after the change
+        let created: Vec<&String> = all_created
+            .get(p)
+            .into_iter()
+            .flatten()
+            .filter(|(attempt, _)| i64::from(*attempt) > i64::from(before[p].1))
+            .map(|(_, value)| value)
+            .collect();
         assert_eq!(
             created.len(),
             usize::try_from(restarts).unwrap_or(0),
             "{p}: the kubelets created a container for each restart they reported"
         );
-        let stale = created.iter().filter(|v| **v == before[p].0).count();
+        let stale = created.iter().filter(|v| ***v == before[p].0).count();
         f.stale_recreations += stale;
         if usize::try_from(restarts).ok() == Some(1 + stale) {
             f.once_per_change += 1;
