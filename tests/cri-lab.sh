@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# cri-lab: real CRI runtimes for the tests: containerd 1.6 (Debian's), containerd 2.3 and CRI-O
-# 1.36 (builds found through KRUISED_RUNTIMES_ASSETS), each with runc, in directories of its own
-# under $LAB, beside a local registry on loopback with small offline busybox images. Proven on
-# Debian bookworm as root.
+# cri-lab: real CRI runtimes for the tests: containerd 1.6 (Debian's), containerd 2.x (Debian's
+# unstable package, or a provided build) and CRI-O (a provided build), each with runc, in
+# directories of their own under $LAB, beside a local registry on loopback with small offline
+# busybox images. Proven on Debian bookworm as root.
 #
 #   cri-lab.sh install  apt-get install the packages
 #   cri-lab.sh start    write configs, start registry, build+push images, start every runtime of
 #                       $CRI_LAB_RUNTIMES, wait until each answers CRI (pids in $LAB/*.pid)
 #   cri-lab.sh status   show pids / sockets
 #   cri-lab.sh socket   the CRI socket of $CRI_LAB_RUNTIME (the lab need not run)
-#   cri-lab.sh unpack   only unpack the builds $CRI_LAB_RUNTIMES needs (into $CRI_LAB_BIN)
+#   cri-lab.sh unpack   only put the binaries $CRI_LAB_RUNTIMES needs into $CRI_LAB_BIN (below)
 #   cri-lab.sh stop     kill exactly the recorded pids (+ the shims / conmons of our runtimes),
 #                       unmount leftovers, rmdir our cgroups. Remove CRI pods through CRI first
 #                       (StopPodSandbox + RemovePodSandbox), or containers keep running.
@@ -17,14 +17,21 @@
 #
 # Runtimes (CRI_LAB_RUNTIMES, space-separated; default "containerd"):
 #   containerd   Debian's containerd 1.6.20: socket $LAB/containerd.sock, no container events
-#   containerd2  containerd 2.3.4: socket $LAB/containerd2/containerd.sock, container events
-#   crio         CRI-O 1.36.3 with conmon: socket $LAB/crio/crio.sock, container events on
+#   containerd2  containerd 2.x: socket $LAB/containerd2/containerd.sock, container events
+#   crio         CRI-O with conmon: socket $LAB/crio/crio.sock, container events on
 #                (enable_pod_events = true)
 #   crio-noevents  the same with CRI-O's default, enable_pod_events = false (GetContainerEvents
 #                ends at once, status OK): socket $LAB/crio-noevents/crio.sock, state of its own
-# containerd2 and crio are unpacked (xz, sha256-checked) from KRUISED_RUNTIMES_ASSETS (default
-# ../shared/runtimes beside the repository, when present) into $LAB/bin (or CRI_LAB_BIN, which
-# labs may share), with that folder's crictl; the lab refuses to start them without it.
+# Their binaries go to $LAB/bin (or CRI_LAB_BIN, which labs may share), taken from the directory of
+# plain binaries named by KRUISED_RUNTIMES_ASSETS (default ../shared/runtimes beside the
+# repository): containerd and containerd-shim-runc-v2 (containerd 2.x), crio and pinns (CRI-O),
+# crictl (the real crictl, which the crictl tests compare kruised's with), each used when present.
+# Without a provided containerd, containerd2 is Debian's own package of containerd 2.x, from
+# unstable (sid: 2.1.9 when this was written; it needs only glibc 2.34), fetched and checked by
+# apt (signatures, hashes) into the lab, never installed on the system
+# (KRUISED_DEBIAN_CONTAINERD2=0 refuses it; KRUISED_DEBIAN_MIRROR, default deb.debian.org).
+# $BIN/<runtime>.source says where each came from. CRI-O has no Debian package: the lab refuses
+# to start it without a provided build.
 #
 # Images pushed: $REG_ADDR/test/busybox:v1 and :v2 (same base layer, one small layer each that differs:
 # /etc/image-version), test/pull:v1 and :v2 (the same base, then a marker layer and a top layer found
@@ -51,7 +58,8 @@
 #
 # Env: LAB ($TMPDIR/cri-lab)  SNAPSHOTTER (overlayfs|native, default overlayfs; containerd 1.6)
 #      REG_ADDR (127.0.0.1:5000)  REG_AUTH_ADDR (127.0.0.1:5001)
-#      CRI_LAB_RUNTIMES, CRI_LAB_RUNTIME, KRUISED_RUNTIMES_ASSETS (above)
+#      CRI_LAB_RUNTIMES, CRI_LAB_RUNTIME, KRUISED_RUNTIMES_ASSETS, KRUISED_DEBIAN_CONTAINERD2,
+#      KRUISED_DEBIAN_MIRROR (above)
 #      CRI_RUNTIME (containerd 1.6's default runtime handler: runc|crun, default runc)
 #      MOUNT_HUGETLB (1 = mount the hugetlb v1 hierarchy while the lab runs; needed for crun,
 #                     default 1 when CRI_RUNTIME=crun, else 0). This is a machine-wide change,
@@ -69,8 +77,9 @@ CRI_LAB_RUNTIME=${CRI_LAB_RUNTIME:-${CRI_LAB_RUNTIMES%% *}}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RUNTIMES_ASSETS=${KRUISED_RUNTIMES_ASSETS:-}
 if [ -z "$RUNTIMES_ASSETS" ] && [ -d "$REPO/../shared/runtimes" ]; then RUNTIMES_ASSETS=$REPO/../shared/runtimes; fi
-# the builds of containerd 2.x / CRI-O and crictl, unpacked; several labs may share them
+# the binaries of containerd 2.x / CRI-O and crictl; several labs may share them
 BIN=${CRI_LAB_BIN:-$LAB/bin}
+DEBIAN_MIRROR=${KRUISED_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 if [ "$CRI_RUNTIME" = crun ]; then MOUNT_HUGETLB=${MOUNT_HUGETLB:-1}; else MOUNT_HUGETLB=${MOUNT_HUGETLB:-0}; fi
 SOCK=$LAB/containerd.sock
 CTR=(ctr --address "$SOCK" -n k8s.io)
@@ -322,31 +331,73 @@ rt_socket() { # $1 runtime: its CRI socket. Those of containerd 2 and CRI-O have
 C2_SHIMS=$LAB/c2s
 if [ ${#C2_SHIMS} -gt 42 ]; then C2_SHIMS=/tmp/cri-lab-$(printf %s "$LAB" | md5sum | cut -c1-12); fi
 
-unpack_runtimes() { # the builds of containerd 2.x / CRI-O, and the real crictl (the tests compare
-  # kruised crictl with it), once per lab, checked against SHA256SUMS
-  local want=() b
-  case " $CRI_LAB_RUNTIMES " in *" containerd2 "*) want+=(containerd containerd-shim-runc-v2) ;; esac
-  case " $CRI_LAB_RUNTIMES " in *" crio"*) want+=(crio pinns) ;; esac
-  if [ -z "$RUNTIMES_ASSETS" ] || [ ! -f "$RUNTIMES_ASSETS/SHA256SUMS" ]; then
-    if [ ${#want[@]} -gt 0 ]; then
-      log "ERROR: runtimes '$CRI_LAB_RUNTIMES' need the builds of containerd 2.x / CRI-O: set KRUISED_RUNTIMES_ASSETS (a folder with containerd.xz, crio.xz, ..., SHA256SUMS)"
-      exit 1
-    fi
-    log "no KRUISED_RUNTIMES_ASSETS: no real crictl in the lab (the crictl comparisons skip)"
-    return 0
-  fi
-  want+=(crictl)
+provide() { # $1..: copy these plain binaries from KRUISED_RUNTIMES_ASSETS into $BIN; fails
+  # unless every one is there
+  local b
+  [ -n "$RUNTIMES_ASSETS" ] || return 1
+  for b in "$@"; do [ -f "$RUNTIMES_ASSETS/$b" ] || return 1; done
   mkdir -p "$BIN"
-  local t0; t0=$(now)
-  for b in "${want[@]}"; do
+  for b in "$@"; do
     [ -x "$BIN/$b" ] && continue
-    xz -dc "$RUNTIMES_ASSETS/$b.xz" > "$BIN/$b.tmp" && chmod +x "$BIN/$b.tmp" && mv "$BIN/$b.tmp" "$BIN/$b" &
+    install -m 0755 "$RUNTIMES_ASSETS/$b" "$BIN/$b.tmp" && mv "$BIN/$b.tmp" "$BIN/$b"
   done
-  wait
-  local names; names=$(IFS='|'; echo "${want[*]}")
-  (cd "$BIN" && grep -E " ($names)\$" "$RUNTIMES_ASSETS/SHA256SUMS" | sha256sum -c --quiet -) ||
-    { log "ERROR: the binaries in $BIN do not match $RUNTIMES_ASSETS/SHA256SUMS"; rm -f "$BIN"/*; exit 1; }
-  log "unpacked ${want[*]} in $(since "$t0")s"
+}
+
+debian_containerd2() { # Debian's containerd 2.x (unstable's package) into $BIN, through apt in a
+  # directory of its own: the archive's signature and the package's hash checked, nothing
+  # installed on the system
+  local d=$BIN/.debian t0 ver
+  t0=$(now)
+  rm -rf "$d"; mkdir -p "$d"/{lists/partial,cache/archives/partial,deb,root}
+  echo "deb $DEBIAN_MIRROR sid main" > "$d/sources.list"
+  : > "$d/status"
+  local o=(-o Dir::Etc::SourceList="$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o Dir::State::Lists="$d/lists" -o Dir::Cache="$d/cache" -o Dir::State::status="$d/status"
+    -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  apt-get -qq "${o[@]}" update > "$d/apt.log" 2>&1 ||
+    { cat "$d/apt.log" >&2; log "ERROR: apt could not read Debian unstable's index at $DEBIAN_MIRROR"; return 1; }
+  ver=$(apt-cache "${o[@]}" show containerd 2> /dev/null | sed -n 's/^Version: //p' | head -1)
+  case "$ver" in
+    2.*) ;;
+    *) log "ERROR: Debian unstable's containerd is '$ver', not 2.x"; return 1 ;;
+  esac
+  (cd "$d/deb" && apt-get -qq "${o[@]}" download "containerd=$ver") >> "$d/apt.log" 2>&1 ||
+    { cat "$d/apt.log" >&2; log "ERROR: apt could not download containerd $ver"; return 1; }
+  dpkg-deb -x "$d/deb"/containerd_*.deb "$d/root"
+  install -m 0755 "$d/root/usr/bin/containerd" "$d/root/usr/bin/containerd-shim-runc-v2" "$d/root/usr/bin/ctr" "$BIN/"
+  echo "containerd $ver (Debian unstable's package)" > "$BIN/containerd2.source"
+  rm -rf "$d"
+  log "containerd $ver from Debian unstable in $(since "$t0")s"
+}
+
+unpack_runtimes() { # the binaries of containerd 2.x / CRI-O, and the real crictl (the tests
+  # compare kruised crictl with it), once for the labs that share $BIN
+  mkdir -p "$BIN"
+  case " $CRI_LAB_RUNTIMES " in
+    *" containerd2 "*)
+      if [ -x "$BIN/containerd" ]; then
+        :
+      elif provide containerd containerd-shim-runc-v2; then
+        echo "containerd $("$BIN/containerd" --version | awk '{print $3}') (provided: $RUNTIMES_ASSETS)" > "$BIN/containerd2.source"
+        log "containerd 2.x from $RUNTIMES_ASSETS"
+      elif [ "${KRUISED_DEBIAN_CONTAINERD2:-1}" = 1 ]; then
+        debian_containerd2 || exit 1
+      else
+        log "ERROR: containerd2 needs containerd and containerd-shim-runc-v2 in KRUISED_RUNTIMES_ASSETS (or KRUISED_DEBIAN_CONTAINERD2=1)"
+        exit 1
+      fi
+      ;;
+  esac
+  case " $CRI_LAB_RUNTIMES " in
+    *" crio"*)
+      provide crio pinns ||
+        { log "ERROR: crio needs crio and pinns in KRUISED_RUNTIMES_ASSETS (a directory of plain binaries)"; exit 1; }
+      echo "CRI-O $("$BIN/crio" --version 2> /dev/null | awk '/^Version:/ {print $2}') (provided: $RUNTIMES_ASSETS)" > "$BIN/crio.source"
+      ;;
+  esac
+  if provide crictl; then
+    log "the real crictl from $RUNTIMES_ASSETS"
+  fi
 }
 
 write_cni_loopback() { # $1 conf dir: a loopback-only network (host-network pods need no more)
@@ -356,9 +407,12 @@ write_cni_loopback() { # $1 conf dir: a loopback-only network (host-network pods
 EOF
 }
 
-crictl_ready() { # $1 socket: the runtime answers CRI and says RuntimeReady
-  "$BIN/crictl" --runtime-endpoint "unix://$1" --timeout 2s info -o json 2>/dev/null |
-    python3 -c 'import json,sys; c=json.load(sys.stdin)["status"]["conditions"]; sys.exit(0 if any(x["type"]=="RuntimeReady" and x["status"] for x in c) else 1)' 2>/dev/null
+cri_ready() { # $1 socket: the runtime answers CRI's Status and says RuntimeReady (HTTP/2 over
+  # the socket with curl: no crictl needed)
+  printf '\0\0\0\0\0' | curl -sS -m 2 --http2-prior-knowledge --unix-socket "$1" \
+    -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- \
+    http://localhost/runtime.v1.RuntimeService/Status 2> /dev/null |
+    python3 -c 'import sys; sys.exit(0 if b"\x0a\x0cRuntimeReady\x10\x01" in sys.stdin.buffer.read() else 1)' 2> /dev/null
 }
 
 wait_ready() { # $1 runtime $2 pid: until it answers CRI, or it dies, or 60 s pass
@@ -370,7 +424,7 @@ wait_ready() { # $1 runtime $2 pid: until it answers CRI, or it dies, or 60 s pa
         "${CTR[@]}" version >/dev/null 2>&1 &&
           "${CTR[@]}" plugins ls | awk '$2=="cri" && $NF=="ok" {found=1} END {exit !found}' && return 0
       else
-        crictl_ready "$sock" && return 0
+        cri_ready "$sock" && return 0
       fi
     fi
     sleep 0.05
@@ -447,6 +501,12 @@ got = {
   "ttrpc": p.get("io.containerd.server.v1.ttrpc", {}).get("address", c.get("ttrpc", {}).get("address")),
   "shim socket_dir": p.get("io.containerd.shim.v1.manager", {}).get("socket_dir"),
 }
+# containerd before 2.2 has no socket_dir (its dump shows every option it knows, so it is absent):
+# its shims' sockets go to /run/containerd/s/<hash of this lab's own address>, apart from any
+# other containerd's
+if "socket_dir" not in p.get("io.containerd.shim.v1.manager", {}):
+    del got["shim socket_dir"]
+    print("  shims' sockets in /run/containerd/s (this containerd has no socket_dir)", file=sys.stderr)
 bad = {k: v for k, v in got.items() if not (isinstance(v, str) and (v.startswith(lab + "/") or v == shims))}
 if not p.get("io.containerd.nri.v1.nri", {}).get("disable"): bad["nri.disable"] = False
 for k, v in bad.items(): print("  %s = %r" % (k, v), file=sys.stderr)
