@@ -20,3 +20,4 @@ mod daemon;
 mod imagepull;
 mod podprobe;
 mod recreate;
+mod systemd;
