@@ -414,17 +414,3 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
     );
     drop(installed);
 }
-
-#[test]
-fn a_refusal_is_told_by_its_reason_or_code_never_by_a_403_inside_an_id() {
-    assert!(cluster::is_refusal(
-        r#"{"error":"ApiError: pods is forbidden: User \"x\" cannot patch: Forbidden"}"#
-    ));
-    assert!(cluster::is_refusal(
-        "ErrorResponse { reason: \"X\", code: 403 }"
-    ));
-    assert!(cluster::is_refusal(r#"{"code":403}"#));
-    assert!(!cluster::is_refusal(
-        r#"{"id":"4038dcbd4b99","lag_ms":403}"#
-    ));
-}

@@ -370,29 +370,8 @@ pub fn start_daemon(lab: &KubeLab, identity: &Identity, extra: &[&str]) -> Daemo
     Daemon::start(&lab.node, &args)
 }
 
-/// Whether a log line tells of a request the API server refused (403): the reason's word, or
-/// the status code as kube-rs and the API server write it. A bare `403` also begins container
-/// IDs (a CI run failed on `"id":"4038dcbd…"`).
-pub fn is_refusal(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    l.contains("forbidden") || l.contains("code: 403") || l.contains("\"code\":403")
-}
-
-/// Fails the test if the daemon was refused anything (403): its identity must have exactly
-/// the rights it uses.
-pub fn assert_never_forbidden(daemon: &Daemon) {
-    let refused: Vec<String> = daemon
-        .log()
-        .iter()
-        .map(|v| v.to_string())
-        .filter(|l| is_refusal(l))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "the daemon was refused by RBAC:\n{}",
-        refused.join("\n")
-    );
-}
+// telling refusals from the daemon's log: shared with the integration layer, which runs in CI
+pub use super::rbac::{assert_never_forbidden, is_refusal};
 
 // === scenes: what the kruise-manager side of a test needs ===
 

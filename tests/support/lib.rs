@@ -11,6 +11,7 @@ pub mod kubelet;
 pub mod kubelet_meta;
 pub mod node;
 pub mod pull;
+pub mod rbac;
 pub mod restarts;
 
 use std::path::PathBuf;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::auth::{AuthState, UserInfo};
 use crate::ops::{self, Origin, Preconditions, Sub};
 use crate::server::Shared;
 use crate::status::ApiError;
@@ -94,6 +95,12 @@ pub struct RequestRecord {
     pub namespace: Option<String>,
     /// Object name from the path.
     pub name: Option<String>,
+    /// Who sent it, when authentication is on ([`Config::tokens`](crate::Config::tokens)):
+    /// a token's user, or `system:anonymous`; `None` when it is off or the token was refused.
+    pub user: Option<String>,
+    /// `401` or `403` when authentication or RBAC refused the request (it was not served);
+    /// `None` for every request that got past them.
+    pub refused: Option<u16>,
 }
 
 impl RequestRecord {
@@ -105,10 +112,12 @@ impl RequestRecord {
 
 const LOG_LIMIT: usize = 10_000;
 
-/// Request counts by `(verb, resource)` and the most recent requests.
+/// Request counts by `(verb, resource)` and by user, and the most recent requests.
 #[derive(Debug, Default)]
 pub struct RequestLog {
     counts: BTreeMap<(String, String), usize>,
+    users: BTreeMap<String, usize>,
+    refused: Vec<RequestRecord>,
     log: VecDeque<RequestRecord>,
 }
 
@@ -119,6 +128,12 @@ impl RequestLog {
                 .counts
                 .entry((rec.verb.clone(), rec.resource.clone()))
                 .or_default() += 1;
+        }
+        if let Some(user) = &rec.user {
+            *self.users.entry(user.clone()).or_default() += 1;
+        }
+        if rec.refused.is_some() && self.refused.len() < LOG_LIMIT {
+            self.refused.push(rec.clone());
         }
         self.log.push_back(rec);
         while self.log.len() > LOG_LIMIT {
@@ -137,6 +152,17 @@ impl RequestLog {
     /// The retained requests, oldest first (at most the last 10 000).
     pub fn records(&self) -> impl Iterator<Item = &RequestRecord> {
         self.log.iter()
+    }
+
+    /// Requests counted for `user` (authentication on), refused ones included.
+    pub fn user_count(&self, user: &str) -> usize {
+        self.users.get(user).copied().unwrap_or(0)
+    }
+
+    /// The requests refused with `401` or `403`, oldest first (the first 10 000, however many
+    /// requests came after).
+    pub fn refused(&self) -> &[RequestRecord] {
+        &self.refused
     }
 }
 
@@ -174,6 +200,54 @@ impl Control {
 
     fn lock_faults(&self) -> MutexGuard<'_, Faults> {
         self.shared.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_auth(&self) -> std::sync::RwLockWriteGuard<'_, AuthState> {
+        self.shared.auth.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replace the bearer tokens ([`Config::tokens`](crate::Config::tokens)); `None` turns
+    /// authentication off.
+    pub fn set_tokens(&self, tokens: Option<BTreeMap<String, UserInfo>>) {
+        self.write_auth().tokens = tokens;
+    }
+
+    /// Let `token` authenticate as `user`. Turns authentication on if it was off; then the
+    /// default kubeconfig's token ([`DEFAULT_TOKEN`](crate::DEFAULT_TOKEN)) is the cluster
+    /// admin's ([`UserInfo::admin`]), as a real cluster's admin kubeconfig is, unless mapped
+    /// otherwise.
+    pub fn add_token(&self, token: &str, user: UserInfo) {
+        let mut auth = self.write_auth();
+        let tokens = auth.tokens.get_or_insert_with(|| {
+            BTreeMap::from([(crate::auth::DEFAULT_TOKEN.to_string(), UserInfo::admin())])
+        });
+        tokens.insert(token.to_string(), user);
+    }
+
+    /// Turn RBAC authorization ([`Config::rbac`](crate::Config::rbac)) on or off. Turning it
+    /// on creates the real server's default discovery roles and bindings that are missing.
+    pub fn set_rbac(&self, on: bool) -> Result<(), ApiError> {
+        if on {
+            self.shared.store.write(crate::rbac::bootstrap)?;
+        }
+        self.write_auth().rbac = on;
+        Ok(())
+    }
+
+    /// Apply a multi-document YAML text of manifests of served kinds (`deploy/rbac.yaml`: a
+    /// ServiceAccount, ClusterRoles and bindings, Roles and bindings, Namespaces): each object
+    /// is created, or the fields its document has are set on the one that exists (labels and
+    /// annotations merged), as `kubectl apply` does. Namespaces are created as needed; a kind
+    /// the double does not serve is an error and nothing is applied. Returns the objects.
+    pub fn apply_manifests(&self, yaml: &str) -> Result<Vec<Value>, ApiError> {
+        self.shared
+            .store
+            .write(|st| crate::rbac::apply_manifests(st, yaml))
+    }
+
+    /// A kubeconfig (YAML) pointing at this server whose user sends `token`.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        crate::server::kubeconfig_with_token(&format!("http://{}", self.shared.addr), token)
     }
 
     /// Create an object as given, `.status` included (namespace defaults to
@@ -352,10 +426,23 @@ impl Control {
         self.lock_requests().log.iter().cloned().collect()
     }
 
-    /// Clear the request counts and the request log.
+    /// Requests counted for `user` (authentication on), e.g.
+    /// `"system:serviceaccount:kruise-system:kruised"`.
+    pub fn request_count_by_user(&self, user: &str) -> usize {
+        self.lock_requests().user_count(user)
+    }
+
+    /// Every request refused by authentication (`401`) or RBAC (`403`), oldest first.
+    pub fn refusals(&self) -> Vec<RequestRecord> {
+        self.lock_requests().refused.clone()
+    }
+
+    /// Clear the request counts, the refusals and the request log.
     pub fn reset_requests(&self) {
         let mut log = self.lock_requests();
         log.counts.clear();
+        log.users.clear();
+        log.refused.clear();
         log.log.clear();
     }
 
@@ -438,6 +525,14 @@ pub(crate) fn handle_http(
             .map(|(_, v)| v.as_str())
     };
     let ns = q("namespace").unwrap_or("");
+    if (method, path) == ("POST", "/_double/manifests") {
+        // YAML, not JSON
+        let text = String::from_utf8_lossy(body);
+        return match control.apply_manifests(&text) {
+            Ok(items) => (200, json!({"items": items})),
+            Err(e) => err(e),
+        };
+    }
     let parsed: Result<Value, String> = if body.is_empty() {
         Ok(Value::Null)
     } else {
@@ -523,6 +618,22 @@ pub(crate) fn handle_http(
             (200, json!({"counts": counts}))
         }
         ("GET", ["requests"]) => (200, json!({"requests": control.requests()})),
+        ("GET", ["refusals"]) => (200, json!({"requests": control.refusals()})),
+        ("PUT", ["tokens"]) => {
+            match serde_json::from_value::<Option<BTreeMap<String, UserInfo>>>(body) {
+                Ok(tokens) => {
+                    control.set_tokens(tokens);
+                    (200, json!({}))
+                }
+                Err(e) => err(ApiError::bad_request(format!(
+                    "expected {{\"<token>\": {{\"name\": ..., \"groups\": [...]}}}} or null: {e}"
+                ))),
+            }
+        }
+        ("PUT", ["rbac"]) => match body.get("enabled").and_then(Value::as_bool) {
+            Some(on) => result(control.set_rbac(on).map(|()| json!({"enabled": on})), 200),
+            None => err(ApiError::bad_request("expected {\"enabled\": true|false}")),
+        },
         ("DELETE", ["counts"]) | ("DELETE", ["requests"]) => {
             control.reset_requests();
             (200, json!({}))

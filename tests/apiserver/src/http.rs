@@ -14,6 +14,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::auth::{self, UserInfo};
 use crate::control::{self, Control, RequestRecord};
 use crate::discovery;
 use crate::kinds::{KindInfo, Kinds};
@@ -198,6 +199,11 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     let method = parts.method.as_str().to_string();
     let path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or("").to_string();
+    let authorization = parts
+        .headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let user_agent = parts
         .headers
         .get(hyper::header::USER_AGENT)
@@ -248,7 +254,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         _ => (String::new(), String::new(), None, None),
     };
     tracing::debug!(%method, %path, %raw_query, %verb, %resource, "request");
-    control.record(RequestRecord {
+    let mut record = RequestRecord {
         method: method.clone(),
         path: path.clone(),
         query: raw_query,
@@ -259,7 +265,23 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         resource: resource.clone(),
         namespace,
         name,
-    });
+        user: None,
+        refused: None,
+    };
+    // as the real server's filters: authentication, then authorization, before anything else
+    if let Err(e) = authenticate_and_authorize(
+        &shared,
+        &method,
+        &path,
+        &params,
+        authorization.as_deref(),
+        &mut record,
+    ) {
+        record.refused = Some(e.code);
+        control.record(record);
+        return error_response(&e);
+    }
+    control.record(record);
     let (delay, fault) = control.fault_for(&verb, &resource);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -271,6 +293,30 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
+}
+
+/// Authenticates the request (when authentication is on) and authorizes it with RBAC (when on),
+/// noting the user in `record`; the `401` or `403` to answer if either refuses it.
+fn authenticate_and_authorize(
+    shared: &Shared,
+    method: &str,
+    path: &str,
+    params: &Params,
+    authorization: Option<&str>,
+    record: &mut RequestRecord,
+) -> Result<(), ApiError> {
+    let auth = shared.auth.read().unwrap_or_else(|e| e.into_inner());
+    let user = auth.authenticate(authorization)?;
+    record.user = user.as_ref().map(|u| u.name.clone());
+    if !auth.rbac {
+        return Ok(());
+    }
+    drop(auth);
+    let user = user.unwrap_or_else(UserInfo::anonymous);
+    let attrs = auth::attributes(method, path, &params.0);
+    shared
+        .store
+        .read(|st| crate::rbac::authorize(st, &user, &attrs))
 }
 
 async fn dispatch(

@@ -212,7 +212,7 @@ impl KindInfo {
 }
 
 /// The kinds served by default: core pods, events, secrets, namespaces, nodes,
-/// `events.k8s.io/v1` events and OpenKruise's custom resources as the real
+/// serviceaccounts, `events.k8s.io/v1` events, RBAC's four kinds and OpenKruise's custom resources as the real
 /// cluster serves them with kruise's CRDs installed ([`kruise_kinds`]).
 pub fn default_kinds() -> Vec<KindInfo> {
     let mut kinds = core_kinds();
@@ -265,6 +265,8 @@ fn core_kinds() -> Vec<KindInfo> {
             .with_field("type", "type", "")
             .with_short_names(&["ev"]),
         KindInfo::core("", "v1", "secrets", "Secret", true).with_field("type", "type", ""),
+        KindInfo::core("", "v1", "serviceaccounts", "ServiceAccount", true)
+            .with_short_names(&["sa"]),
         KindInfo::core("", "v1", "namespaces", "Namespace", false)
             .with_status_subresource(true)
             .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Active"})))
@@ -288,8 +290,23 @@ fn core_kinds() -> Vec<KindInfo> {
                 .with_field("type", "type", "")
                 .with_short_names(&["ev"])
         },
+        // RBAC (`rbac.authorization.k8s.io/v1`): what the authorizer reads when RBAC is on
+        // (`Config::rbac`), served whether it is on or not, as on a real server
+        KindInfo::core(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", false),
+        KindInfo::core(
+            RBAC_GROUP,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+        ),
+        KindInfo::core(RBAC_GROUP, "v1", "roles", "Role", true),
+        KindInfo::core(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", true),
     ]
 }
+
+/// The API group of RBAC's kinds.
+pub(crate) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// One of kruise's CRDs (openkruise/kruise `config/crd/bases`, as in the real test cluster).
 struct KruiseCrd {

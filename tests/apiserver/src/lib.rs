@@ -6,8 +6,10 @@
 //! against a real kube-apiserver v1.36 with OpenKruise's CRDs: `CONFORMANCE.md`
 //! lists every behaviour compared, and the tests in `tests/api` name them.
 //!
-//! * core `v1` pods, events, secrets, namespaces, nodes; `events.k8s.io/v1`
-//!   events (shared storage with core events, converted like the real server);
+//! * core `v1` pods, events, secrets, namespaces, nodes, serviceaccounts;
+//!   `events.k8s.io/v1` events (shared storage with core events, converted like
+//!   the real server); `rbac.authorization.k8s.io/v1` ClusterRoles, Roles and
+//!   their bindings;
 //!   OpenKruise's custom resources as its CRDs serve them ([`kruise_kinds`]):
 //!   NodeImage, ContainerRecreateRequest and ImagePullJob at `v1beta1`
 //!   (storage) and `v1alpha1`, NodePodProbe and PodProbeMarker at `v1alpha1`,
@@ -22,6 +24,13 @@
 //!   them, `timeoutSeconds`, 410 after compaction), POST, PUT, PATCH (merge,
 //!   JSON, strategic with the real list ordering, apply), DELETE with
 //!   finalizers, `/status` subresources and discovery;
+//! * authentication and RBAC when turned on ([`Config::tokens`], [`Config::rbac`],
+//!   [`Control::add_token`], [`Control::set_rbac`]): bearer tokens to users
+//!   ([`UserInfo::service_account`]), `401` for a token nobody issued, every
+//!   request authorized by the ClusterRoles, Roles and bindings in the store
+//!   (loaded from YAML with [`Control::apply_manifests`] or created through the
+//!   API) with the real `403` bodies, the default discovery roles, and each
+//!   request's user recorded ([`RequestRecord::user`], [`Control::refusals`]);
 //! * a test control API ([`Control`], also under `/_double/` over HTTP) to
 //!   seed objects, compact, drop watches, inject faults and delays, count and
 //!   log requests, and wait for conditions without sleeping: what a real
@@ -48,7 +57,11 @@
 //!   server keeps them with a `deletionTimestamp`); deleting a namespace
 //!   removes it and its contents at once; no garbage collection by
 //!   ownerReferences (the real pod GC also deletes pods bound to missing
-//!   nodes); no admission, authentication or RBAC (any token works);
+//!   nodes); no admission; no authentication or authorization unless turned on
+//!   (then any token works, and every request is allowed); with them on: no
+//!   aggregated ClusterRoles (`aggregationRule`), no escalation check on writes
+//!   of roles and bindings, no impersonation, no client certificates, and no
+//!   authorizer but RBAC and the `system:masters` bypass (no Node authorizer);
 //! * LIST with an old `resourceVersion` (any match, `Exact` included) returns
 //!   the current state; GET ignores `resourceVersion`; continue tokens are
 //!   opaque `{snapshot}-{rv}-{position}` strings that stay valid until
@@ -65,6 +78,7 @@
 //! # Ok(()) }
 //! ```
 
+mod auth;
 mod control;
 mod discovery;
 mod http;
@@ -72,6 +86,7 @@ mod kinds;
 mod list;
 mod ops;
 mod patch;
+mod rbac;
 mod schema;
 mod selectors;
 mod server;
@@ -80,6 +95,7 @@ mod store;
 mod util;
 mod watch;
 
+pub use auth::{AUTHENTICATED, DEFAULT_TOKEN, MASTERS, UNAUTHENTICATED, UserInfo};
 pub use control::{Control, Fault, RequestLog, RequestRecord, WaitTimeout};
 pub use kinds::{
     Conversion, FieldKey, KindInfo, StatusOnCreate, default_kinds, default_kinds_v1alpha1_only,
@@ -88,6 +104,6 @@ pub use kinds::{
 pub use patch::{ListStrategy, PatchType, merge_key};
 pub use schema::{Cause, Schema, kruise_schema};
 pub use selectors::{FieldSelector, LabelSelector, Selectors};
-pub use server::{ApiServer, Config, Handle, kubeconfig_for};
+pub use server::{ApiServer, Config, Handle, kubeconfig_for, kubeconfig_with_token};
 pub use status::{ApiError, reason_for_code};
 pub use store::{EventType, StoreView};

@@ -217,6 +217,16 @@ fn qos_class(spec: &Value) -> &'static str {
 }
 
 fn name_causes(kind: &KindInfo, name: &str) -> Option<(&'static str, &'static str, String)> {
+    if kind.group == crate::kinds::RBAC_GROUP {
+        // RBAC names are path segments (`system:discovery`), as the real RBAC validation has it
+        return util::path_segment_problem(name).map(|why| {
+            (
+                "metadata.name",
+                "FieldValueInvalid",
+                format!("Invalid value: {name:?}: {why}"),
+            )
+        });
+    }
     let ok = if is_core(kind, "namespaces") {
         util::is_dns_label(name)
     } else {

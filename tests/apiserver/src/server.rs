@@ -1,12 +1,13 @@
 //! Starting and stopping the server: [`Config`], [`ApiServer`], [`Handle`],
 //! the accept loop and the state shared by every connection.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -17,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::auth::{AuthState, DEFAULT_TOKEN, UserInfo};
 use crate::control::{Control, Faults, RequestLog};
 use crate::kinds::{KindInfo, Kinds, default_kinds};
 use crate::ops::{self, Origin};
@@ -45,6 +47,17 @@ pub struct Config {
     pub too_large_rv_wait: Duration,
     /// `gitVersion` reported by `/version`.
     pub git_version: String,
+    /// Bearer tokens and who each is ([`UserInfo::service_account`], [`UserInfo::admin`]):
+    /// with `Some`, authentication is on: a request with another bearer token gets `401`, one
+    /// without credentials is `system:anonymous`, and each request's user is recorded.
+    /// `None` (the default): any token or none is accepted and no user is recorded.
+    pub tokens: Option<BTreeMap<String, UserInfo>>,
+    /// Authorize every request with RBAC over the ClusterRoles, ClusterRoleBindings, Roles and
+    /// RoleBindings in the store (load them with [`Control::apply_manifests`] or create them
+    /// through the API), answering `403` as the real server does. The real server's default
+    /// discovery roles are created at start. Off by default. Without [`Config::tokens`] every
+    /// request is `system:anonymous`.
+    pub rbac: bool,
 }
 
 impl Default for Config {
@@ -61,6 +74,8 @@ impl Default for Config {
             history_limit: 100_000,
             too_large_rv_wait: Duration::from_secs(3),
             git_version: "v1.36.2".to_string(),
+            tokens: None,
+            rbac: false,
         }
     }
 }
@@ -77,6 +92,7 @@ pub(crate) struct Shared {
     pub drop_tx: watch::Sender<u64>,
     pub shutdown_rx: watch::Receiver<bool>,
     pub open_watches: Arc<AtomicUsize>,
+    pub auth: RwLock<AuthState>,
 }
 
 impl Shared {
@@ -126,6 +142,13 @@ impl ApiServer {
                 .map_err(|e| io::Error::other(e.to_string()))?;
             }
         }
+        if config.rbac {
+            crate::rbac::bootstrap(&mut state).map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        let auth = RwLock::new(AuthState {
+            tokens: config.tokens.clone(),
+            rbac: config.rbac,
+        });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             store: Arc::new(Store::new(state)),
@@ -138,6 +161,7 @@ impl ApiServer {
             drop_tx: watch::channel(0).0,
             shutdown_rx: shutdown_rx.clone(),
             open_watches: Arc::new(AtomicUsize::new(0)),
+            auth,
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
         tracing::info!(%addr, "apiserver double listening");
@@ -247,8 +271,15 @@ impl Drop for Handle {
     }
 }
 
-/// A kubeconfig for a plain-HTTP server at `url`.
+/// A kubeconfig for a plain-HTTP server at `url`, with the default token
+/// ([`DEFAULT_TOKEN`](crate::DEFAULT_TOKEN)).
 pub fn kubeconfig_for(url: &str) -> String {
+    kubeconfig_with_token(url, DEFAULT_TOKEN)
+}
+
+/// A kubeconfig for a plain-HTTP server at `url` whose user sends `token` (one of
+/// [`Config::tokens`] when authentication is on).
+pub fn kubeconfig_with_token(url: &str, token: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -266,7 +297,7 @@ current-context: apiserver-double
 users:
 - name: apiserver-double
   user:
-    token: apiserver-double-token
+    token: {token}
 preferences: {{}}
 "
     )

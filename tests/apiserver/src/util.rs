@@ -140,6 +140,18 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// Why `s` cannot be a path segment (apimachinery's `IsValidPathSegmentName`), if it cannot:
+/// what RBAC object names and the names the authorizer reads from field selectors must be.
+pub fn path_segment_problem(s: &str) -> Option<&'static str> {
+    match s {
+        "." => Some("may not be '.'"),
+        ".." => Some("may not be '..'"),
+        _ if s.contains('/') => Some("may not contain '/'"),
+        _ if s.contains('%') => Some("may not contain '%'"),
+        _ => None,
+    }
+}
+
 /// Whether `s` is an RFC 1123 DNS subdomain (what most object names must be).
 pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()

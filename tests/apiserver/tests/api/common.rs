@@ -42,6 +42,7 @@ pub async fn start_with(config: Config) -> (Handle, Client) {
         .expect("server starts");
     let client = Client {
         addr: handle.addr(),
+        token: None,
     };
     (handle, client)
 }
@@ -55,14 +56,17 @@ pub struct Resp {
     pub body: Value,
 }
 
-/// Minimal HTTP client: one connection per request.
+/// Minimal HTTP client: one connection per request, with `Authorization: Bearer <token>`
+/// when it has a token.
 #[derive(Clone, Copy, Debug)]
 pub struct Client {
     pub addr: SocketAddr,
+    pub token: Option<&'static str>,
 }
 
 async fn send(
     addr: SocketAddr,
+    token: Option<&str>,
     method: Method,
     path: &str,
     ctype: Option<&str>,
@@ -85,6 +89,9 @@ async fn send(
     if let Some(ct) = ctype {
         req = req.header("content-type", ct);
     }
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
     let req = req
         .body(Full::new(Bytes::from(body.unwrap_or_default())))
         .expect("valid request");
@@ -92,6 +99,14 @@ async fn send(
 }
 
 impl Client {
+    /// The same client sending `token`.
+    pub fn with_token(self, token: &'static str) -> Client {
+        Client {
+            token: Some(token),
+            ..self
+        }
+    }
+
     /// Send a request and read the whole response.
     pub async fn request(
         &self,
@@ -102,7 +117,7 @@ impl Client {
     ) -> Resp {
         let what = format!("{method} {path}");
         bounded(&what, async {
-            let resp = send(self.addr, method.clone(), path, ctype, body).await;
+            let resp = send(self.addr, self.token, method.clone(), path, ctype, body).await;
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
             let bytes = resp
@@ -160,7 +175,7 @@ impl Client {
     pub async fn watch(&self, path: &str) -> Watch {
         let resp = bounded(
             &format!("watch {path} to start"),
-            send(self.addr, Method::GET, path, None, None),
+            send(self.addr, self.token, Method::GET, path, None, None),
         )
         .await;
         Watch {

@@ -410,6 +410,7 @@ async fn the_binary_prints_its_url_writes_files_and_stops_on_sigterm() {
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     let c = Client {
         addr: ([127, 0, 0, 1], port).into(),
+        token: None,
     };
     assert_eq!(c.get("/version").await.status, 200);
     bounded("the ready file", async {

@@ -5,6 +5,7 @@ mod common;
 mod control;
 mod crud;
 mod patch;
+mod rbac;
 mod selectors;
 mod status;
 mod versions;

@@ -1,0 +1,421 @@
+//! Authentication: bearer tokens mapped to users ([`UserInfo`]), anonymous requests, `401` for
+//! a token nobody issued; and the request attributes the authorizer judges ([`Attributes`]),
+//! derived from the request the way kube-apiserver's `RequestInfoFactory` derives them.
+//!
+//! Both are off by default ([`Config::tokens`](crate::Config::tokens) `None`): any token, or
+//! none, is accepted and no user is recorded.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::status::ApiError;
+use crate::util::{path_segment_problem, percent_decode};
+
+/// The group of every authenticated user.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The group of anonymous requests.
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+/// The group the real server authorizes for everything, whatever RBAC says.
+pub const MASTERS: &str = "system:masters";
+/// The token in the kubeconfig [`Handle::kubeconfig`](crate::Handle::kubeconfig) writes.
+pub const DEFAULT_TOKEN: &str = "apiserver-double-token";
+
+/// Who a request comes from: a user name and its groups, as an authenticator says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    /// `system:serviceaccount:kruise-system:kruised`, `alice`, `system:anonymous`.
+    pub name: String,
+    /// Its groups, `system:authenticated` included for authenticated users.
+    pub groups: Vec<String>,
+}
+
+impl UserInfo {
+    /// An authenticated user with `groups` (and `system:authenticated`, which the real server
+    /// adds to every authenticated user).
+    pub fn new(name: &str, groups: &[&str]) -> UserInfo {
+        let mut groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        if !groups.iter().any(|g| g == AUTHENTICATED) {
+            groups.push(AUTHENTICATED.to_string());
+        }
+        UserInfo {
+            name: name.to_string(),
+            groups,
+        }
+    }
+
+    /// A ServiceAccount's token, as the real server authenticates it:
+    /// `system:serviceaccount:<namespace>:<name>` in `system:serviceaccounts`,
+    /// `system:serviceaccounts:<namespace>` and `system:authenticated`.
+    pub fn service_account(namespace: &str, name: &str) -> UserInfo {
+        UserInfo::new(
+            &format!("system:serviceaccount:{namespace}:{name}"),
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{namespace}"),
+            ],
+        )
+    }
+
+    /// A cluster administrator (`system:masters`, allowed everything, like the admin
+    /// kubeconfig of a real cluster).
+    pub fn admin() -> UserInfo {
+        UserInfo::new("kubernetes-admin", &[MASTERS])
+    }
+
+    /// A request without credentials: `system:anonymous` in `system:unauthenticated`.
+    pub fn anonymous() -> UserInfo {
+        UserInfo {
+            name: "system:anonymous".to_string(),
+            groups: vec![UNAUTHENTICATED.to_string()],
+        }
+    }
+}
+
+/// Authentication and authorization settings in effect (changeable while the server runs).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AuthState {
+    /// Tokens and their users; `None`: authentication off.
+    pub tokens: Option<BTreeMap<String, UserInfo>>,
+    /// Whether requests are authorized with RBAC.
+    pub rbac: bool,
+}
+
+impl AuthState {
+    /// Who sent a request with this `Authorization` header: `Ok(None)` when authentication is
+    /// off, the token's user, or `system:anonymous` without a bearer token (the real server's
+    /// anonymous authenticator). A bearer token nobody issued is `401 Unauthorized`, also when
+    /// anonymous requests are allowed (the real server fails on a token it cannot verify).
+    pub(crate) fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Option<UserInfo>, ApiError> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(None);
+        };
+        match bearer_token(authorization) {
+            None => Ok(Some(UserInfo::anonymous())),
+            Some(token) => tokens
+                .get(token)
+                .cloned()
+                .map(Some)
+                .ok_or_else(unauthorized),
+        }
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`: as client-go's bearer authenticator reads
+/// it, any other scheme and an empty token are no bearer token at all.
+fn bearer_token(header: Option<&str>) -> Option<&str> {
+    let header = header?.trim();
+    let mut parts = header.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// `401`, worded as kube-apiserver answers a token it cannot verify
+/// (`apierrors.NewUnauthorized("Unauthorized")`: no details).
+pub(crate) fn unauthorized() -> ApiError {
+    ApiError::new(401, "Unauthorized", "Unauthorized")
+}
+
+/// What the authorizer judges, as kube-apiserver's `RequestInfoFactory` derives it from the
+/// request: resource requests under `/api/v1` and `/apis/<group>/<version>` with verb, group,
+/// namespace, resource, subresource and name; everything else (discovery documents,
+/// `/version`, `/healthz`) a non-resource request with the lowercased method as verb.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Attributes {
+    /// Whether this is a resource request.
+    pub resource_request: bool,
+    /// The request path (for non-resource requests).
+    pub path: String,
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// The API group, `""` for core.
+    pub group: String,
+    /// The API version.
+    pub version: String,
+    /// The namespace, `""` for cluster-scoped requests.
+    pub namespace: String,
+    /// The resource (`pods`).
+    pub resource: String,
+    /// The subresource (`status`).
+    pub subresource: String,
+    /// The object's name: from the path, or from a `metadata.name=` field selector of a list
+    /// or watch.
+    pub name: String,
+}
+
+/// Go's `strconv.ParseBool` true values, which the parameter codec uses for `watch`.
+fn go_true(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// The value a field selector requires `metadata.name` to equal (`metadata.name=x` or
+/// `metadata.name==x` among its comma-separated terms), as `RequiresExactMatch` finds it.
+fn exact_name(selector: &str) -> Option<String> {
+    let mut terms = Vec::new();
+    let mut cur = String::new();
+    let mut chars = selector.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            ',' => terms.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    terms.push(cur);
+    terms.iter().find_map(|t| {
+        let t = t.trim();
+        let rest = t.strip_prefix("metadata.name")?;
+        if rest.starts_with("!=") {
+            return None;
+        }
+        let value = rest.strip_prefix("==").or_else(|| rest.strip_prefix('='))?;
+        Some(unescape(value))
+    })
+}
+
+fn unescape(v: &str) -> String {
+    let mut out = String::new();
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The attributes of a request, derived as kube-apiserver's `RequestInfoFactory.NewRequestInfo`
+/// does (k8s.io/apiserver `pkg/endpoints/request/requestinfo.go`).
+pub(crate) fn attributes(method: &str, path: &str, query: &[(String, String)]) -> Attributes {
+    let mut info = Attributes {
+        path: path.to_string(),
+        verb: method.to_lowercase(),
+        ..Attributes::default()
+    };
+    let parts: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    if parts.len() < 3 || !matches!(parts[0].as_str(), "api" | "apis") {
+        return info;
+    }
+    let mut rest: &[String] = &parts[1..];
+    if parts[0] == "apis" {
+        if rest.len() < 3 {
+            return info;
+        }
+        info.group = rest[0].clone();
+        rest = &rest[1..];
+    }
+    info.resource_request = true;
+    info.version = rest[0].clone();
+    rest = &rest[1..];
+    if rest[0] == "watch" {
+        if rest.len() < 2 {
+            // the real server answers this malformed path with an error; nothing is allowed
+            return info;
+        }
+        info.verb = "watch".into();
+        rest = &rest[1..];
+    } else {
+        info.verb = match method {
+            "POST" => "create",
+            "GET" | "HEAD" => "get",
+            "PUT" => "update",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            _ => "",
+        }
+        .into();
+    }
+    if rest[0] == "namespaces" && rest.len() > 1 {
+        info.namespace = rest[1].clone();
+        if rest.len() > 2 && !matches!(rest[2].as_str(), "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    if rest.len() >= 3 {
+        info.subresource = rest[2].clone();
+    }
+    if rest.len() >= 2 {
+        info.name = rest[1].clone();
+    }
+    info.resource = rest[0].clone();
+    if info.name.is_empty() && info.verb == "get" {
+        let param = |k: &str| query.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+        info.verb = if param("watch").is_some_and(|v| go_true(v)) {
+            "watch".into()
+        } else {
+            "list".into()
+        };
+        if let Some(name) = param("fieldSelector").and_then(|s| exact_name(s))
+            && path_segment_problem(&name).is_none()
+        {
+            info.name = name;
+        }
+    }
+    if info.name.is_empty() && info.verb == "delete" {
+        info.verb = "deletecollection".into();
+    }
+    info
+}
+
+/// `403 Forbidden`, worded and shaped as kube-apiserver's `responsewriters.Forbidden` and
+/// `apierrors.NewForbidden` make it (k8s.io/apiserver
+/// `pkg/endpoints/handlers/responsewriters/errors.go`, `forbiddenMessage`): the qualified
+/// resource and name, then `User "<name>" cannot <verb> resource "<resource[/sub]>" in API
+/// group "<group>" in the namespace "<ns>"` (or `at the cluster scope`), or for a
+/// non-resource request `forbidden: User "<name>" cannot <verb> path "<path>"`; the
+/// authorizer's reason after a colon. `details` name the object and the plain resource.
+pub(crate) fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> ApiError {
+    let who = &user.name;
+    let mut msg = if !attrs.resource_request {
+        format!("User {who:?} cannot {} path {:?}", attrs.verb, attrs.path)
+    } else {
+        let mut resource = attrs.resource.clone();
+        if !attrs.subresource.is_empty() {
+            resource = format!("{resource}/{}", attrs.subresource);
+        }
+        let scope = if attrs.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace {:?}", attrs.namespace)
+        };
+        format!(
+            "User {who:?} cannot {} resource {resource:?} in API group {:?} {scope}",
+            attrs.verb, attrs.group
+        )
+    };
+    // the real server keeps its messages from looking like HTML
+    msg = msg
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    if !reason.is_empty() {
+        msg = format!("{msg}: {reason}");
+    }
+    let qualified = match (attrs.resource.as_str(), attrs.group.as_str()) {
+        ("", _) => String::new(),
+        (r, "") => r.to_string(),
+        (r, g) => format!("{r}.{g}"),
+    };
+    let message = if qualified.is_empty() {
+        format!("forbidden: {msg}")
+    } else if attrs.name.is_empty() {
+        format!("{qualified} is forbidden: {msg}")
+    } else {
+        format!("{qualified} {:?} is forbidden: {msg}", attrs.name)
+    };
+    let mut details = json!({});
+    if !attrs.name.is_empty() {
+        details["name"] = json!(attrs.name);
+    }
+    if !attrs.group.is_empty() {
+        details["group"] = json!(attrs.group);
+    }
+    if !attrs.resource.is_empty() {
+        details["kind"] = json!(attrs.resource);
+    }
+    ApiError::new(403, "Forbidden", message).with_details(details)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn request_attributes_are_derived_like_the_real_request_info_factory() {
+        let a = attributes("PATCH", "/api/v1/namespaces/default/pods/web-0/status", &[]);
+        assert_eq!(
+            (
+                a.verb.as_str(),
+                a.group.as_str(),
+                a.namespace.as_str(),
+                a.resource.as_str(),
+                a.subresource.as_str(),
+                a.name.as_str()
+            ),
+            ("patch", "", "default", "pods", "status", "web-0")
+        );
+        let w = attributes(
+            "GET",
+            "/apis/apps.kruise.io/v1beta1/nodeimages",
+            &q(&[("watch", "true"), ("fieldSelector", "metadata.name=node-a")]),
+        );
+        assert_eq!(
+            (w.verb.as_str(), w.name.as_str(), w.namespace.as_str()),
+            ("watch", "node-a", "")
+        );
+        let l = attributes(
+            "GET",
+            "/api/v1/pods",
+            &q(&[("fieldSelector", "spec.nodeName=node-a")]),
+        );
+        assert_eq!((l.verb.as_str(), l.name.as_str()), ("list", ""));
+        let ns = attributes("GET", "/api/v1/namespaces/kube-system", &[]);
+        assert_eq!(
+            (
+                ns.resource.as_str(),
+                ns.name.as_str(),
+                ns.namespace.as_str()
+            ),
+            ("namespaces", "kube-system", "kube-system")
+        );
+        let dc = attributes("DELETE", "/api/v1/namespaces/default/events", &[]);
+        assert_eq!(dc.verb, "deletecollection");
+        let old = attributes("GET", "/api/v1/watch/namespaces/default/pods", &[]);
+        assert_eq!(
+            (old.verb.as_str(), old.resource.as_str()),
+            ("watch", "pods")
+        );
+        for discovery in [
+            "/api",
+            "/api/v1",
+            "/apis",
+            "/apis/apps.kruise.io/v1beta1",
+            "/version",
+        ] {
+            let d = attributes("GET", discovery, &[]);
+            assert!(!d.resource_request, "{discovery} is a non-resource request");
+            assert_eq!(d.verb, "get");
+        }
+    }
+
+    #[test]
+    fn only_an_exact_metadata_name_term_names_the_object() {
+        assert_eq!(exact_name("metadata.name=a"), Some("a".into()));
+        assert_eq!(exact_name("x=y,metadata.name==b"), Some("b".into()));
+        assert_eq!(exact_name("metadata.name!=a"), None);
+        assert_eq!(exact_name("metadata.namespace=a"), None);
+        assert_eq!(exact_name("metadata.name=a\\,b"), Some("a,b".into()));
+    }
+
+    #[test]
+    fn only_a_non_empty_bearer_token_is_a_token() {
+        assert_eq!(bearer_token(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(Some("bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(Some("Bearer ")), None);
+        assert_eq!(bearer_token(Some("Basic dXNlcjpwdw==")), None);
+        assert_eq!(bearer_token(None), None);
+    }
+}
