@@ -13,14 +13,14 @@
 #   fuzz/run.sh build                   only build
 #   fuzz/run.sh replay [TARGET...]      run the seeds and corpus once, no fuzzing
 #
-# Targets: keys reference keyring credprovider gojson endpoint (fuzz/src/lib.rs says what each
-# checks). A crash leaves its input in fuzz/artifacts/TARGET/ and ends the script with status 1;
+# Targets: keys reference keyring credprovider gojson endpoint http_response http_request
+# (fuzz/src/lib.rs says what each checks). A crash leaves its input in fuzz/artifacts/TARGET/ and ends the script with status 1;
 # replay it with: fuzz/target/<host>/debug/TARGET fuzz/artifacts/TARGET/crash-...
 # Env: FUZZ_JOBS (parallel workers per target, default 1), FUZZ_MAX_LEN (default 4096),
 #      FUZZ_ARGS (more libFuzzer flags, e.g. -dict=... or -seed=N).
 set -euo pipefail
 cd "$(dirname "$0")"
-ALL=(keys reference keyring credprovider gojson endpoint)
+ALL=(keys reference keyring credprovider gojson endpoint http_response http_request)
 log() { printf '[fuzz/run.sh] %s\n' "$*" >&2; }
 
 mode=fuzz

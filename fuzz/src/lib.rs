@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use kruised::controller::httpget::{self, Get, GetErrorKind, Reader};
 use kruised::controller::imagepull::credprovider;
 use kruised::controller::imagepull::keyring::{self, Keyring};
 use kruised::controller::imagepull::reference::{self, Reference};
@@ -284,4 +285,79 @@ pub fn endpoint(data: &[u8]) {
     };
     assert_eq!(source.candidates().len(), 1);
     let _ = source.describe();
+}
+
+/// The HTTP response reader of probes and hooks (`controller/httpget.rs`), fed the bytes in
+/// pieces whose sizes the input's first byte chooses: never a panic; never more taken than a
+/// head and a body's limits; each byte looked at a bounded number of times however the bytes
+/// are cut; an answer's body within the limit.
+pub fn http_response(data: &[u8]) {
+    let (step, rest) = match data.split_first() {
+        Some((s, rest)) => (usize::from(*s).max(1), rest),
+        None => return,
+    };
+    let mut r = Reader::default();
+    let mut done = false;
+    for piece in rest.chunks(step) {
+        match r.push(piece) {
+            Ok(true) => {
+                done = true;
+                break;
+            }
+            Ok(false) => {}
+            Err(GetErrorKind::HeadTooLong) => {
+                assert!(r.taken() >= httpget::HEAD_LIMIT, "too long at {}", r.taken());
+                return;
+            }
+            Err(e) => panic!("push fails only for a long head: {e:?}"),
+        }
+        assert!(r.taken() <= httpget::HEAD_LIMIT + httpget::BODY_LIMIT);
+        assert!(
+            r.scanned() <= 4 * r.taken() + 4 * rest.len().div_ceil(step),
+            "{} looked at for {} taken",
+            r.scanned(),
+            r.taken()
+        );
+    }
+    let _ = done;
+    if let Ok((answer, _)) = r.finish() {
+        assert!(answer.body.len() <= 4 * httpget::BODY_LIMIT, "lossy UTF-8 at most triples");
+        assert!((100..1000).contains(&answer.status));
+    }
+}
+
+/// The request head of probes and hooks (`controller/httpget.rs`): a path and one header from
+/// the input (split at `|`): either refused, or a head whose lines are
+/// exactly the request line and the headers, none holding a CR, LF or NUL of the input's.
+pub fn http_request(data: &[u8]) {
+    let input = text(data);
+    let mut parts = input.splitn(3, '|');
+    let path = parts.next().unwrap_or_default().to_string();
+    let name = parts.next().unwrap_or("X-Fuzz").to_string();
+    let value = parts.next().unwrap_or_default().to_string();
+    let headers = [(name, value)];
+    let get = Get {
+        host: "10.0.0.1",
+        port: 8080,
+        https: false,
+        path: &path,
+        headers: &headers,
+        user_agent: "kube-probe/1.36",
+    };
+    let Ok(head) = httpget::request_head(&get, &path) else {
+        return;
+    };
+    let body = head.strip_suffix("\r\n\r\n").expect("a head ends with a blank line");
+    let lines: Vec<&str> = body.split("\r\n").collect();
+    // the request line, Connection, Host, User-Agent, Accept (each unless the header replaces
+    // it), and the header (unless it is an empty Accept)
+    assert!(lines.len() <= 6, "{lines:?}");
+    for l in &lines {
+        assert!(
+            !l.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0),
+            "a control character in {l:?}"
+        );
+    }
+    assert!(lines[0].starts_with("GET ") && lines[0].ends_with(" HTTP/1.1"));
+    assert_eq!(lines[0].matches(' ').count(), 2, "{}", lines[0]);
 }

@@ -4,6 +4,13 @@
 //! redirects followed on the same host only (another host ends the request with the redirect as
 //! the answer), HTTPS without certificate checks, at most 10 KiB of body read. What an answer
 //! means is the caller's: a probe wants 2xx or 3xx, a hook any answer at all.
+//!
+//! Every byte here comes from a pod's author, both ways: the request is built from their spec
+//! and the answer from their server. So the request refuses a path or header value with a
+//! control character (CR, LF, NUL: a second request smuggled into the first), and the answer is
+//! read within bounds: a head of at most [`HEAD_LIMIT`] (Go's client, the kubelet's, allows
+//! 10 MiB), at most [`BODY_LIMIT`] of body, each byte looked at a bounded number of times, and
+//! no more than `Content-Length` or the last chunk asks for.
 
 use std::sync::Arc;
 
@@ -12,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// How much of an HTTP body is read (the kubelet's limit).
 pub const BODY_LIMIT: usize = 10 * 1024;
+/// The longest response head (status line and headers) read: a server sending more is refused
+/// (no real server's head comes near; Go's server refuses requests past 1 MiB).
+pub const HEAD_LIMIT: usize = 64 * 1024;
 /// Redirects followed on the same host.
 const MAX_REDIRECTS: usize = 10;
 
@@ -134,6 +144,13 @@ pub enum GetErrorKind {
     /// The server's bytes are no HTTP response.
     #[error("malformed HTTP response")]
     Malformed,
+    /// The response's head did not end within [`HEAD_LIMIT`].
+    #[error("the response's head is longer than {HEAD_LIMIT} bytes: refused")]
+    HeadTooLong,
+    /// The handler's path or a header holds a control character (CR, LF, NUL, ...), which
+    /// would end the request line or a header early: nothing is sent.
+    #[error("the handler's {0} holds a control character (CR, LF, NUL...): not sent")]
+    InvalidRequest(&'static str),
     /// Same-host redirects without end.
     #[error("stopped after {MAX_REDIRECTS} redirects")]
     TooManyRedirects,
@@ -204,6 +221,7 @@ fn same_host_path(location: &str, host: &str, port: u16) -> Option<String> {
 
 /// One request; the answer and its `Location`.
 async fn get_once(req: &Get<'_>, path: &str) -> Result<(Answer, Option<String>), GetErrorKind> {
+    let head = request_head(req, path)?;
     let addr = join_host_port(req.host, req.port);
     let tcp = tokio::net::TcpStream::connect(&addr)
         .await
@@ -211,7 +229,46 @@ async fn get_once(req: &Get<'_>, path: &str) -> Result<(Answer, Option<String>),
             addr: addr.clone(),
             source,
         })?;
-    let mut head = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    if req.https {
+        let tls = tls_connector()
+            .connect(server_name(req.host), tcp)
+            .await
+            .map_err(GetErrorKind::Tls)?;
+        exchange(tls, &head).await
+    } else {
+        exchange(tcp, &head).await
+    }
+}
+
+/// A control character (what would end a request line or a header early); a header's
+/// value may hold tabs, as HTTP allows.
+fn has_control(s: &str, tab_allowed: bool) -> bool {
+    s.bytes()
+        .any(|b| (b < 0x20 && !(tab_allowed && b == b'\t')) || b == 0x7f)
+}
+
+/// The request's head for `path`: the kubelet's headers unless the handler sets them, then the
+/// handler's in order. Refused when the path or a header holds a control character; spaces in
+/// the path are sent escaped, as Go's client sends them.
+pub fn request_head(req: &Get<'_>, path: &str) -> Result<String, GetErrorKind> {
+    if has_control(path, false) {
+        return Err(GetErrorKind::InvalidRequest("path"));
+    }
+    if req
+        .headers
+        .iter()
+        .any(|(k, _)| k.is_empty() || has_control(k, false) || k.contains([' ', ':']))
+    {
+        return Err(GetErrorKind::InvalidRequest("header name"));
+    }
+    if req.headers.iter().any(|(_, v)| has_control(v, true)) {
+        return Err(GetErrorKind::InvalidRequest("header value"));
+    }
+    let addr = join_host_port(req.host, req.port);
+    let mut head = format!(
+        "GET {} HTTP/1.1\r\nConnection: close\r\n",
+        path.replace(' ', "%20")
+    );
     let has = |name: &str| {
         req.headers
             .iter()
@@ -233,15 +290,7 @@ async fn get_once(req: &Get<'_>, path: &str) -> Result<(Answer, Option<String>),
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    if req.https {
-        let tls = tls_connector()
-            .connect(server_name(req.host), tcp)
-            .await
-            .map_err(GetErrorKind::Tls)?;
-        exchange(tls, &head).await
-    } else {
-        exchange(tcp, &head).await
-    }
+    Ok(head)
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
@@ -251,47 +300,115 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     s.write_all(req.as_bytes())
         .await
         .map_err(GetErrorKind::Io)?;
-    let mut raw = Vec::new();
+    let mut reader = Reader::default();
     let mut buf = [0u8; 4096];
-    // the head and at most BODY_LIMIT of body
     loop {
         let n = s.read(&mut buf).await.map_err(GetErrorKind::Io)?;
-        if n == 0 {
-            break;
-        }
-        raw.extend_from_slice(&buf[..n]);
-        if let Some(i) = find(&raw, b"\r\n\r\n")
-            && raw.len() >= i + 4 + BODY_LIMIT
-        {
+        if n == 0 || reader.push(&buf[..n])? {
             break;
         }
     }
-    let i = find(&raw, b"\r\n\r\n").ok_or(GetErrorKind::Malformed)?;
-    let head = String::from_utf8_lossy(&raw[..i]).into_owned();
-    let mut body = raw[i + 4..].to_vec();
-    body.truncate(BODY_LIMIT);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or(GetErrorKind::Malformed)?;
-    let header = |name: &str| {
-        head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_string())
-        })
-    };
-    let location = header("location");
-    let chunked =
-        header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let body = if chunked { dechunk(&body) } else { body };
-    let answer = Answer {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    };
-    Ok((answer, location))
+    reader.finish()
+}
+
+/// A response read as it arrives, within bounds: the head up to [`HEAD_LIMIT`], then the body up
+/// to [`BODY_LIMIT`] or to where `Content-Length` or the last chunk ends it.
+#[derive(Debug, Default)]
+pub struct Reader {
+    raw: Vec<u8>,
+    /// Where the head ends (after its blank line), once found.
+    head_end: Option<usize>,
+    /// Where the search for the blank line goes on (what was searched is not searched again).
+    searched_to: usize,
+    /// How many body bytes end the response, once the head is known.
+    body_wanted: Option<usize>,
+    chunked: bool,
+    /// Bytes looked at by the searches for the head's end, in all (bounded by about twice the
+    /// bytes taken: what was searched is not searched again).
+    looked_at: usize,
+}
+
+impl Reader {
+    /// Takes `bytes`; true once the response needs no more (its body complete or at the limit).
+    pub fn push(&mut self, bytes: &[u8]) -> Result<bool, GetErrorKind> {
+        let room = match self.head_end {
+            None => (HEAD_LIMIT + BODY_LIMIT).saturating_sub(self.raw.len()),
+            Some(end) => (end + BODY_LIMIT).saturating_sub(self.raw.len()),
+        };
+        self.raw
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+        if self.head_end.is_none() {
+            let from = self.searched_to.saturating_sub(3);
+            self.looked_at += self.raw.len() - from;
+            match find(&self.raw[from..], b"\r\n\r\n") {
+                Some(i) if from + i + 4 <= HEAD_LIMIT => {
+                    let end = from + i + 4;
+                    self.head_end = Some(end);
+                    let head = String::from_utf8_lossy(&self.raw[..end - 4]).into_owned();
+                    self.chunked = header(&head, "transfer-encoding")
+                        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+                    self.body_wanted = if self.chunked {
+                        None
+                    } else {
+                        header(&head, "content-length").and_then(|v| v.parse().ok())
+                    };
+                }
+                _ if self.raw.len() >= HEAD_LIMIT => return Err(GetErrorKind::HeadTooLong),
+                _ => {
+                    self.searched_to = self.raw.len();
+                    return Ok(false);
+                }
+            }
+        }
+        let end = self.head_end.unwrap_or_default();
+        let body = &self.raw[end..];
+        Ok(body.len() >= BODY_LIMIT
+            || self.body_wanted.is_some_and(|n| body.len() >= n)
+            || (self.chunked && body.ends_with(b"0\r\n\r\n")))
+    }
+
+    /// Bytes taken so far (at most [`HEAD_LIMIT`] + [`BODY_LIMIT`]).
+    pub fn taken(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Bytes the searches for the head's end looked at so far.
+    pub fn scanned(&self) -> usize {
+        self.looked_at
+    }
+
+    /// The answer from what was read.
+    pub fn finish(self) -> Result<(Answer, Option<String>), GetErrorKind> {
+        let end = self.head_end.ok_or(GetErrorKind::Malformed)?;
+        let head = String::from_utf8_lossy(&self.raw[..end - 4]).into_owned();
+        let mut body = self.raw[end..].to_vec();
+        body.truncate(self.body_wanted.unwrap_or(BODY_LIMIT).min(BODY_LIMIT));
+        let mut status_line = head.split_whitespace();
+        if !status_line.next().is_some_and(|v| v.starts_with("HTTP/")) {
+            return Err(GetErrorKind::Malformed);
+        }
+        let status = status_line
+            .next()
+            .and_then(|c| c.parse().ok())
+            .filter(|c| (100..1000).contains(c))
+            .ok_or(GetErrorKind::Malformed)?;
+        let body = if self.chunked { dechunk(&body) } else { body };
+        let answer = Answer {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        };
+        Ok((answer, header(&head, "location")))
+    }
+}
+
+/// The value of header `name` in `head` (the first, trimmed).
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_string())
+    })
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -509,6 +626,145 @@ mod tests {
             e.to_string(),
             format!("Get \"http://127.0.0.1:{port}/again\": stopped after 10 redirects")
         );
+    }
+
+    /// A stream that answers with `head`, then `fill` without end, counting what was read.
+    struct Endless {
+        head: Vec<u8>,
+        fill: &'static [u8],
+        read: usize,
+    }
+
+    impl AsyncRead for Endless {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let n = buf.remaining().min(4096);
+            let mut out = Vec::with_capacity(n);
+            while out.len() < n {
+                let at = self.read + out.len();
+                let b = match self.head.get(at) {
+                    Some(b) => *b,
+                    None => self.fill[(at - self.head.len()) % self.fill.len()],
+                };
+                out.push(b);
+            }
+            self.read += n;
+            buf.put_slice(&out);
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Endless {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_whose_headers_never_end_is_cut_off_at_the_head_limit() {
+        // a probe's target (the pod itself) that sends header lines for ever: 2c6dc4e read
+        // them for the whole timeout, looking at the whole buffer again after every read
+        let mut s = Endless {
+            head: b"HTTP/1.1 200 OK\r\n".to_vec(),
+            fill: b"X-Endless: yes\r\n",
+            read: 0,
+        };
+        let e = exchange(&mut s, "GET / HTTP/1.1\r\n\r\n").await.unwrap_err();
+        assert!(matches!(e, GetErrorKind::HeadTooLong), "{e:?}");
+        assert!(s.read <= HEAD_LIMIT + 4096, "read {} bytes", s.read);
+    }
+
+    #[test]
+    fn each_byte_of_a_head_that_trickles_in_is_looked_at_a_bounded_number_of_times() {
+        let mut r = Reader::default();
+        let head = b"HTTP/1.1 200 OK\r\nX-Long: ".iter().chain(&[b'a'; 60_000]);
+        for b in head {
+            assert!(!r.push(std::slice::from_ref(b)).unwrap());
+        }
+        // one byte at a time: each search looks at the new byte and the three before it
+        assert!(r.scanned() <= 4 * r.taken(), "{} of {}", r.scanned(), r.taken());
+        r.push(b"\r\n\r\nok").unwrap();
+        assert_eq!(r.finish().unwrap().0.status, 200);
+    }
+
+    #[tokio::test]
+    async fn a_64_mib_body_is_read_only_to_the_body_limit() {
+        let mut s = Endless {
+            head: b"HTTP/1.1 200 OK\r\nContent-Length: 67108864\r\n\r\n".to_vec(),
+            fill: b"0123456789abcdef",
+            read: 0,
+        };
+        let (answer, _) = exchange(&mut s, "GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        assert_eq!(answer.body.len(), BODY_LIMIT);
+        assert!(s.read <= 4096 + BODY_LIMIT + 4096, "read {} bytes", s.read);
+    }
+
+    #[tokio::test]
+    async fn a_complete_answer_ends_the_read_though_the_server_keeps_the_connection_open() {
+        let mut s = Endless {
+            head: b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+            // what a keep-alive server would never send: a next response is no part of this one
+            fill: b"HTTP/1.1 500 Nope\r\n",
+            read: 0,
+        };
+        let (answer, _) = exchange(&mut s, "GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        assert_eq!(
+            answer,
+            Answer {
+                status: 204,
+                body: "ok".into()
+            }
+        );
+    }
+
+    #[test]
+    fn cr_lf_or_nul_in_a_path_or_header_value_is_refused_before_anything_is_sent() {
+        // the API server checks header names only: a pod's author could smuggle a second
+        // request into a hook's or probe's GET (2c6dc4e wrote these raw)
+        let split = [("X-A".to_string(), "1\r\nX-Injected: 2".to_string())];
+        for (path, headers) in [
+            ("/a\r\nGET /admin HTTP/1.1", &[][..]),
+            ("/a\nb", &[]),
+            ("/a\0", &[]),
+            ("/", &split[..]),
+            ("/", &[("X-A".to_string(), "nul\0".to_string())]),
+            ("/", &[("X-A\r\nB".to_string(), "1".to_string())]),
+        ] {
+            let e = request_head(&get_of(80, path, headers), path).unwrap_err();
+            assert!(matches!(e, GetErrorKind::InvalidRequest(_)), "{path:?}: {e:?}");
+        }
+        let ok = [("X-A".to_string(), "a\tb".to_string())];
+        let head = request_head(&get_of(80, "/a b", &ok), "/a b").unwrap();
+        assert!(head.starts_with("GET /a%20b HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("X-A: a\tb\r\n"), "{head}");
+    }
+
+    #[test]
+    fn a_response_without_a_status_line_is_malformed() {
+        for raw in [&b"\r\n\r\n"[..], b"FOO 200\r\n\r\n", b"HTTP/1.1 abc\r\n\r\n"] {
+            let mut r = Reader::default();
+            r.push(raw).unwrap();
+            assert!(matches!(r.finish(), Err(GetErrorKind::Malformed)), "{raw:?}");
+        }
     }
 
     #[tokio::test]

@@ -57,3 +57,13 @@ fn go_json_holds_its_properties_on_every_seed() {
 fn endpoints_hold_their_properties_on_every_seed() {
     replay("endpoint", properties::endpoint);
 }
+
+#[test]
+fn http_answers_of_probes_and_hooks_hold_their_properties_on_every_seed() {
+    replay("http_response", properties::http_response);
+}
+
+#[test]
+fn http_requests_of_probes_and_hooks_hold_their_properties_on_every_seed() {
+    replay("http_request", properties::http_request);
+}
