@@ -306,7 +306,11 @@ pub fn http_response(data: &[u8]) {
             }
             Ok(false) => {}
             Err(GetErrorKind::HeadTooLong) => {
-                assert!(r.taken() >= httpget::HEAD_LIMIT, "too long at {}", r.taken());
+                assert!(
+                    r.taken() >= httpget::HEAD_LIMIT,
+                    "too long at {}",
+                    r.taken()
+                );
                 return;
             }
             Err(e) => panic!("push fails only for a long head: {e:?}"),
@@ -321,7 +325,10 @@ pub fn http_response(data: &[u8]) {
     }
     let _ = done;
     if let Ok((answer, _)) = r.finish() {
-        assert!(answer.body.len() <= 4 * httpget::BODY_LIMIT, "lossy UTF-8 at most triples");
+        assert!(
+            answer.body.len() <= 4 * httpget::BODY_LIMIT,
+            "lossy UTF-8 at most triples"
+        );
         assert!((100..1000).contains(&answer.status));
     }
 }
@@ -347,7 +354,9 @@ pub fn http_request(data: &[u8]) {
     let Ok(head) = httpget::request_head(&get, &path) else {
         return;
     };
-    let body = head.strip_suffix("\r\n\r\n").expect("a head ends with a blank line");
+    let body = head
+        .strip_suffix("\r\n\r\n")
+        .expect("a head ends with a blank line");
     let lines: Vec<&str> = body.split("\r\n").collect();
     // the request line, Connection, Host, User-Agent, Accept (each unless the header replaces
     // it), and the header (unless it is an empty Accept)

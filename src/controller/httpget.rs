@@ -335,8 +335,7 @@ impl Reader {
             None => (HEAD_LIMIT + BODY_LIMIT).saturating_sub(self.raw.len()),
             Some(end) => (end + BODY_LIMIT).saturating_sub(self.raw.len()),
         };
-        self.raw
-            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.raw.extend_from_slice(&bytes[..bytes.len().min(room)]);
         if self.head_end.is_none() {
             let from = self.searched_to.saturating_sub(3);
             self.looked_at += self.raw.len() - from;
@@ -688,7 +687,9 @@ mod tests {
             fill: b"X-Endless: yes\r\n",
             read: 0,
         };
-        let e = exchange(&mut s, "GET / HTTP/1.1\r\n\r\n").await.unwrap_err();
+        let e = exchange(&mut s, "GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap_err();
         assert!(matches!(e, GetErrorKind::HeadTooLong), "{e:?}");
         assert!(s.read <= HEAD_LIMIT + 4096, "read {} bytes", s.read);
     }
@@ -701,7 +702,12 @@ mod tests {
             assert!(!r.push(std::slice::from_ref(b)).unwrap());
         }
         // one byte at a time: each search looks at the new byte and the three before it
-        assert!(r.scanned() <= 4 * r.taken(), "{} of {}", r.scanned(), r.taken());
+        assert!(
+            r.scanned() <= 4 * r.taken(),
+            "{} of {}",
+            r.scanned(),
+            r.taken()
+        );
         r.push(b"\r\n\r\nok").unwrap();
         assert_eq!(r.finish().unwrap().0.status, 200);
     }
@@ -750,7 +756,10 @@ mod tests {
             ("/", &[("X-A\r\nB".to_string(), "1".to_string())]),
         ] {
             let e = request_head(&get_of(80, path, headers), path).unwrap_err();
-            assert!(matches!(e, GetErrorKind::InvalidRequest(_)), "{path:?}: {e:?}");
+            assert!(
+                matches!(e, GetErrorKind::InvalidRequest(_)),
+                "{path:?}: {e:?}"
+            );
         }
         let ok = [("X-A".to_string(), "a\tb".to_string())];
         let head = request_head(&get_of(80, "/a b", &ok), "/a b").unwrap();
@@ -760,10 +769,17 @@ mod tests {
 
     #[test]
     fn a_response_without_a_status_line_is_malformed() {
-        for raw in [&b"\r\n\r\n"[..], b"FOO 200\r\n\r\n", b"HTTP/1.1 abc\r\n\r\n"] {
+        for raw in [
+            &b"\r\n\r\n"[..],
+            b"FOO 200\r\n\r\n",
+            b"HTTP/1.1 abc\r\n\r\n",
+        ] {
             let mut r = Reader::default();
             r.push(raw).unwrap();
-            assert!(matches!(r.finish(), Err(GetErrorKind::Malformed)), "{raw:?}");
+            assert!(
+                matches!(r.finish(), Err(GetErrorKind::Malformed)),
+                "{raw:?}"
+            );
         }
     }
 

@@ -63,7 +63,13 @@ async fn run_as_kruise_daemon_with_the_charts_arguments_and_rbac_it_becomes_read
     let addr = format!("--addr=127.0.0.1:{}", free_addr().port());
     let args: Vec<&str> = CHART_ARGS
         .iter()
-        .map(|a| if a.starts_with("--addr=") { addr.as_str() } else { a })
+        .map(|a| {
+            if a.starts_with("--addr=") {
+                addr.as_str()
+            } else {
+                a
+            }
+        })
         .collect();
     let mut d = Daemon::start_exe(
         &exe,

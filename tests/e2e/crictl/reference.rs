@@ -292,7 +292,7 @@ impl Canon {
         literal.push((run.to_string(), "<RUN>".into()));
         literal.push((runtime_version.to_string(), "<RUNTIME_VERSION>".into()));
         literal.retain(|(from, _)| !from.is_empty());
-        literal.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        literal.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
         let re = |p: &str| Regex::new(p).expect("a pattern");
         let patterns = vec![
             // RFC 3339 (JSON, YAML, log timestamps) and Go's time.Time.String()
