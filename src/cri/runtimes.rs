@@ -204,3 +204,126 @@ pub enum RuntimeLookupError {
     #[error("not found runtime service for {0} in daemon")]
     NotFound(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime answering `name` at `socket`. Its client needs a Tokio runtime (it dials
+    /// lazily, on the first call, which these tests never make): the tests using it are async.
+    fn runtime(name: &str, socket: &str) -> (RuntimeVersion, RemoteRuntime) {
+        let version = RuntimeVersion {
+            version: "0.1.0".into(),
+            runtime_name: name.into(),
+            runtime_version: "1".into(),
+            runtime_api_version: "v1".into(),
+        };
+        let rt = RemoteRuntime::new(Endpoint::unix(socket), None, Timeouts::default());
+        (version, rt)
+    }
+
+    /// A node with containerd (primary) and CRI-O.
+    fn both() -> Runtimes {
+        Runtimes {
+            found: vec![
+                runtime("containerd", "/run/containerd/containerd.sock"),
+                runtime("cri-o", "/run/crio/crio.sock"),
+            ],
+        }
+    }
+
+    fn crio_only() -> Runtimes {
+        let (v, rt) = runtime("cri-o", "/run/crio/crio.sock");
+        Runtimes::single(v, rt)
+    }
+
+    fn socket(rt: &RemoteRuntime) -> String {
+        rt.endpoint().to_string()
+    }
+
+    // The kubelet's container ID prefixes are `containerd://` and `cri-o://`, the runtime
+    // names in `Version`: seen on containerd 2.3.4 / CRI-O 1.36.3, recorded in the project's
+    // runtime notes (../shared/runtimes/README.md, the gotchas).
+
+    #[test]
+    fn a_kubelet_id_splits_into_the_runtime_name_and_the_runtimes_own_id() {
+        assert_eq!(split_container_id("cri-o://4f1c2a"), ("cri-o", "4f1c2a"));
+        assert_eq!(
+            split_container_id("containerd://4f1c2a"),
+            ("containerd", "4f1c2a")
+        );
+        assert_eq!(split_container_id("4f1c2a"), ("", "4f1c2a"));
+        assert_eq!(split_container_id("docker://"), ("docker", ""));
+    }
+
+    #[tokio::test]
+    async fn a_cri_o_id_goes_to_the_runtime_named_cri_o_and_a_bare_id_to_the_primary() {
+        let r = both();
+        let (rt, id) = r
+            .for_container_id("cri-o://4f1c2a")
+            .expect("cri-o is known");
+        assert_eq!(
+            (socket(rt).as_str(), id),
+            ("unix:///run/crio/crio.sock", "4f1c2a")
+        );
+        let (rt, id) = r
+            .for_container_id("containerd://4f1c2a")
+            .expect("containerd is known");
+        assert_eq!(
+            (socket(rt).as_str(), id),
+            ("unix:///run/containerd/containerd.sock", "4f1c2a")
+        );
+        let (rt, id) = r.for_container_id("4f1c2a").expect("the primary");
+        assert_eq!(
+            (socket(rt).as_str(), id),
+            ("unix:///run/containerd/containerd.sock", "4f1c2a")
+        );
+        assert!(r.for_container_id("docker://4f1c2a").is_none());
+    }
+
+    #[tokio::test]
+    async fn on_a_cri_o_node_a_containerd_id_names_no_runtime() {
+        let r = crio_only();
+        assert!(r.for_container_id("cri-o://4f1c2a").is_some());
+        assert!(r.for_container_id("containerd://4f1c2a").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_pods_cri_o_ids_find_cri_o_by_that_name_and_no_id_yet_finds_the_primary() {
+        let r = both();
+        let (rt, name) = r
+            .for_containers(["cri-o://a", "", "cri-o://b"])
+            .expect("one runtime type");
+        assert_eq!(
+            (socket(rt).as_str(), name.as_str()),
+            ("unix:///run/crio/crio.sock", "cri-o")
+        );
+        let (rt, name) = r.for_containers(["", ""]).expect("no ID yet");
+        assert_eq!(
+            (socket(rt).as_str(), name.as_str()),
+            ("unix:///run/containerd/containerd.sock", "containerd")
+        );
+        let (_, name) = crio_only().for_containers([]).expect("no ID yet");
+        assert_eq!(name, "cri-o");
+    }
+
+    #[tokio::test]
+    async fn a_pod_with_ids_of_two_runtimes_or_of_an_unknown_one_is_refused_in_kruise_daemons_words()
+     {
+        let r = both();
+        let e = r
+            .for_containers(["cri-o://a", "containerd://b"])
+            .expect_err("mixed types");
+        assert_eq!(
+            e.to_string(),
+            "has different runtime types containerd, cri-o in Pod"
+        );
+        let e = crio_only()
+            .for_containers(["containerd://b"])
+            .expect_err("no containerd on a CRI-O node");
+        assert_eq!(
+            e.to_string(),
+            "not found runtime service for containerd://b in daemon"
+        );
+    }
+}

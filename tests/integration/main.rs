@@ -18,6 +18,7 @@ mod cli;
 mod containermeta;
 mod crds;
 mod crictl;
+mod dialects;
 mod dropin;
 mod faults_api;
 mod faults_restart;

@@ -1,5 +1,6 @@
 //! A whole fake node for integration tests and benchmarks: the API-server double as control
-//! plane, the fake CRI runtime as containerd, and this module as the kubelet that keeps the two
+//! plane, the fake CRI runtime as containerd (or, with [`FakeNode::start_on`], as the runtime a
+//! [`Dialect`] names), and this module as the kubelet that keeps the two
 //! consistent (pods in the API with container statuses, containers in the runtime with the
 //! kubelet's labels, annotations, hash and env resolved from the pod's metadata).
 
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 
 use apiserver_double::{ApiServer, Handle};
 use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
-use kruised::cri::fake::FakeRuntime;
+use kruised::cri::fake::{Dialect, FakeRuntime};
 use kruised::cri::{ContainerConfig, ContainerMetadata, SandboxMetadata, StringMap};
 use kruised::hash::env::{MetaRef, env_meta_refs};
 use kruised::hash::kubelet::{format_hash, hash_container};
@@ -24,7 +25,7 @@ pub const NODE: &str = "node-a";
 pub struct FakeNode {
     /// The API-server double.
     pub api: Handle,
-    /// The fake runtime (named `containerd`).
+    /// The fake runtime (named `containerd`, or as its dialect's runtime names itself).
     pub cri: FakeRuntime,
     /// Where the kubeconfig and socket live.
     pub dir: tempfile::TempDir,
@@ -43,17 +44,31 @@ impl FakeNode {
             .collect()
     }
 
-    /// Starts both halves.
+    /// Starts both halves, the runtime the plain fake named `containerd`
+    /// ([`Dialect::Plain`]).
     pub async fn start() -> FakeNode {
+        Self::start_with(None).await
+    }
+
+    /// Starts both halves, the runtime answering as `dialect`: its name in `Version` and so the
+    /// kubelet's container IDs (`cri-o://…` on CRI-O), its image fields and its events.
+    pub async fn start_on(dialect: Dialect) -> FakeNode {
+        Self::start_with(Some(dialect)).await
+    }
+
+    async fn start_with(dialect: Option<Dialect>) -> FakeNode {
         let dir = tempfile::tempdir().expect("tempdir");
         let api = ApiServer::start("127.0.0.1:0".parse().expect("addr"))
             .await
             .expect("start the API double");
         api.write_kubeconfig(dir.path().join("kubeconfig"))
             .expect("kubeconfig");
-        let cri = FakeRuntime::start(&dir.path().join("cri.sock"), "containerd")
-            .await
-            .expect("start the fake runtime");
+        let socket = dir.path().join("cri.sock");
+        let cri = match dialect {
+            Some(d) => FakeRuntime::start_as(&socket, d).await,
+            None => FakeRuntime::start(&socket, "containerd").await,
+        }
+        .expect("start the fake runtime");
         FakeNode {
             api,
             cri,
@@ -134,7 +149,7 @@ impl FakeNode {
         let mut statuses = Vec::new();
         for c in &pod.spec.as_ref().expect("spec").containers {
             let id = self.start_container(&pod, &sandbox, c, 0, true, true);
-            statuses.push(status(&c.name, &id, 0));
+            statuses.push(self.status(&c.name, &id, 0));
         }
         let updated = self
             .api
@@ -190,7 +205,7 @@ impl FakeNode {
                     .flatten()
                 {
                     if s["name"] == container {
-                        *s = status(container, &id, attempt);
+                        *s = self.status(container, &id, attempt);
                     }
                 }
             })
@@ -226,16 +241,29 @@ impl FakeNode {
             .find(|s| s.name == container)
             .expect("status");
         let attempt = u32::try_from(old.restart_count + 1).expect("restart count");
+        let prefix = self.cri.kubelet_id("");
         if let Some(old_id) = old
             .container_id
             .as_deref()
-            .and_then(|i| i.strip_prefix("containerd://"))
+            .and_then(|i| i.strip_prefix(prefix.as_str()))
         {
             self.cri.exit_container(old_id, 0);
         }
         let sandbox = &self.sandboxes[pod_name];
         let id = self.start_container(&pod, sandbox, &spec, attempt, true, true);
         (id, attempt)
+    }
+
+    /// The kubelet's container ID of `id` on this node's runtime: `<runtime name>://<id>`.
+    pub fn kubelet_id(&self, id: &str) -> String {
+        self.cri.kubelet_id(id)
+    }
+
+    /// A container's status as the kubelet reports it.
+    fn status(&self, name: &str, id: &str, restarts: u32) -> Value {
+        json!({"name": name, "containerID": self.kubelet_id(id), "image": "busybox",
+               "imageID": "sha256:1", "ready": true, "restartCount": restarts, "started": true,
+               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
     }
 
     /// The pod's current `runtime-containers-meta`, parsed.
@@ -316,12 +344,6 @@ pub fn meta_of(obj: &Value) -> Option<keys::RuntimeContainerMetaSet> {
     keys::parse_runtime_containers_meta(&annotations)
         .ok()
         .flatten()
-}
-
-fn status(name: &str, id: &str, restarts: u32) -> Value {
-    json!({"name": name, "containerID": format!("containerd://{id}"), "image": "busybox",
-           "imageID": "sha256:1", "ready": true, "restartCount": restarts, "started": true,
-           "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
 }
 
 /// The env the kubelet would give `c`: plain values, and `fieldRef`s to the pod's labels and
