@@ -1,5 +1,6 @@
 //! A fleet on one machine: N simulated nodes against one real kube-apiserver + etcd
-//! (`tests/fleet-lab.sh`), each node a Node object, a CRI server of its own and the kubelet's
+//! (`tests/fleet-lab.sh`; where its binaries are not provided, the API-server double, with the
+//! same identities and RBAC, and without the API server's own figures), each node a Node object, a CRI server of its own and the kubelet's
 //! part played by `kruised_test_support::fleet`, and one real node daemon process per node:
 //! kruise-daemon, then kruised, each run as its DaemonSet runs it. For each daemon, three
 //! scenarios, figures from the API server's audit log (every daemon has its own user) and from
@@ -15,8 +16,8 @@
 //!    daemon's, which the real kubelet's can be too; counted as stale recreations), API writes
 //!    per pod, time to done.
 //!
-//! Run (root: kruise-daemon runs in a mount namespace of its own; the Kubernetes binaries from
-//! `KRUISED_KUBE_ASSETS`, default `../shared/kube`):
+//! Run (root: kruise-daemon runs in a mount namespace of its own; the Kubernetes binaries, a
+//! directory holding kube-apiserver, etcd and kubectl, in `KRUISED_KUBE_ASSETS`):
 //!
 //!     KRUISED_KRUISE_DAEMON=/path/to/kruise-daemon KRUISED_TEST_BIN=target/dist/kruised \
 //!     KRUISED_FLEET_NODES=10,50,100 cargo bench --bench fleet
@@ -80,15 +81,6 @@ struct Figures {
     writes_per_pod: f64,
     update_writes: Counts,
     api_rss: u64,
-}
-
-fn counts(entries: &[support::fleet::Audited], kind: Kind) -> Counts {
-    let prefix = format!("{}:", kind.user());
-    let mut out = Counts::new();
-    for e in entries.iter().filter(|e| e.user.starts_with(&prefix)) {
-        *out.entry((e.verb.clone(), e.resource.clone())).or_default() += 1;
-    }
-    out
 }
 
 fn total(c: &Counts) -> u64 {
@@ -290,7 +282,7 @@ async fn run(
     .await;
     f.rollout = ready.iter().copied().max().unwrap_or_default();
     let api1 = lab.usage("kube-apiserver");
-    f.rollout_counts = counts(&lab.audited(mark, lab.audit_mark()), kind);
+    f.rollout_counts = lab.counts(kind, &mark);
     f.rollout_api = ProcUsage {
         cpu: api1.cpu.saturating_sub(api0.cpu),
         rss: api1.rss,
@@ -303,7 +295,7 @@ async fn run(
     let api0 = lab.usage("kube-apiserver");
     tokio::time::sleep(sizes.rest).await;
     let api1 = lab.usage("kube-apiserver");
-    f.rest_counts = counts(&lab.audited(mark, lab.audit_mark()), kind);
+    f.rest_counts = lab.counts(kind, &mark);
     f.rest_per_minute = total(&f.rest_counts) as f64 / sizes.rest.as_secs_f64() * 60.0;
     f.rest_watches = lab.open_watches().await;
     f.rest_api_cpu = api1.cpu.saturating_sub(api0.cpu);
@@ -375,7 +367,7 @@ async fn run(
         }
     }
     let stops: usize = nodes.iter().map(|n| n.stops().len()).sum::<usize>() - stops_before;
-    let update_counts = counts(&lab.audited(mark, lab.audit_mark()), kind);
+    let update_counts = lab.counts(kind, &mark);
     f.update_writes = update_counts
         .into_iter()
         .filter(|((verb, _), _)| matches!(verb.as_str(), "create" | "update" | "patch" | "delete"))
@@ -394,38 +386,59 @@ async fn run(
     f
 }
 
-fn report(n: usize, pods: usize, rows: &[(Kind, Figures)]) {
-    println!("\n## {n} nodes, {pods} pods\n");
+fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
+    println!(
+        "\n## {n} nodes, {pods} pods{}\n",
+        if on_double {
+            " (on the API-server double: no API-server CPU or memory)"
+        } else {
+            ""
+        }
+    );
     let fmt = |c: &Counts| {
         c.iter()
             .map(|((v, r), k)| format!("{v} {r} {k}"))
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let api = |u: &ProcUsage| {
+        if on_double {
+            String::new()
+        } else {
+            format!("; API server CPU {:.2?}, RSS {} MiB", u.cpu, u.rss >> 20)
+        }
+    };
     for (kind, f) in rows {
         println!(
-            "- {kind:?}: rollout to the last ready {:.1?}, {} requests ({}); API server CPU {:.2?}, RSS {} MiB",
+            "- {kind:?}: rollout to the last ready {:.1?}, {} requests ({}){}",
             f.rollout,
             total(&f.rollout_counts),
             fmt(&f.rollout_counts),
-            f.rollout_api.cpu,
-            f.rollout_api.rss >> 20
+            api(&f.rollout_api)
         );
         println!(
-            "  at rest: {:.1} requests a minute ({}); {} watches open; API server CPU {:.2?} over the window",
+            "  at rest: {:.1} requests a minute ({}); {} watches open{}",
             f.rest_per_minute,
             fmt(&f.rest_counts),
             f.rest_watches,
-            f.rest_api_cpu
+            if on_double {
+                String::new()
+            } else {
+                format!("; API server CPU {:.2?} over the window", f.rest_api_cpu)
+            }
         );
         println!(
-            "  update: {:.1?}; restarts per pod {:?} ({} stale recreations by the kubelets); {:.2} API writes per pod ({}); API server RSS {} MiB",
+            "  update: {:.1?}; restarts per pod {:?} ({} stale recreations by the kubelets); {:.2} API writes per pod ({}){}",
             f.update,
             f.restarts,
             f.stale_recreations,
             f.writes_per_pod,
             fmt(&f.update_writes),
-            f.api_rss >> 20
+            if on_double {
+                String::new()
+            } else {
+                format!("; API server RSS {} MiB", f.api_rss >> 20)
+            }
         );
     }
 }
@@ -465,9 +478,22 @@ async fn main() {
         } else {
             (dir.path().to_path_buf(), Some(dir))
         };
-        let Some(lab) = FleetLab::start(&root).await else {
-            return;
-        };
+        let lab = FleetLab::start(&root).await;
+        if !bench {
+            println!(
+                "layer: {n} simulated nodes on {}{}",
+                if lab.on_double() {
+                    "the API-server double"
+                } else {
+                    "a real kube-apiserver (tests/fleet-lab.sh)"
+                },
+                if kruise_daemon.is_some() {
+                    ", kruise-daemon then kruised"
+                } else {
+                    ", kruised"
+                }
+            );
+        }
         let mut nodes = Vec::new();
         for i in 0..n {
             nodes.push(SimNode::start(&lab, &root.join("nodes"), i).await);
@@ -527,7 +553,7 @@ async fn main() {
             ours.stale_recreations
         );
         rows.push((Kind::Kruised, ours));
-        report(n, pods.len(), &rows);
+        report(n, pods.len(), &rows, lab.on_double());
         drop(kubelets);
         drop(lab);
     }

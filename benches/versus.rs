@@ -21,7 +21,7 @@
 //! Run:
 //!
 //!     # the cluster lab of tests/run.sh running (KRUISED_KUBE_LAB and friends exported), and
-//!     # kruise-daemon unpacked from ../shared/kruise:
+//!     # a kruise-daemon binary (no registry ships it; whoever runs the bench provides it):
 //!     KRUISED_KRUISE_DAEMON=/path/to/kruise-daemon KRUISED_TEST_BIN=target/dist/kruised \
 //!     cargo bench --bench versus
 //!     # KRUISED_BENCH_IDLE_PODS (100), KRUISED_BENCH_CHANGES (50), KRUISED_BENCH_IDLE_SECS (60),

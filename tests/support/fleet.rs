@@ -1,8 +1,10 @@
-//! A fleet of simulated nodes against one real API server (`tests/fleet-lab.sh`: etcd and
-//! kube-apiserver, nothing else), for the fleet benchmark (`benches/fleet.rs`).
+//! A fleet of simulated nodes against one API server, for the fleet benchmark
+//! (`benches/fleet.rs`): a real one (`tests/fleet-lab.sh`: etcd and kube-apiserver, nothing else)
+//! where the Kubernetes binaries are provided, else the API-server double.
 //!
 //! - [`FleetLab`]: the control plane, its identities (one token a node and daemon kind, so the
-//!   audit log tells every daemon's requests apart), its audit log and its processes' cost.
+//!   audit log, or the double's request log, tells every daemon's requests apart), the requests
+//!   by daemon, and its processes' cost (the real one's only).
 //! - [`SimNode`] and [`Kubelets`]: each node a Node object and a CRI server of its own (the fake
 //!   runtime on a unix socket, where a DaemonSet would find the node's runtime), and the
 //!   kubelet's part of every node in one task: pods bound to a node get a sandbox and containers
@@ -56,18 +58,96 @@ impl Kind {
     }
 }
 
-/// The control plane of `tests/fleet-lab.sh`.
+/// The fleet's control plane: a real kube-apiserver and etcd (`tests/fleet-lab.sh`) where the
+/// Kubernetes binaries are provided, else the API-server double in this process, with the same
+/// identities and RBAC (the double authenticates the same tokens and authorizes with the same
+/// roles and bindings).
 pub struct FleetLab {
-    /// Its state directory.
+    /// Its state directory (kubeconfigs, daemons' logs).
     pub dir: PathBuf,
     /// The admin's client.
     pub admin: Client,
     /// The simulated kubelets' client.
     pub kubelet: Client,
     salt: String,
-    script: PathBuf,
+    plane: Plane,
     /// The lab's ports start here (`FLEET_LAB_PORT_BASE`); the daemons' admin ports follow.
     port_base: u16,
+}
+
+/// Which API server the fleet talks to.
+enum Plane {
+    /// `tests/fleet-lab.sh`: kube-apiserver and etcd, with an audit log.
+    Real { script: PathBuf },
+    /// The API-server double; its request log stands in for the audit log.
+    Double { api: apiserver_double::Handle },
+}
+
+/// A point in the API server's record of requests (from which [`FleetLab::counts`] sums).
+#[derive(Clone, Debug)]
+pub enum Mark {
+    /// A byte offset in the audit log.
+    Audit(u64),
+    /// The double's counts by (user, verb, resource) then.
+    Double(BTreeMap<(String, String, String), u64>),
+}
+
+/// The bindings `tests/fleet-lab.sh` makes: each daemon kind's group to its DaemonSet's roles.
+const FLEET_BINDINGS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: kruise-daemon-config}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: fleet-kruised}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kruised}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruised"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: fleet-kruised-secrets, namespace: kruise-daemon-config}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruised-secrets}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruised"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: fleet-kruise-daemon}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kruise-daemon-role}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: fleet-kruise-daemon-secrets, namespace: kruise-daemon-config}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruise-daemon-secret-role}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
+"#;
+
+fn keys_group() -> &'static str {
+    kruised::k8s::keys::KRUISE_GROUP
+}
+
+/// A random number for the tokens' salt.
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id().into());
+    h.finish()
+}
+
+/// The nodes whose daemons the lab has identities for (`FLEET_LAB_MAX_NODES`).
+fn max_nodes() -> usize {
+    crate::env_or("FLEET_LAB_MAX_NODES", 500)
+}
+
+/// What the lab's Kubernetes binaries are: `KRUISED_KUBE_ASSETS` holding kube-apiserver, etcd
+/// and kubectl.
+fn kube_assets() -> Option<PathBuf> {
+    let dir = std::env::var_os("KRUISED_KUBE_ASSETS").map(PathBuf::from)?;
+    ["kube-apiserver", "etcd", "kubectl"]
+        .iter()
+        .all(|b| dir.join(b).is_file())
+        .then_some(dir)
 }
 
 /// What a process has cost so far.
@@ -91,34 +171,35 @@ pub struct Audited {
 }
 
 impl FleetLab {
-    /// Starts the lab under `dir` (`tests/fleet-lab.sh start`); `None`, after a message, when the
-    /// Kubernetes binaries are missing and the run may skip (not under `CI=true` or
-    /// `KRUISED_REQUIRE_LAB=1`).
-    pub async fn start(dir: &Path) -> Option<FleetLab> {
+    /// Starts the lab under `dir`: `tests/fleet-lab.sh start` where the Kubernetes binaries are
+    /// provided (`KRUISED_KUBE_ASSETS`), else the API-server double.
+    pub async fn start(dir: &Path) -> FleetLab {
+        let port_base = crate::env_or("FLEET_LAB_PORT_BASE", 18000);
+        match kube_assets() {
+            Some(assets) => Self::start_real(dir, &assets, port_base).await,
+            None => {
+                eprintln!(
+                    "fleet: on the API-server double (no kube-apiserver, etcd and kubectl in \
+                     KRUISED_KUBE_ASSETS): request counts from its log, no API-server CPU"
+                );
+                Self::start_double(dir, port_base).await
+            }
+        }
+    }
+
+    /// Whether the fleet runs on the API-server double.
+    pub fn on_double(&self) -> bool {
+        matches!(self.plane, Plane::Double { .. })
+    }
+
+    async fn start_real(dir: &Path, assets: &Path, port_base: u16) -> FleetLab {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let script = root.join("tests/fleet-lab.sh");
-        let assets = std::env::var_os("KRUISED_KUBE_ASSETS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("../shared/kube"));
-        if !assets.join("SHA256SUMS").is_file() {
-            let required = std::env::var("CI").as_deref() == Ok("true")
-                || std::env::var("KRUISED_REQUIRE_LAB").as_deref() == Ok("1");
-            assert!(
-                !required,
-                "the fleet lab is required but {} has no Kubernetes binaries (KRUISED_KUBE_ASSETS)",
-                assets.display()
-            );
-            eprintln!(
-                "SKIPPED: no Kubernetes binaries in {} (KRUISED_KUBE_ASSETS)",
-                assets.display()
-            );
-            return None;
-        }
         let status = tokio::process::Command::new("bash")
             .arg(&script)
             .arg("start")
             .env("FLEET_LAB", dir)
-            .env("KRUISED_KUBE_ASSETS", &assets)
+            .env("KRUISED_KUBE_ASSETS", assets)
             .status()
             .await
             .expect("run tests/fleet-lab.sh");
@@ -127,80 +208,215 @@ impl FleetLab {
             .expect("token salt")
             .trim()
             .to_string();
-        let port_base = crate::env_or("FLEET_LAB_PORT_BASE", 18000);
-        Some(FleetLab {
+        FleetLab {
             port_base,
             dir: dir.to_path_buf(),
             admin: client_from(&dir.join("kubeconfig")).await,
             kubelet: client_from(&dir.join("kubelet.kubeconfig")).await,
             salt,
-            script,
-        })
+            plane: Plane::Real { script },
+        }
+    }
+
+    /// The double with fleet-lab.sh's identities (tokens `<who>-<salt>`; the daemons' users
+    /// `kruised:n<i>` and `kruise-daemon:n<i>` in groups `fleet:kruised` and
+    /// `fleet:kruise-daemon`) and RBAC (deploy/rbac.yaml's roles and the chart's, bound to
+    /// those groups), kruise's kinds and the test workload's.
+    async fn start_double(dir: &Path, port_base: u16) -> FleetLab {
+        use apiserver_double::{Config, KindInfo, UserInfo};
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let salt = format!("{:016x}", rand_u64());
+        let mut tokens = BTreeMap::new();
+        tokens.insert(
+            format!("admin-{salt}"),
+            UserInfo::new("fleet-admin", &["system:masters"]),
+        );
+        tokens.insert(
+            format!("kubelet-{salt}"),
+            UserInfo::new("fleet-kubelet", &["system:masters"]),
+        );
+        for i in 0..max_nodes() {
+            for kind in [Kind::Kruised, Kind::KruiseDaemon] {
+                let group = format!("fleet:{}", kind.user());
+                tokens.insert(
+                    format!("{}-n{i}-{salt}", kind.user()),
+                    UserInfo::new(&format!("{}:n{i}", kind.user()), &[&group]),
+                );
+            }
+        }
+        let mut config = Config {
+            tokens: Some(tokens),
+            rbac: true,
+            ..Config::default()
+        };
+        config.kinds.push(KindInfo::custom(
+            keys_group(),
+            "v1alpha1",
+            "testworkloads",
+            "TestWorkload",
+            true,
+        ));
+        let api = apiserver_double::ApiServer::start_with(config)
+            .await
+            .expect("start the API-server double");
+        let control = api.control();
+        for file in [
+            "deploy/namespace.yaml",
+            "deploy/rbac.yaml",
+            "tests/fixtures/kruise-chart/rbac.yaml",
+        ] {
+            let yaml = std::fs::read_to_string(root.join(file)).expect(file);
+            control
+                .apply_manifests(&yaml)
+                .unwrap_or_else(|e| panic!("{file}: {e:?}"));
+        }
+        control
+            .apply_manifests(FLEET_BINDINGS)
+            .expect("the fleet's bindings");
+        std::fs::create_dir_all(dir).expect("the lab's directory");
+        let kubeconfig = |who: &str| {
+            let path = dir.join(format!("{who}.kubeconfig"));
+            std::fs::write(
+                &path,
+                apiserver_double::kubeconfig_with_token(&api.url(), &format!("{who}-{salt}")),
+            )
+            .expect("write a kubeconfig");
+            path
+        };
+        let (admin, kubelet) = (kubeconfig("admin"), kubeconfig("kubelet"));
+        FleetLab {
+            port_base,
+            dir: dir.to_path_buf(),
+            admin: client_from(&admin).await,
+            kubelet: client_from(&kubelet).await,
+            salt,
+            plane: Plane::Double { api },
+        }
     }
 
     /// Stops the lab's processes (also when a run panics), keeping its state.
     fn stop(&self) {
-        let _ = std::process::Command::new("bash")
-            .arg(&self.script)
-            .arg("stop")
-            .env("FLEET_LAB", &self.dir)
-            .status();
+        if let Plane::Real { script } = &self.plane {
+            let _ = std::process::Command::new("bash")
+                .arg(script)
+                .arg("stop")
+                .env("FLEET_LAB", &self.dir)
+                .status();
+        }
     }
 
     /// A kubeconfig for daemon `kind` of node `i`, written under the lab.
     pub fn kubeconfig(&self, kind: Kind, i: usize) -> PathBuf {
-        let admin = std::fs::read_to_string(self.dir.join("kubeconfig")).expect("admin kubeconfig");
         let token = format!("{}-n{i}-{}", kind.user(), self.salt);
-        let text = admin
-            .lines()
-            .map(|l| {
-                if l.trim_start().starts_with("token:") {
-                    format!("    token: {token}")
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = match &self.plane {
+            Plane::Double { api } => apiserver_double::kubeconfig_with_token(&api.url(), &token),
+            Plane::Real { .. } => {
+                let admin =
+                    std::fs::read_to_string(self.dir.join("kubeconfig")).expect("admin kubeconfig");
+                admin
+                    .lines()
+                    .map(|l| {
+                        if l.trim_start().starts_with("token:") {
+                            format!("    token: {token}")
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+        };
         let path = self.dir.join(format!("{}-n{i}.kubeconfig", kind.user()));
         std::fs::write(&path, text).expect("write kubeconfig");
         path
     }
 
-    /// What the API server (`kube-apiserver`) or etcd (`etcd`) has cost so far.
+    /// What the API server (`kube-apiserver`) or etcd (`etcd`) has cost so far; nothing on the
+    /// double (it shares this process).
     pub fn usage(&self, process: &str) -> ProcUsage {
+        if self.on_double() {
+            return ProcUsage::default();
+        }
         let pid = std::fs::read_to_string(self.dir.join(format!("run/{process}.pid")))
             .unwrap_or_default();
         proc_usage(pid.trim().parse().unwrap_or(0))
     }
 
-    /// The audit log's size now: where the requests after this moment start.
-    pub fn audit_mark(&self) -> u64 {
-        std::fs::metadata(self.dir.join("audit.log")).map_or(0, |m| m.len())
+    /// Where the requests after this moment start.
+    pub fn audit_mark(&self) -> Mark {
+        match &self.plane {
+            Plane::Real { .. } => {
+                Mark::Audit(std::fs::metadata(self.dir.join("audit.log")).map_or(0, |m| m.len()))
+            }
+            Plane::Double { api } => Mark::Double(api.control().request_counts_by_user().0),
+        }
     }
 
-    /// Waits until the audit log has not grown for `quiet` (what was in flight is logged, and
-    /// nothing is asking), at most `limit`.
+    /// How much the record of requests has grown in all (to see it still growing).
+    fn audit_size(&self) -> u64 {
+        match &self.plane {
+            Plane::Real { .. } => {
+                std::fs::metadata(self.dir.join("audit.log")).map_or(0, |m| m.len())
+            }
+            Plane::Double { api } => api.control().request_counts_by_user().1,
+        }
+    }
+
+    /// Waits until the record of requests has not grown for `quiet` (what was in flight is
+    /// recorded, and nothing is asking), at most `limit`.
     pub async fn audit_quiet(&self, quiet: Duration, limit: Duration) {
         let deadline = Instant::now() + limit;
-        let mut last = (self.audit_mark(), Instant::now());
+        let mut last = (self.audit_size(), Instant::now());
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         while last.1.elapsed() < quiet {
             assert!(
                 Instant::now() < deadline,
-                "the audit log still grew after {limit:?}"
+                "the record of requests still grew after {limit:?}"
             );
             tick.tick().await;
-            let mark = self.audit_mark();
-            if mark != last.0 {
-                last = (mark, Instant::now());
+            let size = self.audit_size();
+            if size != last.0 {
+                last = (size, Instant::now());
             }
         }
     }
 
-    /// The requests logged between the marks `from` and `to` (a watch counted when it started,
-    /// anything else when it completed).
-    pub fn audited(&self, from: u64, to: u64) -> Vec<Audited> {
+    /// The requests of daemon `kind`'s users since `from`, by (verb, resource).
+    pub fn counts(&self, kind: Kind, from: &Mark) -> BTreeMap<(String, String), u64> {
+        let prefix = format!("{}:", kind.user());
+        let mut out = BTreeMap::new();
+        match (from, self.audit_mark()) {
+            (Mark::Audit(a), Mark::Audit(b)) => {
+                for e in self.audited(*a, b) {
+                    if e.user.starts_with(&prefix) {
+                        *out.entry((e.verb, e.resource)).or_default() += 1;
+                    }
+                }
+            }
+            (Mark::Double(a), Mark::Double(b)) => {
+                for ((user, verb, resource), n) in b {
+                    let before = a
+                        .get(&(user.clone(), verb.clone(), resource.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    let resource = if resource.is_empty() {
+                        "-".to_string()
+                    } else {
+                        resource
+                    };
+                    if user.starts_with(&prefix) && n > before {
+                        *out.entry((verb, resource)).or_default() += n - before;
+                    }
+                }
+            }
+            _ => unreachable!("a mark is of its lab's plane"),
+        }
+        out
+    }
+
+    /// The requests logged between the audit log's offsets `from` and `to` (a watch counted
+    /// when it started, anything else when it completed).
+    fn audited(&self, from: u64, to: u64) -> Vec<Audited> {
         use std::io::{Read, Seek, SeekFrom};
         let mut f = std::fs::File::open(self.dir.join("audit.log")).expect("open the audit log");
         f.seek(SeekFrom::Start(from)).expect("seek");
@@ -240,8 +456,11 @@ impl FleetLab {
     }
 
     /// The watches the API server holds open now, summed over resources
-    /// (`apiserver_longrunning_requests{verb="WATCH"}`).
+    /// (`apiserver_longrunning_requests{verb="WATCH"}`; the double counts its own).
     pub async fn open_watches(&self) -> u64 {
+        if let Plane::Double { api } = &self.plane {
+            return api.control().open_watches() as u64;
+        }
         let req = http::Request::get("/metrics")
             .body(Vec::new())
             .expect("request");

@@ -117,6 +117,10 @@ const LOG_LIMIT: usize = 10_000;
 pub struct RequestLog {
     counts: BTreeMap<(String, String), usize>,
     users: BTreeMap<String, usize>,
+    /// By `(user, verb, resource)`, every request however long the run (an audit log's sums).
+    by_user: BTreeMap<(String, String, String), u64>,
+    /// Requests recorded in all.
+    total: u64,
     refused: Vec<RequestRecord>,
     log: VecDeque<RequestRecord>,
 }
@@ -131,7 +135,12 @@ impl RequestLog {
         }
         if let Some(user) = &rec.user {
             *self.users.entry(user.clone()).or_default() += 1;
+            *self
+                .by_user
+                .entry((user.clone(), rec.verb.clone(), rec.resource.clone()))
+                .or_default() += 1;
         }
+        self.total += 1;
         if rec.refused.is_some() && self.refused.len() < LOG_LIMIT {
             self.refused.push(rec.clone());
         }
@@ -432,6 +441,14 @@ impl Control {
         self.lock_requests().user_count(user)
     }
 
+    /// Requests so far by `(user, verb, resource)` (authentication on), refused ones included,
+    /// and how many requests there were in all: what an audit log sums up, however long the run
+    /// (the request log keeps only the last 10 000).
+    pub fn request_counts_by_user(&self) -> (BTreeMap<(String, String, String), u64>, u64) {
+        let log = self.lock_requests();
+        (log.by_user.clone(), log.total)
+    }
+
     /// Every request refused by authentication (`401`) or RBAC (`403`), oldest first.
     pub fn refusals(&self) -> Vec<RequestRecord> {
         self.lock_requests().refused.clone()
@@ -442,6 +459,7 @@ impl Control {
         let mut log = self.lock_requests();
         log.counts.clear();
         log.users.clear();
+        log.by_user.clear();
         log.refused.clear();
         log.log.clear();
     }
