@@ -18,8 +18,10 @@
 #   scripts/demo.sh --api cluster    a real one-node Kubernetes (kube-apiserver with RBAC, a real
 #                                    kubelet, kruise's CRDs; the project's test cluster), kruised
 #                                    as its least-privilege ServiceAccount (the default when the
-#                                    binaries are found: KRUISED_KUBE_ASSETS, default
-#                                    ../shared/kube, with ../tools/kube-lab.sh beside it)
+#                                    binaries are provided: KRUISED_KUBE_ASSETS, a directory of
+#                                    kube-apiserver, etcd, kubelet, kube-controller-manager,
+#                                    kube-scheduler and kubectl; started with
+#                                    ../shared/tools/kube-lab.sh, or KRUISED_KUBE_LAB_SCRIPT)
 #
 # Needs root (containerd, apt-get for Debian's containerd, runc, registry). Ports: 17000 and up
 # (KRUISED_DEMO_PORT_BASE), admin 127.0.0.1:17221. Everything lives under one temp directory,
@@ -47,16 +49,21 @@ fail() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 indent() { sed 's/^/     /'; }
 
 assets=${KRUISED_KUBE_ASSETS:-}
-if [ -z "$assets" ] && [ -d ../shared/kube ]; then assets=$(cd ../shared/kube && pwd); fi
-have_assets() { [ -n "$assets" ] && [ -f "$assets/SHA256SUMS" ]; }
+kube_lab=${KRUISED_KUBE_LAB_SCRIPT:-$ROOT/../shared/tools/kube-lab.sh}
+crds=${KRUISED_KRUISE_CRDS:-$ROOT/../shared/kube/kruise-crds}
+have_assets() {
+  local b
+  [ -n "$assets" ] && [ -x "$kube_lab" ] && [ -d "$crds" ] || return 1
+  for b in kube-apiserver etcd kubelet kube-controller-manager kube-scheduler kubectl; do
+    [ -f "$assets/$b" ] || return 1
+  done
+}
 case "$mode" in
   auto) if have_assets; then mode=cluster; else mode=double; fi ;;
-  cluster) have_assets || fail "no Kubernetes binaries: set KRUISED_KUBE_ASSETS (the test cluster's, default ../shared/kube), or use --api double" ;;
+  cluster) have_assets || fail "no Kubernetes binaries: set KRUISED_KUBE_ASSETS (a directory of kube-apiserver, etcd, kubelet, kube-controller-manager, kube-scheduler, kubectl; with kube-lab.sh at $kube_lab and kruise's CRDs at $crds), or use --api double" ;;
   double) ;;
   *) usage ;;
 esac
-kube_lab=""
-if [ "$mode" = cluster ]; then kube_lab=$(cd "$assets/.." && pwd)/tools/kube-lab.sh; fi
 base=${KRUISED_DEMO_PORT_BASE:-17000}
 admin=127.0.0.1:$((base + 221))
 
@@ -124,7 +131,7 @@ kruised=$bin/kruised
 # make_owner (prints the uid of the pod's CloneSet), and how to explore it (--keep).
 start_cluster() {
   export KLAB=$DEMO/kube KLAB_PORT_BASE=$base KLAB_CRI_LAB=$ROOT/tests/cri-lab.sh \
-    REG_AUTH_ADDR=127.0.0.1:$((base + 501)) KLAB_CRDS=$assets/kruise-crds
+    REG_AUTH_ADDR=127.0.0.1:$((base + 501)) KLAB_CRDS=$crds KLAB_BIN_DIR=$assets
   step "starting a one-node Kubernetes on loopback (real apiserver, kubelet, containerd)"
   "$kube_lab" start > "$DEMO/start.log" 2>&1 || { tail -20 "$DEMO/start.log" >&2; fail "the cluster did not start"; }
   eval "$("$kube_lab" env)"

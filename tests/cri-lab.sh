@@ -23,8 +23,8 @@
 #   crio-noevents  the same with CRI-O's default, enable_pod_events = false (GetContainerEvents
 #                ends at once, status OK): socket $LAB/crio-noevents/crio.sock, state of its own
 # Their binaries go to $LAB/bin (or CRI_LAB_BIN, which labs may share), taken from the directory of
-# plain binaries named by KRUISED_RUNTIMES_ASSETS (default ../shared/runtimes beside the
-# repository): containerd and containerd-shim-runc-v2 (containerd 2.x), crio and pinns (CRI-O),
+# plain binaries named by KRUISED_RUNTIMES_ASSETS (provided by whoever runs the lab: no
+# registry this project reaches ships them): containerd and containerd-shim-runc-v2 (containerd 2.x), crio and pinns (CRI-O),
 # crictl (the real crictl, which the crictl tests compare kruised's with), each used when present.
 # Without a provided containerd, containerd2 is Debian's own package of containerd 2.x, from
 # unstable (sid: 2.1.9 when this was written; it needs only glibc 2.34), fetched and checked by
@@ -74,9 +74,7 @@ REG_AUTH_USER=kruised-lab
 CRI_RUNTIME=${CRI_RUNTIME:-runc}
 CRI_LAB_RUNTIMES=${CRI_LAB_RUNTIMES:-containerd}
 CRI_LAB_RUNTIME=${CRI_LAB_RUNTIME:-${CRI_LAB_RUNTIMES%% *}}
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RUNTIMES_ASSETS=${KRUISED_RUNTIMES_ASSETS:-}
-if [ -z "$RUNTIMES_ASSETS" ] && [ -d "$REPO/../shared/runtimes" ]; then RUNTIMES_ASSETS=$REPO/../shared/runtimes; fi
 # the binaries of containerd 2.x / CRI-O and crictl; several labs may share them
 BIN=${CRI_LAB_BIN:-$LAB/bin}
 DEBIAN_MIRROR=${KRUISED_DEBIAN_MIRROR:-http://deb.debian.org/debian}

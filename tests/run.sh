@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite, four layers: unit tests, integration tests against the in-process
-# doubles, end-to-end tests against real runtimes (containerd 1.6, containerd 2.3 and CRI-O,
-# each with runc and a registry), and cluster tests against a real Kubernetes (kube-apiserver
-# with RBAC, etcd, controller-manager, scheduler, and a kubelet on a containerd 2.3 of its own).
-# It installs what they need (Debian packages), starts every lab in fresh directories, and
-# stops them again, whatever happens.
+# The whole test suite. What the package registries give runs everywhere, CI included: unit
+# tests, integration tests against the in-process doubles (the API-server double, the fake CRI
+# runtime, the fuzz targets' seeds), the demo, end-to-end tests against real runtimes (Debian's
+# containerd 1.6 and, from Debian unstable's package, containerd 2.x, each with runc and a
+# registry), kruised under a real systemd (Debian's, booted in systemd-nspawn) and the fleet
+# smoke run on the API-server double. Where someone provides binaries that no registry ships,
+# more layers run: the cluster layer (a real Kubernetes with kruise-manager), the end-to-end
+# layer on CRI-O and on a provided containerd 2.x, crictl compared live, the fleet on a real API
+# server and kruise-daemon beside kruised. It installs what the layers need (Debian packages),
+# starts every lab in fresh directories, and stops them again, whatever happens.
 #
 #   tests/run.sh                 everything
 #   tests/run.sh -- ARGS         ARGS to every test binary (a name filter, --nocapture, ...)
@@ -12,98 +16,150 @@
 # How it runs, on two cores: the shipped binary and image build in the background from the start
 # (the longest chain), the labs start beside them (the cluster's once that binary or the
 # layers' test binaries are built), and the binaries of the layers on real processes build;
-# then, at once (each is mostly
-# waiting on real processes): the end-to-end layer on each runtime (its own lab and registry;
-# `tests/e2e`, then the tests that kill the runtime, `tests/e2e_faults`) and the cluster layer
-# (`tests/cluster`; the tests that deploy the shipped image last, once `scripts/build-image.sh`
-# has built it). Beside them the rest builds (clippy on every target); then the demo (the
-# README's first command, `scripts/demo.sh --api double`), the integration and the unit tests.
-# Each part's output goes to a log of its own, printed when it fails; a table of what took how
-# long ends the run (KRUISED_PHASES=FILE appends it there too).
+# then, at once (each is mostly waiting on real processes): the end-to-end layer on each runtime
+# (its own lab and registry; `tests/e2e`, then the tests that kill the runtime,
+# `tests/e2e_faults`), the systemd layer and, where provided, the cluster layer (`tests/cluster`;
+# the tests that deploy the shipped image last, once `scripts/build-image.sh` has built it).
+# Beside them the rest builds (clippy on every target); then the demo (the README's first
+# command, `scripts/demo.sh --api double`), the integration and the unit tests, and the fleet
+# smoke run. Each part's output goes to a log of its own, printed when it fails; a table of what
+# ran, what was skipped and why, and what took how long ends the run (KRUISED_PHASES=FILE
+# appends it there too).
 #
-# Builds this repository does not ship, found through one variable each:
-#   KRUISED_RUNTIMES_ASSETS  containerd 2.3, CRI-O 1.36, crictl 1.36 (default ../shared/runtimes)
-#   KRUISED_KUBE_ASSETS      the Kubernetes binaries (default ../shared/kube; its kube-lab.sh is
-#                            ../tools/kube-lab.sh beside it)
-#   KRUISED_KRUISE_ASSETS    OpenKruise's kruise-manager (and kruise-daemon, for the benchmark) with
-#                            the manifests the manager needs (default ../shared/kruise): the cluster
-#                            layer runs the real manager beside its kubelet
-# Without them the parts that need them are skipped with a message, except in CI (CI=true) or
-# with KRUISED_REQUIRE_LAB=1, where the run fails.
+# Binaries this repository does not ship (no registry it reaches has them), each a directory of
+# plain binaries named by one variable; a layer whose binaries are not named is skipped with one
+# line, in CI too; a variable that names a directory without them fails the run:
+#   KRUISED_KUBE_ASSETS      kube-apiserver etcd kubelet kube-controller-manager kube-scheduler
+#                            kubectl: the cluster layer (started with ../shared/tools/kube-lab.sh,
+#                            or KRUISED_KUBE_LAB_SCRIPT), and the fleet on a real API server
+#                            (kube-apiserver, etcd and kubectl are enough for that)
+#   KRUISED_RUNTIMES_ASSETS  containerd + containerd-shim-runc-v2 (a containerd 2.x of your
+#                            choice, instead of Debian's), crio + pinns (CRI-O), crictl (the real
+#                            crictl: the crictl tests compare with it live instead of with the
+#                            recorded goldens); each used when present
+#   KRUISED_KRUISE_ASSETS    kruise-manager (the cluster layer runs it beside its kubelet; the
+#                            manifests it needs from ../shared/kruise/manifests.yaml unless the
+#                            directory has its own), kruise-daemon (beside kruised in the fleet)
+# KRUISED_DEBIAN_CONTAINERD2=0 leaves out the containerd 2.x pass where none is provided.
 #
-# Needs root (runtimes, runc, kubelet, apt-get).
+# Needs root (runtimes, runc, systemd-nspawn, kubelet, apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
 log() { printf '[tests/run.sh] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
 T0=$(now)
 PHASES=()
 # phase NAME START: records how long NAME took, from START to now
 phase() { PHASES+=("$(printf '%-44s %7ss' "$1" "$(since "$2")")"); }
+# what ran and what did not, for the closing table: layer NAME WHAT
+LAYERS=()
+layer() { LAYERS+=("$(printf '%-34s %s' "$1" "$2")"); }
+skip() { # skip NAME WHY: one line now, one in the closing table
+  log "SKIPPING $1: $2"
+  layer "$1" "skipped: $2"
+}
 
 TEST_ARGS=()
 if [ "${1:-}" = -- ]; then shift; TEST_ARGS=("$@"); elif [ $# -gt 0 ]; then
   echo "usage: tests/run.sh [-- TEST_ARGS...]" >&2; exit 2
 fi
 
-require=${KRUISED_REQUIRE_LAB:-0}
-case "${CI:-}" in true | 1) require=1 ;; esac
+# asset_dir VAR FILES...: the directory VAR names, if it holds every FILE (plain binaries);
+# empty when VAR is unset; the run fails when VAR names a directory without them
+asset_dir() {
+  local var=$1 dir b; shift
+  dir=${!var:-}
+  [ -n "$dir" ] || return 0
+  [ -d "$dir" ] || die "$var=$dir is not a directory"
+  for b in "$@"; do [ -f "$dir/$b" ] || return 0; done
+  (cd "$dir" && pwd)
+}
 
-# ---- the Kubernetes binaries of the cluster layer
-assets=${KRUISED_KUBE_ASSETS:-}
-if [ -z "$assets" ] && [ -d ../shared/kube ]; then assets=$(cd ../shared/kube && pwd); fi
+# ---- the Kubernetes binaries: the cluster layer, the fleet on a real API server
+KUBE_BINS=(kube-apiserver etcd kubelet kube-controller-manager kube-scheduler kubectl)
+assets=$(asset_dir KRUISED_KUBE_ASSETS "${KUBE_BINS[@]}")
+if [ -n "${KRUISED_KUBE_ASSETS:-}" ] && [ -z "$assets" ]; then
+  die "KRUISED_KUBE_ASSETS=$KRUISED_KUBE_ASSETS lacks one of ${KUBE_BINS[*]}"
+fi
 kube_lab=""
 if [ -n "$assets" ]; then
-  kube_lab=$(cd "$assets/.." && pwd)/tools/kube-lab.sh
-  if [ ! -f "$assets/SHA256SUMS" ] || [ ! -x "$kube_lab" ]; then
-    log "KRUISED_KUBE_ASSETS=$assets has no SHA256SUMS or no ../tools/kube-lab.sh beside it"
-    kube_lab=""
-  fi
-fi
-if [ -z "$kube_lab" ]; then
-  if [ "$require" = 1 ]; then
-    log "ERROR: the cluster layer is required (CI or KRUISED_REQUIRE_LAB=1) but no Kubernetes binaries were found: set KRUISED_KUBE_ASSETS"
-    exit 1
-  fi
-  log "SKIPPING the cluster layer: no Kubernetes binaries (set KRUISED_KUBE_ASSETS, default ../shared/kube)"
-  export KRUISED_KUBE_LAB_SKIPPED=1
-fi
-
-# ---- the runtimes beside Debian's containerd 1.6
-runtimes=${KRUISED_RUNTIMES_ASSETS:-}
-if [ -z "$runtimes" ] && [ -d ../shared/runtimes ]; then runtimes=$(cd ../shared/runtimes && pwd); fi
-if [ -n "$runtimes" ] && [ ! -f "$runtimes/SHA256SUMS" ]; then
-  log "KRUISED_RUNTIMES_ASSETS=$runtimes has no SHA256SUMS"
-  runtimes=""
-fi
-E2E_RUNTIMES=(containerd)
-if [ -n "$runtimes" ]; then
-  export KRUISED_RUNTIMES_ASSETS=$runtimes
-  E2E_RUNTIMES=(containerd containerd2 crio)
-elif [ "$require" = 1 ]; then
-  log "ERROR: the end-to-end layer on containerd 2.3 and CRI-O is required (CI or KRUISED_REQUIRE_LAB=1) but no runtime builds were found: set KRUISED_RUNTIMES_ASSETS"
-  exit 1
+  kube_lab=${KRUISED_KUBE_LAB_SCRIPT:-$ROOT/../shared/tools/kube-lab.sh}
+  [ -x "$kube_lab" ] || die "the cluster layer needs kube-lab.sh: $kube_lab is not there (KRUISED_KUBE_LAB_SCRIPT)"
+  kube_lab=$(cd "$(dirname "$kube_lab")" && pwd)/$(basename "$kube_lab")
+  export KRUISED_KUBE_ASSETS=$assets
 else
-  log "SKIPPING the end-to-end layer on containerd 2.3 and CRI-O: no runtime builds (set KRUISED_RUNTIMES_ASSETS, default ../shared/runtimes)"
+  skip "cluster (real Kubernetes)" "no Kubernetes binaries (KRUISED_KUBE_ASSETS unset)"
+  export KRUISED_KUBE_LAB_SKIPPED=1
+  unset KRUISED_KUBE_ASSETS
+fi
+# kruise's CRDs, for the cluster (data: ../shared/kube/kruise-crds)
+KRUISE_CRDS=${KRUISED_KRUISE_CRDS:-$ROOT/../shared/kube/kruise-crds}
+if [ -n "$kube_lab" ] && [ ! -d "$KRUISE_CRDS" ]; then
+  die "the cluster layer needs kruise's CRDs: $KRUISE_CRDS is not there (KRUISED_KRUISE_CRDS)"
 fi
 
-# ---- OpenKruise's own manager, for the cluster layer
-kruise=${KRUISED_KRUISE_ASSETS:-}
-if [ -z "$kruise" ] && [ -d ../shared/kruise ]; then kruise=$(cd ../shared/kruise && pwd); fi
-if [ -n "$kruise" ] && { [ ! -f "$kruise/SHA256SUMS" ] || [ ! -f "$kruise/kruise-manager.xz" ] ||
-  [ ! -f "$kruise/manifests.yaml" ]; }; then
-  log "KRUISED_KRUISE_ASSETS=$kruise has no SHA256SUMS, kruise-manager.xz or manifests.yaml"
-  kruise=""
-fi
-if [ -z "$kruise" ] && [ -n "$kube_lab" ]; then
-  if [ "$require" = 1 ]; then
-    log "ERROR: the cluster layer runs the real kruise-manager in CI (or with KRUISED_REQUIRE_LAB=1) but none was found: set KRUISED_KRUISE_ASSETS"
-    exit 1
+# ---- the runtimes beside Debian's containerd 1.6: containerd 2.x (provided, or Debian
+# unstable's package) and CRI-O (provided), and the real crictl (provided)
+runtimes=""
+if [ -n "${KRUISED_RUNTIMES_ASSETS:-}" ]; then
+  [ -d "$KRUISED_RUNTIMES_ASSETS" ] || die "KRUISED_RUNTIMES_ASSETS=$KRUISED_RUNTIMES_ASSETS is not a directory"
+  runtimes=$(cd "$KRUISED_RUNTIMES_ASSETS" && pwd)
+  export KRUISED_RUNTIMES_ASSETS=$runtimes
+  if [ -z "$(asset_dir KRUISED_RUNTIMES_ASSETS containerd)$(asset_dir KRUISED_RUNTIMES_ASSETS crio)$(asset_dir KRUISED_RUNTIMES_ASSETS crictl)" ]; then
+    die "KRUISED_RUNTIMES_ASSETS=$runtimes holds none of containerd, crio, crictl"
   fi
-  log "SKIPPING the cluster tests with the real kruise-manager: none found (set KRUISED_KRUISE_ASSETS, default ../shared/kruise)"
+else
+  # never ../shared/runtimes' leftovers: only what is named
+  export KRUISED_RUNTIMES_ASSETS=""
+fi
+has_runtime_bin() { [ -n "$runtimes" ] && [ -f "$runtimes/$1" ]; }
+E2E_RUNTIMES=(containerd)
+if has_runtime_bin containerd || [ "${KRUISED_DEBIAN_CONTAINERD2:-1}" = 1 ]; then
+  E2E_RUNTIMES+=(containerd2)
+else
+  skip "e2e on containerd 2.x" "KRUISED_DEBIAN_CONTAINERD2=0 and no containerd in KRUISED_RUNTIMES_ASSETS"
+fi
+if has_runtime_bin crio && has_runtime_bin pinns; then
+  E2E_RUNTIMES+=(crio)
+else
+  skip "e2e on CRI-O" "no crio and pinns in KRUISED_RUNTIMES_ASSETS"
+fi
+if has_runtime_bin crictl; then
+  layer "crictl compared live" "with $runtimes/crictl"
+else
+  layer "crictl compared live" "skipped: no crictl in KRUISED_RUNTIMES_ASSETS (compared with the recorded goldens of tests/fixtures/crictl)"
+  log "SKIPPING crictl compared live: no crictl in KRUISED_RUNTIMES_ASSETS (the crictl tests compare with recorded goldens)"
+fi
+
+# ---- OpenKruise's own manager (the cluster layer) and daemon (the fleet, beside kruised)
+kruise=""
+if [ -n "${KRUISED_KRUISE_ASSETS:-}" ]; then
+  [ -d "$KRUISED_KRUISE_ASSETS" ] || die "KRUISED_KRUISE_ASSETS=$KRUISED_KRUISE_ASSETS is not a directory"
+  kruise=$(cd "$KRUISED_KRUISE_ASSETS" && pwd)
+  [ -f "$kruise/kruise-manager" ] || [ -f "$kruise/kruise-daemon" ] ||
+    die "KRUISED_KRUISE_ASSETS=$kruise holds neither kruise-manager nor kruise-daemon"
+fi
+KRUISE_MANIFESTS=$kruise/manifests.yaml
+[ -f "$KRUISE_MANIFESTS" ] || KRUISE_MANIFESTS=$ROOT/../shared/kruise/manifests.yaml
+kruise_manager=""
+if [ -n "$kruise" ] && [ -f "$kruise/kruise-manager" ] && [ -n "$kube_lab" ]; then
+  [ -f "$KRUISE_MANIFESTS" ] || die "kruise-manager needs its manifests: neither $kruise/manifests.yaml nor ../shared/kruise/manifests.yaml"
+  kruise_manager=$kruise/kruise-manager
+else
+  if [ -z "$kube_lab" ]; then
+    skip "the real kruise-manager" "no cluster to run it beside"
+  else
+    skip "the real kruise-manager" "no kruise-manager in KRUISED_KRUISE_ASSETS"
+  fi
   export KRUISED_KRUISE_MANAGER_SKIPPED=1
+fi
+if [ -n "$kruise" ] && [ -f "$kruise/kruise-daemon" ]; then
+  export KRUISED_KRUISE_DAEMON=$kruise/kruise-daemon
+else
+  unset KRUISED_KRUISE_DAEMON
 fi
 
 # ---- labs, each in a fresh directory, stopped whatever happens
@@ -123,18 +179,18 @@ lab() { # lab RUNTIME COMMAND: tests/cri-lab.sh COMMAND on that runtime's lab
   LAB=${E2E_LAB[$rt]} REG_ADDR=${E2E_REG[$rt]} REG_AUTH_ADDR=${E2E_AUTH[$rt]} \
     CRI_LAB_RUNTIMES=$which bash tests/cri-lab.sh "$@"
 }
-KLAB=""
-# the cluster's own runtime (containerd 2.3 from tests/cri-lab.sh under $KLAB.cri) and
-# registries, on ports apart from the end-to-end labs': a real kubelet kills every pod of its
-# runtime it did not make. Without the runtime builds: kube-lab's own containerd 1.6. The one
-# cluster pass is on containerd 2.3, what new clusters run: the cluster layer is the longest part
-# of the run (its tests share the node), and a second pass on CRI-O would add its length again.
+KLAB="" SDLAB=""
+# the cluster's own runtime (containerd 2.x from tests/cri-lab.sh under $KCRI: provided, or
+# Debian's) and registries, on ports apart from the end-to-end labs': a real kubelet kills every
+# pod of its runtime it did not make. Without a containerd 2.x: kube-lab's own containerd 1.6.
+# The one cluster pass is on containerd 2.x, what new clusters run: the cluster layer is the
+# longest part of the run (its tests share the node), and a second pass on CRI-O would add its
+# length again. KRUISED_CLUSTER_RUNTIME=crio runs the cluster layer's kubelet on a provided CRI-O.
 KCRI=""
-# containerd 2.3 in CI; KRUISED_CLUSTER_RUNTIME=crio runs the cluster layer's kubelet on CRI-O
 CLUSTER_RUNTIME=${KRUISED_CLUSTER_RUNTIME:-containerd2}
 KREG=127.0.0.1:16500 KREG_AUTH=127.0.0.1:16501
-KUBE_ENV=(KLAB_CRI_LAB="$ROOT/tests/cri-lab.sh" REG_AUTH_ADDR="$KREG_AUTH" KLAB_REG_ADDR="$KREG"
-  KLAB_CRDS="${assets:-}/kruise-crds")
+KUBE_ENV=(KLAB_BIN_DIR="${assets:-}" KLAB_CRI_LAB="$ROOT/tests/cri-lab.sh" REG_AUTH_ADDR="$KREG_AUTH"
+  KLAB_REG_ADDR="$KREG" KLAB_CRDS="$KRUISE_CRDS")
 JOBS=()
 kill_tree() { # a background job and everything it started (cargo, test binaries, daemons)
   local child
@@ -152,6 +208,7 @@ cleanup() {
   if [ -n "$KCRI" ]; then
     LAB=$KCRI REG_ADDR=$KREG REG_AUTH_ADDR=$KREG_AUTH bash tests/cri-lab.sh clean > /dev/null 2>&1 || true
   fi
+  SYSTEMD_LAB=$SDLAB bash tests/systemd-lab.sh clean > /dev/null 2>&1 || true
   for rt in "${E2E_RUNTIMES[@]}"; do lab "$rt" clean > /dev/null 2>&1 || true; done
   if [ "$rc" = 0 ] || [ -z "${KRUISED_KEEP_LOGS:-}" ]; then rm -rf "$RUN"; fi
   exit "$rc"
@@ -161,26 +218,22 @@ t=$(now)
 bash tests/cri-lab.sh install
 phase "install packages" "$t"
 
-# the runtime builds, unpacked once for every lab
-if [ -n "$runtimes" ]; then
+# the binaries of containerd 2.x (provided, or Debian unstable's package), CRI-O and crictl
+# (provided), put once where every lab finds them
+export CRI_LAB_BIN=$RUN/bin
+if [ ${#E2E_RUNTIMES[@]} -gt 1 ] || has_runtime_bin crictl; then
   t=$(now)
-  export CRI_LAB_BIN=$RUN/bin KRUISED_CRICTL=$RUN/bin/crictl
-  CRI_LAB_RUNTIMES="containerd2 crio" LAB=$RUN bash tests/cri-lab.sh unpack
-  phase "unpack containerd 2.3, CRI-O, crictl" "$t"
+  CRI_LAB_RUNTIMES="${E2E_RUNTIMES[*]}" LAB=$RUN bash tests/cri-lab.sh unpack
+  phase "containerd 2.x, CRI-O, crictl" "$t"
 fi
-
-if [ -n "$kruise" ] && [ -n "$kube_lab" ]; then
-  t=$(now)
-  mkdir -p "$RUN/kruise"
-  xz -dc "$kruise/kruise-manager.xz" > "$RUN/kruise/kruise-manager"
-  # kruise-daemon, beside kruised in the fleet benchmark's smoke run
-  if [ -f "$kruise/kruise-daemon.xz" ]; then
-    xz -dc "$kruise/kruise-daemon.xz" > "$RUN/kruise/kruise-daemon"
-  fi
-  chmod +x "$RUN/kruise"/kruise-*
-  (cd "$RUN/kruise" && sha256sum -c --ignore-missing --quiet "$kruise/SHA256SUMS")
-  phase "unpack kruise-manager and kruise-daemon" "$t"
-fi
+if [ -x "$RUN/bin/crictl" ]; then export KRUISED_CRICTL=$RUN/bin/crictl; else unset KRUISED_CRICTL; fi
+# what each runtime pass runs on, for the closing table
+runtime_source() {
+  case "$1" in
+    containerd) echo "containerd $(dpkg-query -W -f '${Version}' containerd 2> /dev/null) (Debian's package)" ;;
+    *) cat "$RUN/bin/$1.source" 2> /dev/null || echo "$1" ;;
+  esac
+}
 
 # the shipped binary and image (the layers on real runtimes run the binary, the cluster layer
 # deploys the image), built in the background from now on, beside the tests' build (its own
@@ -217,16 +270,26 @@ for rt in "${E2E_RUNTIMES[@]}"; do
   lab "$rt" start > "$RUN/lab-$rt.log" 2>&1 &
   LAB_PID[$rt]=$!
 done
+# a real systemd (Debian's, in a container of its own) for the systemd layer, with the
+# containerd 1.6 lab's socket where kruised's detection looks (the directory exists before the
+# socket does)
+SDLAB=$RUN/systemd
+mkdir -p "${E2E_LAB[containerd]}"
+SYSTEMD_LAB=$SDLAB SYSTEMD_LAB_RUNTIME_DIR=${E2E_LAB[containerd]} bash tests/systemd-lab.sh start > "$RUN/systemd-lab.log" 2>&1 &
+SDLAB_PID=$!
 kube_pid=""
 if [ -n "$kube_lab" ]; then
   KLAB=$RUN/kube
   mkdir -p "$KLAB"
-  if [ -n "$runtimes" ]; then
+  case "$CLUSTER_RUNTIME" in
+    containerd2 | crio) ;;
+    *) log "KRUISED_CLUSTER_RUNTIME=$CLUSTER_RUNTIME: containerd2 or crio"; exit 2 ;;
+  esac
+  if [[ " ${E2E_RUNTIMES[*]} " == *" $CLUSTER_RUNTIME "* ]]; then
     KCRI=$RUN/kcri
     case "$CLUSTER_RUNTIME" in
       containerd2) KUBE_ENV+=(KLAB_CRI_SOCKET="$KCRI/containerd2/containerd.sock" KLAB_CNI_CONF_DIR="$KCRI/containerd2/cni") ;;
       crio) KUBE_ENV+=(KLAB_CRI_SOCKET="$KCRI/crio/crio.sock" KLAB_CNI_CONF_DIR="$KCRI/crio/cni") ;;
-      *) log "KRUISED_CLUSTER_RUNTIME=$CLUSTER_RUNTIME: containerd2 or crio"; exit 2 ;;
     esac
   fi
   (
@@ -303,8 +366,19 @@ e2e_part() { # the end-to-end binaries, one after the other, on one runtime's la
   use_shipped_binary || return 1
   export KRUISED_LAB=${E2E_LAB[$rt]} KRUISED_LAB_RUNTIME=$rt
   export KRUISED_LAB_REGISTRY=${E2E_REG[$rt]} KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[$rt]}
-  "$(bin e2e)" "${TEST_ARGS[@]}" && "$(bin e2e_faults)" "${TEST_ARGS[@]}" || return 1
+  echo "layer: on $(runtime_source "$rt")$([ -n "${KRUISED_CRICTL:-}" ] && echo ", crictl compared live")"
+  "$(bin e2e)" --skip systemd:: "${TEST_ARGS[@]}" && "$(bin e2e_faults)" "${TEST_ARGS[@]}" || return 1
   if [ "$rt" = containerd ]; then "$(bin prepull)"; fi
+}
+systemd_part() { # kruised installed and run by a real systemd, on the containerd 1.6 lab
+  use_shipped_binary || return 1
+  if ! wait "$SDLAB_PID"; then cat "$RUN/systemd-lab.log"; echo "ERROR: the systemd lab did not start"; return 1; fi
+  cat "$RUN/systemd-lab.log"
+  echo "layer: $(SYSTEMD_LAB=$SDLAB bash tests/systemd-lab.sh run systemctl --version | head -1) (Debian bookworm's, in systemd-nspawn), containerd 1.6"
+  export KRUISED_SYSTEMD_LAB=$SDLAB KRUISED_REQUIRE_SYSTEMD=1
+  export KRUISED_LAB=${E2E_LAB[containerd]} KRUISED_LAB_RUNTIME=containerd
+  export KRUISED_LAB_REGISTRY=${E2E_REG[containerd]} KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[containerd]}
+  "$(bin e2e)" systemd:: "${TEST_ARGS[@]}"
 }
 cluster_part() { # once the cluster lab is up
   local t
@@ -320,6 +394,7 @@ cluster_part() { # once the cluster lab is up
   export KRUISED_KUBE_LAB_REGISTRY=$KREG KRUISED_KUBE_LAB_AUTH_REGISTRY=$KREG_AUTH
   export KRUISED_KUBE_LAB_CRI_LAB=${KCRI:-$KLAB/cri}
   echo "kubelet on the runtime at $KRUISED_KUBE_LAB_CRI"
+  echo "layer: Kubernetes from $assets, its kubelet on $(if [ -n "$KCRI" ]; then runtime_source "$CLUSTER_RUNTIME"; else echo "kube-lab's containerd 1.6"; fi)$([ -n "$kruise_manager" ] && echo ", the real kruise-manager")"
   # the tests that deploy the shipped image (ship::) once it is built; the rest first
   "$(bin cluster)" --skip ship:: "${TEST_ARGS[@]}" || return 1
   t=$(now)
@@ -357,13 +432,13 @@ start_kruise_manager() {
   local dir=$RUN/kruise kubectl=$KLAB/bin/kubectl
   mkdir -p "$dir/certs" "$dir/protection"
   {
-    KUBECONFIG=$KLAB/kubeconfig "$kubectl" create -f "$kruise/manifests.yaml" &&
+    KUBECONFIG=$KLAB/kubeconfig "$kubectl" create -f "$KRUISE_MANIFESTS" &&
       KUBECONFIG=$KLAB/kubeconfig "$kubectl" create -f tests/fixtures/cluster/kruise-stand-in-crds.yaml &&
       KUBECONFIG=$KLAB/kubeconfig "$kubectl" wait --for=condition=Established crd --all --timeout=60s
   } > "$dir/create.log" 2>&1 ||
     { cat "$dir/create.log" >&2; log "ERROR: kruise-manager's objects could not be created"; exit 1; }
   WEBHOOK_HOST=127.0.0.1 WEBHOOK_PORT=19000 WEBHOOK_CERT_DIR=$dir/certs POD_NAMESPACE=kruise-system \
-    "$dir/kruise-manager" --kubeconfig="$KLAB/kubeconfig" --enable-leader-election=false \
+    "$kruise_manager" --kubeconfig="$KLAB/kubeconfig" --enable-leader-election=false \
     --metrics-addr=127.0.0.1:19002 --health-probe-addr=$KRUISE_MANAGER_HEALTH --enable-pprof=false \
     --protection-log-path="$dir/protection" --nodeimage-creation-delay=0s \
     --feature-gates=ImagePullJobGate=true,PodProbeMarkerGate=true,InPlaceUpdateEnvFromMetadata=true,KruiseDaemon=true \
@@ -393,7 +468,7 @@ if [ -n "$kube_lab" ]; then
     exit 1
   fi
   phase "cluster lab ready (after the build)" "$t"
-  if [ -n "$kruise" ]; then
+  if [ -n "$kruise_manager" ]; then
     t=$(now)
     start_kruise_manager
     phase "kruise-manager ready" "$t"
@@ -401,6 +476,7 @@ if [ -n "$kube_lab" ]; then
   run_part cluster cluster_part
 fi
 for rt in "${E2E_RUNTIMES[@]}"; do run_part "e2e-$rt" e2e_part "$rt"; done
+run_part systemd systemd_part
 
 # the rest of the build, beside the layers; then, beside each other, the demo (the README's
 # first command, on the API-server double, with the binaries of this build), the integration
@@ -412,10 +488,19 @@ t=$(now)
 nice -n 10 cargo test --workspace --tests --benches --locked --no-run
 list_binaries --tests --benches
 phase "build the rest (beside the layers)" "$t"
-run_part demo env KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
-run_part integration "$(bin integration)" "${TEST_ARGS[@]}"
-# the fleet benchmark's smoke run: five simulated nodes against an API server of its own
-# (tests/fleet-lab.sh, on ports 18xxx), kruise-daemon then the shipped kruised on each
+demo_part() {
+  echo "layer: scripts/demo.sh --api double, on containerd 1.6"
+  KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
+}
+run_part demo demo_part
+integration_part() {
+  echo "layer: the fake CRI runtime and the API-server double (and the manager double), the fuzz seeds"
+  "$(bin integration)" "${TEST_ARGS[@]}"
+}
+run_part integration integration_part
+# the fleet benchmark's smoke run: five simulated nodes against an API server of its own (a real
+# one from tests/fleet-lab.sh on ports 18xxx where the Kubernetes binaries are provided, else
+# the API-server double), kruise-daemon (where provided) then the shipped kruised on each
 fleet_part() {
   # after the end-to-end layer, beside the cluster layer (the longest): not on the machine at
   # its busiest
@@ -424,10 +509,9 @@ fleet_part() {
     while [ ! -f "$RUN/e2e-$rt.status" ]; do sleep 1; done
   done
   use_shipped_binary || return 1
-  if [ -x "$RUN/kruise/kruise-daemon" ]; then export KRUISED_KRUISE_DAEMON=$RUN/kruise/kruise-daemon; fi
-  KRUISED_KUBE_ASSETS=$assets "$(bin fleet)"
+  "$(bin fleet)"
 }
-if [ -n "$kube_lab" ]; then run_part fleet fleet_part; fi
+run_part fleet fleet_part
 t=$(now)
 cargo test --workspace --locked --lib --bins --test api --test cli --bench reaction \
   --bench podprobe -- "${TEST_ARGS[@]}"
@@ -437,12 +521,14 @@ failed=0
 failed_parts=()
 parts=()
 for rt in "${E2E_RUNTIMES[@]}"; do parts+=("e2e-$rt"); done
-if [ -n "$kube_lab" ]; then parts+=(cluster fleet); fi
-parts+=(demo integration)
+if [ -n "$kube_lab" ]; then parts+=(cluster); fi
+parts+=(systemd fleet demo integration)
 for p in "${parts[@]}"; do
   wait "${PART_PID[$p]}" || true
   read -r status secs < "$RUN/$p.status"
   PHASES+=("$(printf '%-44s %7ss  %s' "  $p" "$secs" "$status")")
+  what=$(sed -n 's/^layer: //p' "$RUN/$p.log" | head -1)
+  layer "$p" "$([ "$status" = ok ] && echo ran || echo FAILED): ${what:-?}"
   if [ "$status" != ok ]; then
     failed=1
     failed_parts+=("$p")
@@ -458,7 +544,10 @@ cat "$RUN/image.log" >&2
 PHASES+=("$(printf '%-44s %7ss' "  shipped binary and image (background)" "$(sed -n 's/^built in \(.*\)s$/\1/p' "$RUN/image.log")")")
 
 phase "tests/run.sh" "$T0"
+layer unit "ran: beside the code, and the benchmarks' smoke runs that need no lab"
 {
+  echo "[tests/run.sh] the layers: what ran, on what, and what was skipped and why:"
+  for l in "${LAYERS[@]}"; do echo "  $l"; done
   echo "[tests/run.sh] what took how long (wall clock; the parts below overlap):"
   for p in "${PHASES[@]}"; do echo "  $p"; done
 } | tee -a "${KRUISED_PHASES:-/dev/null}" >&2
