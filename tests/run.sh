@@ -275,8 +275,13 @@ done
 # socket does)
 SDLAB=$RUN/systemd
 mkdir -p "${E2E_LAB[containerd]}"
-SYSTEMD_LAB=$SDLAB SYSTEMD_LAB_RUNTIME_DIR=${E2E_LAB[containerd]} bash tests/systemd-lab.sh start > "$RUN/systemd-lab.log" 2>&1 &
-SDLAB_PID=$!
+(
+  if SYSTEMD_LAB=$SDLAB SYSTEMD_LAB_RUNTIME_DIR=${E2E_LAB[containerd]} bash tests/systemd-lab.sh start; then
+    echo ok > "$RUN/systemd-lab.status"
+  else
+    echo FAILED > "$RUN/systemd-lab.status"
+  fi
+) > "$RUN/systemd-lab.log" 2>&1 &
 kube_pid=""
 if [ -n "$kube_lab" ]; then
   KLAB=$RUN/kube
@@ -372,7 +377,13 @@ e2e_part() { # the end-to-end binaries, one after the other, on one runtime's la
 }
 systemd_part() { # kruised installed and run by a real systemd, on the containerd 1.6 lab
   use_shipped_binary || return 1
-  if ! wait "$SDLAB_PID"; then cat "$RUN/systemd-lab.log"; echo "ERROR: the systemd lab did not start"; return 1; fi
+  # the lab's job is no child of this part's shell: its status file says how it ended
+  while [ ! -f "$RUN/systemd-lab.status" ]; do sleep 1; done
+  if [ "$(cat "$RUN/systemd-lab.status")" != ok ]; then
+    cat "$RUN/systemd-lab.log"
+    echo "ERROR: the systemd lab did not start"
+    return 1
+  fi
   cat "$RUN/systemd-lab.log"
   echo "layer: $(SYSTEMD_LAB=$SDLAB bash tests/systemd-lab.sh run systemctl --version | head -1) (Debian bookworm's, in systemd-nspawn), containerd 1.6"
   export KRUISED_SYSTEMD_LAB=$SDLAB KRUISED_REQUIRE_SYSTEMD=1

@@ -74,11 +74,18 @@ cmd_start() {
   done
   [ -n "$pid" ] || die "no systemd in the container after 30 s"
   echo "$pid" > "$SYSTEMD_LAB/leader.pid"
-  # running or degraded: booted either way (a minimal root may lack a unit's hardware)
-  state=$(timeout 60 nsenter -t "$pid" -a systemctl is-system-running --wait 2> /dev/null || true)
+  # running or degraded: booted either way (a minimal root may lack a unit's hardware); until
+  # its manager listens, systemctl cannot connect and says nothing
+  state=""
+  for _ in $(seq 1 120); do
+    alive "$nspawn" || { tail -20 "$SYSTEMD_LAB/console.log" >&2; die "systemd-nspawn exited"; }
+    state=$(timeout 60 nsenter -t "$pid" -a systemctl is-system-running --wait 2> /dev/null || true)
+    case "$state" in running | degraded) break ;; esac
+    sleep 0.5
+  done
   case "$state" in
     running | degraded) ;;
-    *) tail -20 "$SYSTEMD_LAB/console.log" >&2; die "systemd did not finish booting (state '$state')" ;;
+    *) tail -20 "$SYSTEMD_LAB/console.log" >&2; die "systemd did not finish booting within 60 s (state '$state')" ;;
   esac
   log "booted in $(since "$t0")s ($state): PID 1 is $pid on the host"
 }
