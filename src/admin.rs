@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, debug_span, error, info, warn};
 
 pub use crate::health::{
-    ConditionReport, Heartbeat, Liveness, Readiness, ReadinessCondition, Stalled,
+    ConditionReport, Heartbeat, Liveness, Readiness, ReadinessCondition, Stalled, TaskGuard,
 };
 
 /// Liveness endpoint (kruise-daemon's path, probed by the chart's livenessProbe).

@@ -105,6 +105,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             readiness.condition("pods"),
             cancel.clone(),
             &tracker,
+            &liveness,
             std::future::ready(()),
         )
     });
@@ -116,6 +117,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         readiness.condition("nodeimage"),
         cancel.clone(),
         &tracker,
+        &liveness,
         discovered(),
     );
     let recreate_requests = kwatch::spawn(
@@ -126,6 +128,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         readiness.condition("containerrecreaterequests"),
         cancel.clone(),
         &tracker,
+        &liveness,
         discovered(),
     );
     let pod_probes = config.gates.pod_probe_marker.then(|| {
@@ -137,6 +140,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             readiness.condition("nodepodprobe"),
             cancel.clone(),
             &tracker,
+            &liveness,
             discovered(),
         )
     });
@@ -150,6 +154,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         pod_probes,
         cancel: cancel.clone(),
         tracker: tracker.clone(),
+        liveness: liveness.clone(),
     };
     crate::controller::start(&ctx, &mut registry);
 

@@ -1,7 +1,10 @@
 //! Readiness conditions and loop heartbeats, the state behind `/readyz` and `/healthz`.
 //!
 //! Readiness says whether the daemon can do its work now (caches synced, runtime reachable);
-//! liveness says whether its loops still make progress, so a restart would help.
+//! liveness says whether its loops still make progress, so a restart would help: every loop that
+//! beats has a heartbeat, every long-lived task a [`TaskGuard`] (a task that ends before the
+//! daemon stops, by a panic or a return, is dead for good), and every work queue a check of the
+//! key it has worked on longest ([`Liveness::register_check`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 // === Readiness ===
 
@@ -132,11 +136,28 @@ pub struct Liveness {
     inner: Arc<LivenessInner>,
 }
 
-#[derive(Debug)]
 struct LivenessInner {
     base: Instant,
     next_id: AtomicU64,
     loops: Mutex<Vec<LoopEntry>>,
+    checks: Mutex<Vec<CheckEntry>>,
+}
+
+impl fmt::Debug for LivenessInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LivenessInner")
+            .field("loops", &self.loops)
+            .field("checks", &crate::sync::lock(&self.checks).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A check that says what is wrong, if anything (`None`: fine).
+type CheckFn = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
+struct CheckEntry {
+    name: &'static str,
+    check: CheckFn,
 }
 
 #[derive(Debug)]
@@ -155,16 +176,15 @@ pub struct Heartbeat {
     liveness: Arc<LivenessInner>,
 }
 
-/// A loop that has not beaten within its limit: the `/healthz` error.
+/// A loop that has not beaten within its limit, a task that ended, a key worked on for too
+/// long: the `/healthz` error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no heartbeat for {} (limit {})", Secs(*.silent_for), Secs(*.limit))]
+#[error("{detail}")]
 pub struct Stalled {
-    /// The name given to [`Liveness::register`].
+    /// The name given to [`Liveness::register`] or [`Liveness::register_check`].
     pub name: &'static str,
-    /// Time since the last beat (or registration).
-    pub silent_for: Duration,
-    /// The `max_silence` it was registered with.
-    pub limit: Duration,
+    /// What is wrong (`no heartbeat for 31s (limit 30s)`).
+    pub detail: String,
 }
 
 /// Formats whole seconds as `31s`, anything finer as `0.5s`.
@@ -194,6 +214,7 @@ impl Liveness {
                 base: Instant::now(),
                 next_id: AtomicU64::new(0),
                 loops: Mutex::new(Vec::new()),
+                checks: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -216,18 +237,63 @@ impl Liveness {
         }
     }
 
-    /// The first registered loop that has been silent for longer than its limit, if any.
+    /// Registers a check that says what is wrong, if anything, whenever liveness is asked
+    /// (keep it cheap: `/healthz` and the systemd watchdog ask every few seconds).
+    pub fn register_check(
+        &self,
+        name: &'static str,
+        check: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) {
+        crate::sync::lock(&self.inner.checks).push(CheckEntry {
+            name,
+            check: Box::new(check),
+        });
+    }
+
+    /// A guard for the long-lived task `name`: the task must keep it until `cancel` fires;
+    /// dropped before (the task returned or panicked), it fails liveness for good, saying so.
+    pub fn task(&self, name: &'static str, cancel: &CancellationToken) -> TaskGuard {
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&ended);
+        self.register_check(name, move || {
+            seen.load(Ordering::Relaxed).then(|| {
+                format!("the {name} task ended while the daemon runs (a panic or a return)")
+            })
+        });
+        TaskGuard {
+            ended,
+            cancel: cancel.clone(),
+            name,
+        }
+    }
+
+    /// The first registered loop that has been silent for longer than its limit, or check that
+    /// failed, if any.
     pub fn check(&self) -> Result<(), Stalled> {
         let now = self.inner.now_millis();
-        let loops = self.inner.lock();
-        for entry in loops.iter() {
-            let silent_for =
-                Duration::from_millis(now.saturating_sub(entry.last_beat.load(Ordering::Relaxed)));
-            if silent_for > entry.max_silence {
+        {
+            let loops = self.inner.lock();
+            for entry in loops.iter() {
+                let silent_for = Duration::from_millis(
+                    now.saturating_sub(entry.last_beat.load(Ordering::Relaxed)),
+                );
+                if silent_for > entry.max_silence {
+                    return Err(Stalled {
+                        name: entry.name,
+                        detail: format!(
+                            "no heartbeat for {} (limit {})",
+                            Secs(silent_for),
+                            Secs(entry.max_silence)
+                        ),
+                    });
+                }
+            }
+        }
+        for entry in crate::sync::lock(&self.inner.checks).iter() {
+            if let Some(detail) = (entry.check)() {
                 return Err(Stalled {
                     name: entry.name,
-                    silent_for,
-                    limit: entry.max_silence,
+                    detail,
                 });
             }
         }
@@ -263,6 +329,27 @@ impl Heartbeat {
 impl Drop for Heartbeat {
     fn drop(&mut self) {
         self.liveness.lock().retain(|entry| entry.id != self.id);
+    }
+}
+
+/// Held by a long-lived task for its whole life ([`Liveness::task`]).
+#[derive(Debug)]
+pub struct TaskGuard {
+    ended: Arc<std::sync::atomic::AtomicBool>,
+    cancel: CancellationToken,
+    name: &'static str,
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if !self.cancel.is_cancelled() {
+            tracing::error!(
+                task = self.name,
+                panicking = std::thread::panicking(),
+                "a long-lived task ended while the daemon runs; liveness fails from now on"
+            );
+            self.ended.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -334,6 +421,47 @@ mod tests {
             .expect("wait_ready did not resolve after the last condition became ready");
     }
 
+    #[tokio::test]
+    async fn a_task_that_ends_while_the_daemon_runs_fails_liveness_for_good() {
+        let liveness = Liveness::new();
+        let cancel = CancellationToken::new();
+        let guard = liveness.task("nodeimage watch", &cancel);
+        let panicked = tokio::spawn(async move {
+            let _alive = guard;
+            panic!("a bug in the watch");
+        })
+        .await;
+        assert!(panicked.is_err());
+        let stalled = liveness.check().expect_err("a dead task");
+        assert_eq!(stalled.name, "nodeimage watch");
+        assert!(stalled.detail.contains("ended"), "{stalled}");
+
+        // at the drain, tasks end because they were told to: that is no failure
+        let calm = Liveness::new();
+        let stopping = CancellationToken::new();
+        let guard = calm.task("pods watch", &stopping);
+        stopping.cancel();
+        drop(guard);
+        assert_eq!(calm.check(), Ok(()));
+    }
+
+    #[test]
+    fn a_check_that_finds_something_wrong_fails_liveness_with_its_words() {
+        let liveness = Liveness::new();
+        let wrong = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&wrong);
+        liveness.register_check("recreate", move || {
+            seen.load(Ordering::Relaxed)
+                .then(|| "recreate: (\"ns\", \"p\") in work for 301s (limit 300s)".to_string())
+        });
+        assert_eq!(liveness.check(), Ok(()));
+        wrong.store(true, Ordering::Relaxed);
+        assert_eq!(
+            liveness.check().expect_err("stuck").to_string(),
+            "recreate: (\"ns\", \"p\") in work for 301s (limit 300s)"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_dropped_heartbeat_no_longer_counts() {
         let liveness = Liveness::new();
@@ -345,8 +473,7 @@ mod tests {
             liveness.check(),
             Err(Stalled {
                 name: "dropped",
-                silent_for: Duration::from_millis(1500),
-                limit: Duration::from_millis(500),
+                detail: "no heartbeat for 1.5s (limit 0.5s)".into(),
             })
         );
         assert_eq!(

@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::DaemonConfig;
 use crate::cri::{Container, ContainerFilter, CriError, RuntimeService, Runtimes};
+use crate::health::Liveness;
 use crate::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe};
 use crate::k8s::keys;
 use crate::k8s::watch as kwatch;
@@ -55,7 +56,15 @@ pub struct Context {
     pub cancel: CancellationToken,
     /// Tracks every task, for the drain.
     pub tracker: TaskTracker,
+    /// What `/healthz` and the systemd watchdog check: every long-lived task alive, no key of a
+    /// work queue worked on for too long.
+    pub liveness: Liveness,
 }
+
+/// How long one pass over a key may take before liveness fails: every call in a pass has its
+/// own time limit (the runtime's, the API client's) far below it, and kills run on tasks of
+/// their own, so a pass this long is stuck, and a restart is what helps.
+pub const STUCK_PASS: Duration = Duration::from_secs(300);
 
 /// Every container the runtime holds of the pod `uid` (the kubelet's pod-UID label), every
 /// attempt of each: container meta, recreate requests and `kruised explain` look them up alike.
@@ -74,6 +83,42 @@ pub async fn containers_of_pod<R: RuntimeService>(
 }
 
 impl Context {
+    /// Spawns the long-lived task `name` (it runs until the daemon stops): on the daemon's
+    /// tracker, and watched by liveness, so that it ending early (a panic, a return) fails
+    /// `/healthz` and the systemd watchdog instead of leaving a controller quietly half-dead.
+    pub fn spawn(
+        &self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let guard = self.liveness.task(name, &self.cancel);
+        self.tracker.spawn(async move {
+            let _alive = guard;
+            task.await;
+        });
+    }
+
+    /// Makes liveness fail while a key of `queue` has been worked on for longer than
+    /// [`STUCK_PASS`] (a pass waiting on a call that never ends).
+    pub fn watch_queue<K>(&self, name: &'static str, queue: &queue::WorkQueue<K>)
+    where
+        K: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let queue = queue.clone();
+        self.liveness.register_check(name, move || {
+            queue
+                .longest_active()
+                .filter(|(_, d)| *d > STUCK_PASS)
+                .map(|(key, d)| {
+                    format!(
+                        "{name}: {key:?} in work for {}s (limit {}s)",
+                        d.as_secs(),
+                        STUCK_PASS.as_secs()
+                    )
+                })
+        });
+    }
+
     /// A sink of the events `component` records about this node's objects, on the daemon's
     /// tasks.
     pub fn event_sink(&self, component: &str) -> EventSink {

@@ -102,6 +102,7 @@ pub fn spawn<K>(
     ready: ReadinessCondition,
     cancel: CancellationToken,
     tracker: &tokio_util::task::TaskTracker,
+    liveness: &crate::health::Liveness,
     after: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Watched<K>
 where
@@ -126,8 +127,11 @@ where
     first.page_size = None;
     let mut stream = open(first);
     let mut relists_consistent = false;
+    // a watch that ends while the daemon runs leaves its store frozen: liveness says so
+    let alive = liveness.task(name, &cancel);
     tracker.spawn(
         async move {
+            let _alive = alive;
             // the watch starts once `after` is done (the served versions are known)
             tokio::select! {
                 () = cancel.cancelled() => return,

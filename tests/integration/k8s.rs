@@ -85,6 +85,7 @@ fn watch_pods(
         readiness.condition("pods"),
         cancel.clone(),
         tracker,
+        &kruised::health::Liveness::new(),
         std::future::ready(()),
     )
 }

@@ -165,6 +165,7 @@ impl PullNode {
             .await
             .unwrap();
         let (_tx, runtimes) = watch::channel(Some(Runtimes::single(version, remote.clone())));
+        let liveness = kruised::health::Liveness::new();
         let ctx = Context {
             config,
             client: client.clone(),
@@ -177,6 +178,7 @@ impl PullNode {
                 readiness.condition("pods"),
                 cancel.clone(),
                 &tracker,
+                &liveness,
                 std::future::ready(()),
             )),
             node_images: kwatch::spawn(
@@ -187,6 +189,7 @@ impl PullNode {
                 readiness.condition("nodeimage"),
                 cancel.clone(),
                 &tracker,
+                &liveness,
                 std::future::ready(()),
             ),
             recreate_requests: kwatch::spawn(
@@ -197,11 +200,13 @@ impl PullNode {
                 readiness.condition("crr"),
                 cancel.clone(),
                 &tracker,
+                &liveness,
                 std::future::ready(()),
             ),
             pod_probes: None,
             cancel: cancel.clone(),
             tracker: tracker.clone(),
+            liveness,
         };
         let (tick, ticks) = watch::channel(0);
         let pulls = Arc::new(Mutex::new(Vec::new()));

@@ -34,7 +34,7 @@ use self::pods::{NowOrNever, Start, StartVersions, relist, watch_pods};
 pub use self::restart::{image_id_matches, image_matches};
 use self::restart::{restarts_due, spawn_kill};
 use self::settle::{RestartDelay, Timeline};
-use super::queue::WorkQueue;
+use super::queue::{Pass, WorkQueue};
 use crate::controller::{Context, containers_of_pod};
 use crate::cri::{CriError, RemoteRuntime, RuntimeLookupError, Runtimes};
 use crate::hash::env::current_env_hash;
@@ -113,15 +113,24 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     let span = tracing::info_span!("containermeta");
     let changes = shared.pods.subscribe();
     let listed_before = shared.pods.store().wait_until_ready().now_or_never_ready();
-    ctx.tracker
-        .spawn(watch_pods(shared.clone(), changes, listed_before).instrument(span.clone()));
-    ctx.tracker
-        .spawn(relist(shared.clone(), ctx.config.relist_interval).instrument(span.clone()));
-    ctx.tracker
-        .spawn(runtime_events(shared.clone(), ctx.config.relist_interval).instrument(span.clone()));
+    ctx.spawn(
+        "containermeta pod watch",
+        watch_pods(shared.clone(), changes, listed_before).instrument(span.clone()),
+    );
+    ctx.spawn(
+        "containermeta relist",
+        relist(shared.clone(), ctx.config.relist_interval).instrument(span.clone()),
+    );
+    ctx.spawn(
+        "containermeta runtime events",
+        runtime_events(shared.clone(), ctx.config.relist_interval).instrument(span.clone()),
+    );
+    ctx.watch_queue("containermeta", &shared.queue);
     for _ in 0..WORKERS {
-        ctx.tracker
-            .spawn(worker(shared.clone()).instrument(span.clone()));
+        ctx.spawn(
+            "containermeta worker",
+            worker(shared.clone()).instrument(span.clone()),
+        );
     }
 }
 
@@ -192,20 +201,27 @@ impl Shared {
 }
 
 async fn worker(shared: Arc<Shared>) {
-    while let Some(key) = shared.queue.next(&shared.cancel).await {
-        let started = Instant::now();
-        let result = reconcile(&shared, &key)
-            .instrument(tracing::info_span!("reconcile", pod = %key))
-            .await;
-        shared.metrics.observe_reconcile(started.elapsed());
-        if let Err(e) = result {
-            tracing::warn!(pod = %key, error = %e, "reconcile failed; retrying");
-            shared
-                .queue
-                .add_after(key.clone(), RETRY_DELAY, &shared.cancel);
-        }
-        shared.queue.done(&key);
-    }
+    let queue = shared.queue.clone();
+    let cancel = shared.cancel.clone();
+    queue
+        .run_worker("containermeta", cancel, RETRY_DELAY, |key| {
+            let shared = shared.clone();
+            async move {
+                let started = Instant::now();
+                let result = reconcile(&shared, &key)
+                    .instrument(tracing::info_span!("reconcile", pod = %key))
+                    .await;
+                shared.metrics.observe_reconcile(started.elapsed());
+                match result {
+                    Ok(_) => Pass::Done,
+                    Err(e) => {
+                        tracing::warn!(pod = %key, error = %e, "reconcile failed; retrying");
+                        Pass::After(RETRY_DELAY)
+                    }
+                }
+            }
+        })
+        .await;
 }
 
 /// Why a reconcile must be retried.

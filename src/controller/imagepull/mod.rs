@@ -201,13 +201,15 @@ pub fn run<I, C>(
         next_batch = settings.prepull_next_batch && ctx.pods.is_some(),
         "image puller started"
     );
-    ctx.tracker.spawn(
+    ctx.spawn(
+        "nodeimage",
         controller
             .run(ctx.cancel.clone())
             .instrument(tracing::info_span!("nodeimage", name = %node)),
     );
     if let (true, Some(pods)) = (settings.prepull_next_batch, ctx.pods.clone()) {
-        ctx.tracker.spawn(
+        ctx.spawn(
+            "next-batch pre-pull",
             prepull::run(env, pods, ctx.node_images.clone(), busy, ctx.cancel.clone())
                 .instrument(tracing::info_span!("next_batch")),
         );

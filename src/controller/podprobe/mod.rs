@@ -136,14 +136,21 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     });
     let runtimes = ctx.runtimes.clone();
     let span = tracing::info_span!("podprobe");
-    ctx.tracker.spawn(
+    let writer_alive = ctx.liveness.task("podprobe status writer", &ctx.cancel);
+    ctx.spawn(
+        "podprobe",
         async move {
             let Some(runtime) = wait_for_runtime(runtimes, &shared.cancel).await else {
                 return;
             };
-            shared
-                .tracker
-                .spawn(write_status(shared.clone()).in_current_span());
+            let writer = write_status(shared.clone());
+            shared.tracker.spawn(
+                async move {
+                    let _alive = writer_alive;
+                    writer.await;
+                }
+                .in_current_span(),
+            );
             sync_workers(shared, runtime).await;
         }
         .instrument(span),

@@ -31,7 +31,7 @@ use tracing::Instrument;
 use self::decide::{Observed, Step};
 pub use self::metrics::Metrics;
 use super::kill::{self, KillSpec};
-use super::queue::WorkQueue;
+use super::queue::{Pass, WorkQueue};
 use super::{Context, containers_of_pod};
 use crate::cri::{RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes};
 use crate::k8s::crd::{
@@ -90,11 +90,16 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         cancel: ctx.cancel.clone(),
     });
     let span = tracing::info_span!("recreate");
-    ctx.tracker
-        .spawn(watch_requests(shared.clone()).instrument(span.clone()));
+    ctx.spawn(
+        "recreate request watch",
+        watch_requests(shared.clone()).instrument(span.clone()),
+    );
+    ctx.watch_queue("recreate", &shared.queue);
     for _ in 0..WORKERS {
-        ctx.tracker
-            .spawn(worker(shared.clone()).instrument(span.clone()));
+        ctx.spawn(
+            "recreate worker",
+            worker(shared.clone()).instrument(span.clone()),
+        );
     }
 }
 
@@ -158,24 +163,29 @@ async fn watch_requests(shared: Arc<Shared>) {
 }
 
 async fn worker(shared: Arc<Shared>) {
-    while let Some(key) = shared.queue.next(&shared.cancel).await {
-        let result = sync_pod(&shared, &key)
-            .instrument(tracing::info_span!("pod", namespace = %key.0, name = %key.1))
-            .await;
-        match result {
-            Ok(Some(after)) => shared.queue.add_after(key.clone(), after, &shared.cancel),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "recreate request pass failed; retrying");
-                let pause = match e {
-                    PassError::Runtime(_) => RUNTIME_RETRY_DELAY,
-                    PassError::Api(_) => RETRY_DELAY,
-                };
-                shared.queue.add_after(key.clone(), pause, &shared.cancel);
+    let queue = shared.queue.clone();
+    let cancel = shared.cancel.clone();
+    queue
+        .run_worker("recreate", cancel, RETRY_DELAY, |key| {
+            let shared = shared.clone();
+            async move {
+                let result = sync_pod(&shared, &key)
+                    .instrument(tracing::info_span!("pod", namespace = %key.0, name = %key.1))
+                    .await;
+                match result {
+                    Ok(Some(after)) => Pass::After(after),
+                    Ok(None) => Pass::Done,
+                    Err(e) => {
+                        tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "recreate request pass failed; retrying");
+                        Pass::After(match e {
+                            PassError::Runtime(_) => RUNTIME_RETRY_DELAY,
+                            PassError::Api(_) => RETRY_DELAY,
+                        })
+                    }
+                }
             }
-        }
-        shared.queue.done(&key);
-    }
+        })
+        .await;
 }
 
 /// Why a pass must be retried.
