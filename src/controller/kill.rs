@@ -137,15 +137,17 @@ impl KillOutcome {
 }
 
 /// The grace period the kubelet would use, from the container's annotations: the pod's
-/// deletion grace period if it is being deleted, else its termination grace period, else 2 s.
+/// deletion grace period if it is being deleted, else its termination grace period, else 2 s;
+/// at most [`MAX_API_DURATION`](crate::k8s::crd::MAX_API_DURATION) (the pod's author writes it,
+/// up to the int64 maximum).
 pub fn grace_period(c: &Container) -> Duration {
     let secs = [
         keys::KUBELET_POD_DELETION_GRACE,
         keys::KUBELET_POD_TERMINATION_GRACE,
     ]
     .iter()
-    .find_map(|k| c.annotations.get(*k).and_then(|v| v.parse::<u64>().ok()));
-    secs.map_or(MIN_GRACE, Duration::from_secs)
+    .find_map(|k| c.annotations.get(*k).and_then(|v| v.parse::<i64>().ok()));
+    secs.map_or(MIN_GRACE, crate::k8s::crd::api_seconds)
 }
 
 /// Runs the preStop hook of `spec` (if any), then stops `c`. `pod_ip` is where HTTP and TCP

@@ -132,6 +132,15 @@ impl Context {
     }
 }
 
+/// `at + d`, or the farthest time an `Instant` holds past `at` when that overflows (an `Instant`
+/// plus a duration from the API panics on overflow; the durations are clamped to a year at the
+/// boundary, and this keeps any later sum safe too).
+pub fn later(at: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(crate::k8s::crd::MAX_API_DURATION))
+        .unwrap_or(at)
+}
+
 /// `d` ± 20 %, so many nodes do not retry in step.
 pub fn jitter(d: Duration) -> Duration {
     d.mul_f64(rand::random_range(0.8..1.2))

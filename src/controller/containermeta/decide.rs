@@ -428,10 +428,13 @@ pub fn plan_restarts(
     };
     let mut steps = Vec::new();
     for o in observed {
+        // the grace period is the pod author's (clamped to a year): added with checked_add, a
+        // time past what an Instant holds is never
         let overdue_after = |since: Instant| {
-            since
-                + crate::controller::kill::grace_period(o.running)
-                + super::KUBELET_RECREATE_MARGIN
+            crate::controller::later(
+                since,
+                crate::controller::kill::grace_period(o.running) + super::KUBELET_RECREATE_MARGIN,
+            )
         };
         let input = RestartInput {
             pod,
@@ -1140,6 +1143,45 @@ mod tests {
             )]
         );
         assert_eq!(plan.recheck_at, None);
+    }
+
+    proptest::proptest! {
+        /// A pod's author writes the grace period (`terminationGracePeriodSeconds`, up to the
+        /// int64 maximum), which the kubelet records on the container: on 2c6dc4e the branch
+        /// where the kubelet recreates a respecced container added it to an `Instant`
+        /// unchecked, and overflow panics. Any value, any text, plans without a panic, and the
+        /// kubelet is waited for no longer than a year and the margin.
+        #[test]
+        fn an_extreme_grace_period_from_the_pod_never_panics_the_plan(
+            grace in proptest::prop_oneof![
+                proptest::strategy::Just(i64::MAX.to_string()),
+                proptest::strategy::Just(u64::MAX.to_string()),
+                proptest::strategy::Just("-1".to_string()),
+                proptest::strategy::Strategy::prop_map(proptest::num::i64::ANY, |v| v.to_string()),
+                "\\PC{0,24}",
+            ],
+            deleting in proptest::bool::ANY,
+        ) {
+            let mut p = pod(json!({}), "False");
+            let mut c = running(&p, "main", "m1", 0);
+            let key = if deleting {
+                keys::KUBELET_POD_DELETION_GRACE
+            } else {
+                keys::KUBELET_POD_TERMINATION_GRACE
+            };
+            c.annotations.insert(key.into(), grace);
+            let meta = stale_meta(&p, &c);
+            p.spec.as_mut().unwrap().containers[0].image = Some("busybox:v2".into());
+            let now = Instant::now();
+            let mut o = observed(&p, &meta, &c);
+            o.image_id_matches = Some(false);
+            o.kubelet_expected_since = Some(now);
+            let plan = plan_restarts(&p, std::slice::from_ref(&o), now, now);
+            let bound = now
+                + crate::k8s::crd::MAX_API_DURATION
+                + super::super::KUBELET_RECREATE_MARGIN;
+            proptest::prop_assert!(plan.recheck_at.is_none_or(|at| at <= bound), "{plan:?}");
+        }
     }
 
     #[test]

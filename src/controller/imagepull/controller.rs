@@ -323,7 +323,7 @@ where
                     WRITE_RETRY_MAX,
                 ));
                 tracing::warn!(error = %e, retry_in = ?pause, "status write failed");
-                Some(Instant::now() + pause)
+                Some(crate::controller::later(Instant::now(), pause))
             }
         }
     }

@@ -414,7 +414,7 @@ impl Provider {
             crate::sync::lock(&self.cache).insert(
                 key.to_string(),
                 Cached {
-                    expires: Instant::now() + ttl,
+                    expires: crate::controller::later(Instant::now(), ttl),
                     auth: response.auth.clone(),
                 },
             );

@@ -235,7 +235,10 @@ where
         Reference::from_name_tag(&job.image, &job.spec.tag).map_err(|e| e.to_string())?;
     let limit = job.spec.backoff_limit();
     let timeout = job.spec.timeout();
-    let deadline = job.spec.active_deadline().map(|d| Instant::now() + d);
+    let deadline = job
+        .spec
+        .active_deadline()
+        .map(|d| crate::controller::later(Instant::now(), d));
     let mut last_error = None;
     let mut attempt = 0;
     while attempt <= limit {
@@ -318,7 +321,7 @@ where
 /// Waits `pause`; when the deadline comes first, waits until it and returns false.
 async fn pause_within(pause: Duration, deadline: Option<Instant>) -> bool {
     match deadline {
-        Some(d) if Instant::now() + pause >= d => {
+        Some(d) if crate::controller::later(Instant::now(), pause) >= d => {
             tokio::time::sleep_until(d).await;
             false
         }

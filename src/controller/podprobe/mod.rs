@@ -52,8 +52,15 @@ use crate::sync::lock;
 pub const EVENT_COMPONENT: &str = "kruise-daemon-podprobe";
 /// How often the runtime's containers are listed while probes exist.
 const CONTAINER_REFRESH: Duration = Duration::from_secs(1);
-/// Exec probes running at once.
+/// Exec probes running at once on the node.
 const EXEC_CONCURRENCY: usize = 16;
+/// Exec probes of one namespace running at once: a namespace whose probes sleep through their
+/// timeouts holds at most this many of the node's slots, and the others' probes keep their
+/// periods (one tenant's probes cannot starve another's).
+const EXEC_PER_NAMESPACE: usize = 4;
+/// The longest probe timeout honoured: a longer `timeoutSeconds` is cut to this (the kubelet
+/// has no cap; here a probe holds a shared slot for as long as its timeout).
+pub const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// How long results are gathered before one status write.
 const STATUS_COALESCE: Duration = Duration::from_millis(100);
 /// Pause before retrying a failed status write.
@@ -100,11 +107,30 @@ struct Shared {
     results: Mutex<BTreeMap<ProbeKey, ProbeResult>>,
     dirty: Notify,
     exec_slots: Semaphore,
+    /// Each namespace's share of the exec slots ([`EXEC_PER_NAMESPACE`]).
+    namespace_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     events: EventSink,
     metrics: Metrics,
     started: Instant,
     cancel: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
+}
+
+impl Shared {
+    /// The exec slots of namespace `ns` (made on first use; namespaces whose probes are all
+    /// gone are forgotten when the next one is made).
+    fn namespace_slots(&self, ns: &str) -> Arc<Semaphore> {
+        let mut slots = lock(&self.namespace_slots);
+        if !slots.contains_key(ns) {
+            // idle shares (no probe holds or waits for them) go: the map follows the live
+            // namespaces, not every one ever seen
+            slots.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        slots
+            .entry(ns.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(EXEC_PER_NAMESPACE)))
+            .clone()
+    }
 }
 
 /// Now, in whole seconds: what the API server keeps of a `metav1.Time`, so a status read back
@@ -128,6 +154,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         results: Mutex::new(BTreeMap::new()),
         dirty: Notify::new(),
         exec_slots: Semaphore::new(EXEC_CONCURRENCY),
+        namespace_slots: Mutex::new(HashMap::new()),
         events,
         metrics: Metrics::register(registry),
         started: Instant::now(),
@@ -293,8 +320,9 @@ async fn refresh_containers(
     }
 }
 
+/// A probe's seconds field: at least 1 (the kubelet's floor), at most a year.
 fn seconds(v: Option<i32>) -> Duration {
-    Duration::from_secs(u64::try_from(v.unwrap_or(0).max(1)).unwrap_or(1))
+    crate::k8s::crd::api_seconds(i64::from(v.unwrap_or(0).max(1)))
 }
 
 /// One probe, until its token is cancelled.
@@ -372,7 +400,7 @@ async fn probe_task(
             continue;
         }
         let Some(h) = handler else { continue };
-        let timeout = seconds(s.probe.timeout_seconds);
+        let timeout = seconds(s.probe.timeout_seconds).min(PROBE_TIMEOUT_MAX);
         let ip = if s.ip.is_empty() {
             runtime
                 .pod_sandbox_status(&c.pod_sandbox_id, false)
@@ -384,6 +412,11 @@ async fn probe_task(
         };
         let started = Instant::now();
         let outcome = if h == Handler::Exec {
+            // the namespace's share first, then the node's: waiting for the node's slot never
+            // holds one of another namespace's
+            let ns = s.pod.namespace.clone().unwrap_or_default();
+            let share = shared.namespace_slots(&ns);
+            let _ns_slot = share.acquire().await;
             let _slot = shared.exec_slots.acquire().await;
             prober::run(&runtime, &s.probe, &c.id, &ip, timeout).await
         } else {

@@ -302,7 +302,7 @@ async fn sync_pod(shared: &Shared, key: &Key) -> Result<Option<Duration>, PassEr
                 let left = grace.saturating_sub(elapsed_since(since));
                 if !left.is_zero() {
                     tracing::debug!(request = %name, ?left, "in the unready grace period");
-                    return Ok(Some(left + Duration::from_millis(100)));
+                    return Ok(Some(left.saturating_add(Duration::from_millis(100))));
                 }
             }
         }

@@ -311,7 +311,7 @@ impl ContainerRecreateRequestSpec {
             .as_ref()
             .and_then(|s| s.termination_grace_period_seconds)
         {
-            Some(s) => Duration::from_secs(u64::try_from(s).unwrap_or(0)),
+            Some(s) => super::api_seconds(s),
             None => DEFAULT_TERMINATION_GRACE_PERIOD,
         }
     }
@@ -321,7 +321,7 @@ impl ContainerRecreateRequestSpec {
         self.strategy
             .as_ref()
             .and_then(|s| s.unready_grace_period_seconds)
-            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+            .map(super::api_seconds)
     }
 
     /// Whether a failed container ends the request (`failurePolicy` other than `Ignore`).

@@ -37,6 +37,19 @@ pub use nodepodprobe::{
     NodePodProbeStatus, PodProbe, PodProbeStatus, ProbeState,
 };
 
+/// The longest duration read from the API (a grace period, a deadline, a TTL, a probe's
+/// period): a year. Anyone who may write a pod or a request writes these as int64 seconds, up to
+/// about 292 billion years; each is clamped here once, so every `Instant + d` that follows stays
+/// far from overflow (which panics), and a year is past any grace or deadline a cluster means.
+pub const MAX_API_DURATION: std::time::Duration =
+    std::time::Duration::from_secs(365 * 24 * 60 * 60);
+
+/// `seconds` from the API as a duration: negative is zero, more than [`MAX_API_DURATION`] is
+/// that.
+pub fn api_seconds(seconds: i64) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).min(MAX_API_DURATION)
+}
+
 /// The version the daemon speaks for all three resources.
 pub const VERSION: &str = "v1alpha1";
 
@@ -242,6 +255,20 @@ pub(crate) use string_enum;
 
 #[cfg(test)]
 mod tests {
+
+    proptest::proptest! {
+        /// Grace periods, deadlines and TTLs come from anyone who may write a pod or a
+        /// request, as int64 seconds: each is a duration of at most a year, never a panic.
+        #[test]
+        fn any_seconds_from_the_api_are_a_duration_of_at_most_a_year(s in proptest::num::i64::ANY) {
+            let d = super::api_seconds(s);
+            proptest::prop_assert!(d <= super::MAX_API_DURATION);
+            proptest::prop_assert_eq!(d.is_zero(), s <= 0);
+            // and an Instant holds it
+            proptest::prop_assert!(tokio::time::Instant::now().checked_add(d).is_some());
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -294,7 +294,7 @@ impl ImageTagSpec {
     /// is zero (Go's context then expires at once).
     pub fn timeout(&self) -> Duration {
         match self.pull_policy.as_ref().and_then(|p| p.timeout_seconds) {
-            Some(s) => Duration::from_secs(u64::try_from(s).unwrap_or(0)),
+            Some(s) => super::api_seconds(i64::from(s)),
             None => DEFAULT_PULL_TIMEOUT,
         }
     }
@@ -314,7 +314,7 @@ impl ImageTagSpec {
         self.pull_policy
             .as_ref()
             .and_then(|p| p.active_deadline_seconds)
-            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+            .map(super::api_seconds)
     }
 
     /// Whether the tag asks to skip the pull when the image is already present.
