@@ -26,6 +26,10 @@ use crate::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe};
 use crate::k8s::{client, keys, watch as kwatch};
 use crate::metrics;
 
+/// The largest `ExecSync` answer the daemon takes from a container (probes, hooks and `env`
+/// are what its author writes; a probe keeps 10 KiB of it): far less than the 16 MiB a gRPC
+/// message may be, which a node's few exec slots would otherwise hold in memory at once.
+const EXEC_OUTPUT_LIMIT: usize = 1024 * 1024;
 /// How often the runtime is asked `Version` to keep readiness honest.
 const RUNTIME_PROBE_INTERVAL: Duration = Duration::from_secs(30);
 /// First pause after a failed runtime discovery; doubles up to [`RUNTIME_RETRY_MAX`].
@@ -322,7 +326,7 @@ async fn runtime_loop(
     let runtimes = loop {
         heartbeat.beat();
         match Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await {
-            Ok(r) => break r,
+            Ok(r) => break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT),
             Err(e) => {
                 let text = e.to_string();
                 if text != last_error {

@@ -6,7 +6,10 @@
 //! HTTP hook succeeds on any answer (the status is not looked at), HTTPS without certificate
 //! checks and, when the server answers the handshake in plain HTTP, again over HTTP; a TCP hook
 //! must connect. Better than kruise-daemon: HTTP hooks reach the pod IP from `PodSandboxStatus`
-//! (kruise has none and fails them), and TCP hooks are supported (kruise #2505).
+//! (kruise has none and fails them), and TCP hooks are supported (kruise #2505). HTTP and TCP
+//! hooks go to the pod's own IPs only ([`PodIps`]: a host-network pod's is its status IP, as
+//! the kubelet's; a `host` naming anything else fails the hook, saying why), and what a failing
+//! exec hook wrote to stderr is kept to its first [`STDERR_LIMIT`] bytes.
 
 use std::time::Duration;
 
@@ -15,12 +18,16 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::time::Instant;
 
 use crate::controller::httpget::{self, Action, Get, GetError, join_host_port};
+use crate::controller::target::{PodIps, TargetError};
 use crate::cri::{Container, CriError, RuntimeService};
 use crate::k8s::keys;
 use crate::k8s::write::EventSpec;
 
 /// The `User-Agent` of HTTP hooks (the kubelet's `kube-lifecycle/<version>`).
 pub const HOOK_USER_AGENT: &str = "kube-lifecycle/1.36";
+
+/// How much of a failed exec hook's stderr is kept for its event and log line.
+pub const STDERR_LIMIT: usize = 512;
 
 /// The kubelet's floor for the time a container gets to stop.
 pub const MIN_GRACE: Duration = Duration::from_secs(2);
@@ -100,6 +107,9 @@ pub enum HookError {
     /// The grace period ended first.
     #[error("preStop hook did not finish within {0:?}")]
     TimedOut(Duration),
+    /// The hook names a host that is not the pod's, or the pod has no IP.
+    #[error("preStop hook: {0}")]
+    Target(#[from] TargetError),
     /// A handler without an action.
     #[error("preStop handler names no action")]
     NoAction,
@@ -150,14 +160,30 @@ pub fn grace_period(c: &Container) -> Duration {
     secs.map_or(MIN_GRACE, crate::k8s::crd::api_seconds)
 }
 
-/// Runs the preStop hook of `spec` (if any), then stops `c`. `pod_ip` is where HTTP and TCP
-/// hooks without a host go. A failing hook does not prevent the stop, as with the kubelet.
-/// `cancel` calls the kill off while the hook runs (no stop then).
+/// The IPs HTTP and TCP hooks of a container in sandbox `sandbox_id` may reach: the sandbox's
+/// (asked of the runtime) and the pod's `status.podIPs`. Asked only when the container has a
+/// hook: no extra call on the hot path otherwise.
+pub async fn pod_ips<R: RuntimeService>(
+    runtime: &R,
+    sandbox_id: &str,
+    has_hook: bool,
+    status_ips: &[String],
+) -> PodIps {
+    if !has_hook {
+        return PodIps::default();
+    }
+    let sandbox = runtime.pod_sandbox_status(sandbox_id, false).await.ok();
+    PodIps::of(sandbox.as_ref(), status_ips)
+}
+
+/// Runs the preStop hook of `spec` (if any), then stops `c`. HTTP and TCP hooks go to `ips`
+/// (the pod's). A failing hook does not prevent the stop, as with the kubelet. `cancel` calls
+/// the kill off while the hook runs (no stop then).
 pub async fn kill_container<R: RuntimeService>(
     runtime: &R,
     c: &Container,
     spec: &KillSpec,
-    pod_ip: Option<&str>,
+    ips: &PodIps,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<KillOutcome, KillError> {
     let mut grace = spec.grace;
@@ -165,7 +191,7 @@ pub async fn kill_container<R: RuntimeService>(
         Some(h) => {
             let started = Instant::now();
             let hook =
-                tokio::time::timeout(grace, run_hook(runtime, c, h, &spec.ports, pod_ip, grace));
+                tokio::time::timeout(grace, run_hook(runtime, c, h, &spec.ports, ips, grace));
             let result = tokio::select! {
                 () = cancel.cancelled() => return Err(KillError::Cancelled),
                 r = hook => r.unwrap_or(Err(HookError::TimedOut(grace))),
@@ -188,15 +214,9 @@ async fn run_hook<R: RuntimeService>(
     c: &Container,
     h: &LifecycleHandler,
     ports: &[ContainerPort],
-    pod_ip: Option<&str>,
+    ips: &PodIps,
     grace: Duration,
 ) -> Result<(), HookError> {
-    let host_or_pod = |host: &Option<String>| {
-        host.clone()
-            .filter(|h| !h.is_empty())
-            .or_else(|| pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string))
-            .unwrap_or_else(|| "127.0.0.1".to_string())
-    };
     if let Some(exec) = &h.exec {
         let cmd = exec.command.clone().unwrap_or_default();
         let out = runtime
@@ -208,18 +228,21 @@ async fn run_hook<R: RuntimeService>(
         } else {
             Err(HookError::Exited {
                 code: out.exit_code,
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                stderr: crate::controller::bounded_text(&out.stderr, STDERR_LIMIT),
             })
         };
     }
     if let Some(http) = &h.http_get {
-        let host = host_or_pod(&http.host);
+        let host = ips.host(http.host.as_deref())?;
         let action = Action::of(http);
         let req = action.request(&host, resolve_port(&http.port, ports)?, HOOK_USER_AGENT);
         return http_hook(&req).await;
     }
     if let Some(tcp) = &h.tcp_socket {
-        let addr = join_host_port(&host_or_pod(&tcp.host), resolve_port(&tcp.port, ports)?);
+        let addr = join_host_port(
+            &ips.host(tcp.host.as_deref())?,
+            resolve_port(&tcp.port, ports)?,
+        );
         return tokio::net::TcpStream::connect(&addr)
             .await
             .map(drop)

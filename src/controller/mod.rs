@@ -9,6 +9,7 @@ pub mod kill;
 pub mod podprobe;
 pub mod queue;
 pub mod recreate;
+pub mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,6 +140,26 @@ pub fn later(at: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
     at.checked_add(d)
         .or_else(|| at.checked_add(crate::k8s::crd::MAX_API_DURATION))
         .unwrap_or(at)
+}
+
+/// What a program wrote (a hook's stderr, `env`'s), fit for a log line or an event: lossy UTF-8,
+/// trimmed, control characters (a forged log line's newline, a terminal's escapes) as `?`, at
+/// most `limit` bytes cut on a character boundary with `…` after.
+pub fn bounded_text(bytes: &[u8], limit: usize) -> String {
+    let head = &bytes[..bytes.len().min(limit.saturating_mul(4))];
+    let text: String = String::from_utf8_lossy(head)
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// `d` ± 20 %, so many nodes do not retry in step.

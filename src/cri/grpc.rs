@@ -64,6 +64,8 @@ pub struct RemoteRuntime {
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
     timeouts: Timeouts,
+    /// The largest `ExecSync` answer accepted (stdout and stderr together).
+    exec_output_limit: usize,
 }
 
 fn channel(endpoint: &Endpoint, connect_timeout: Duration) -> Channel {
@@ -99,7 +101,16 @@ impl RemoteRuntime {
             endpoint,
             image_endpoint,
             timeouts,
+            exec_output_limit: MAX_MESSAGE_SIZE,
         }
+    }
+
+    /// The same client, accepting `ExecSync` answers of at most `bytes` (16 MiB by default, as
+    /// crictl): what a container writes is its author's, and the daemon's own execs (probes,
+    /// hooks, `env`) keep little of it.
+    pub fn with_exec_output_limit(mut self, bytes: usize) -> Self {
+        self.exec_output_limit = bytes;
+        self
     }
 
     /// The time limit of a call the runtime may take long over: running a sandbox (which may
@@ -352,6 +363,7 @@ impl RuntimeService for RemoteRuntime {
     }
 
     async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: Duration) -> Result<ExecResult> {
+        let limit = self.exec_output_limit;
         let req = proto::ExecSyncRequest {
             container_id: id.to_string(),
             cmd,
@@ -362,7 +374,7 @@ impl RuntimeService for RemoteRuntime {
                 "ExecSync",
                 timeout + CALL_SLACK,
                 req,
-                |mut c, r| async move { c.exec_sync(r).await },
+                move |c, r| async move { c.max_decoding_message_size(limit).exec_sync(r).await },
             )
             .await?;
         Ok(ExecResult {

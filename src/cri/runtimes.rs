@@ -62,6 +62,18 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
+    /// The same runtimes, accepting `ExecSync` answers of at most `bytes` from each
+    /// ([`RemoteRuntime::with_exec_output_limit`]).
+    pub fn with_exec_output_limit(self, bytes: usize) -> Self {
+        Runtimes {
+            found: self
+                .found
+                .into_iter()
+                .map(|(v, rt)| (v, rt.with_exec_output_limit(bytes)))
+                .collect(),
+        }
+    }
+
     /// Probes every candidate of `source` with CRI v1 `Version` (concurrently) and keeps each
     /// that answers, first by name wins. `image_endpoint` overrides the primary's image service.
     pub async fn discover(

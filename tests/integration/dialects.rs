@@ -424,9 +424,9 @@ async fn a_kill_the_restarting_runtime_called_off_is_retried_and_the_request_com
             (st.call_count("StopContainer"), st.stops.len())
         };
         assert_eq!((calls, stops), (3, 1), "{dialect:?}: two refused, one stop");
-        // the pass that met the refusal said the runtime's words, and was retried
+        // the kill that met the refusal said the runtime's words, and was tried again
         d.wait_for_line("the refused kill", LIMIT, |v| {
-            v["message"] == "recreate request pass failed; retrying"
+            v["message"] == "stopping the container failed; trying again"
                 && v["error"].as_str().is_some_and(|e| e.contains(words))
         })
         .await;
@@ -919,7 +919,7 @@ async fn exec_past_its_timeout_says_crictls_words_on_containerd_and_cri_o() {
             &rt,
             &probe,
             &app,
-            "127.0.0.1",
+            &kruised::controller::target::PodIps::new(["127.0.0.1"]),
             Duration::from_secs(1),
         )
         .await;

@@ -64,7 +64,11 @@ pub async fn read_env<R: RuntimeService>(
     if out.exit_code != 0 {
         return Err(EnvError::Exec {
             code: out.exit_code,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            // the container's own words: kept short and without control characters
+            stderr: crate::controller::bounded_text(
+                &out.stderr,
+                crate::controller::kill::STDERR_LIMIT,
+            ),
         });
     }
     Ok((parse_env_text(&out.stdout), EnvSource::Exec))

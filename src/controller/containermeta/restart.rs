@@ -12,7 +12,7 @@ use super::decide::{self, Observation, PreviousStop, RestartReason, Step, Verdic
 use super::lag::ContainerChange;
 use super::{Key, Shared, lock};
 use crate::controller::kill;
-use crate::cri::{Container, ImageService, RemoteRuntime, RuntimeService};
+use crate::cri::{Container, ImageService, RemoteRuntime};
 use crate::hash::env::expected_env_hash;
 use crate::k8s::keys::{self, RuntimeContainerMetaSet};
 use crate::k8s::write::{self, EventSpec};
@@ -161,6 +161,7 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
     let stopped = shared.stopped.clone();
     let lag = shared.lag.clone();
     let pod_uid = pod.uid().unwrap_or_default();
+    let status_ips = crate::k8s::pod_ips(pod);
     let cancel = shared.cancel.clone();
     let mut regarding = write::object_ref(pod);
     regarding.field_path = Some(format!("spec.containers{{{name}}}"));
@@ -186,16 +187,13 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
     };
     shared.tracker.spawn(
         async move {
-            // the pod IP only matters to a preStop hook: no extra call on the hot path otherwise
-            let pod_ip = if c.annotations.contains_key(keys::KUBELET_PRESTOP_HANDLER) {
-                runtime
-                    .pod_sandbox_status(&c.pod_sandbox_id, false)
-                    .await
-                    .ok()
-                    .map(|s| s.ip)
-            } else {
-                None
-            };
+            let ips = kill::pod_ips(
+                &runtime,
+                &c.pod_sandbox_id,
+                c.annotations.contains_key(keys::KUBELET_PRESTOP_HANDLER),
+                &status_ips,
+            )
+            .await;
             if warning {
                 tracing::warn!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
             } else {
@@ -209,7 +207,7 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
                 action: "Restart".into(),
             });
             let spec = kill::KillSpec::from_kubelet_annotations(&c);
-            match kill::kill_container(&runtime, &c, &spec, pod_ip.as_deref(), &cancel).await {
+            match kill::kill_container(&runtime, &c, &spec, &ips, &cancel).await {
                 Ok(outcome) => {
                     lag.expect(&c.id, &pod_uid, &name, ContainerChange::Stopped, Instant::now());
                     metrics.restarted(reason.as_str());

@@ -39,6 +39,7 @@ pub use self::metrics::Metrics;
 use self::prober::{Handler, Outcome};
 use self::state::{ProbeKey, Result as ProbeResult, Thresholds};
 use super::Context;
+use super::target::PodIps;
 use crate::cri::{
     Container, ContainerFilter, ContainerState, RemoteRuntime, RuntimeService, Runtimes,
 };
@@ -334,6 +335,8 @@ async fn probe_task(
     cancel: CancellationToken,
 ) {
     let mut container_id: Option<String> = None;
+    // the pod's IPs, and the IP the spec gave when they were found
+    let mut pod_ips: Option<(String, PodIps)> = None;
     let mut thresholds = Thresholds::default();
     let mut handler = Handler::of(&spec.borrow().probe);
     // spread the first runs of many probes over a period, as the kubelet does after a restart
@@ -379,6 +382,7 @@ async fn probe_task(
         let Some(c) = found else { continue };
         if container_id.as_deref() != Some(c.id.as_str()) {
             container_id = Some(c.id.clone());
+            pod_ips = None;
             thresholds.reset();
             set_result(&shared, &key, &s, ProbeState::Unknown, String::new());
         }
@@ -401,15 +405,19 @@ async fn probe_task(
         }
         let Some(h) = handler else { continue };
         let timeout = seconds(s.probe.timeout_seconds).min(PROBE_TIMEOUT_MAX);
-        let ip = if s.ip.is_empty() {
-            runtime
+        // where network probes may go: the pod's IPs, asked of the runtime once per container
+        // (the sandbox's) beside the one kruise-manager wrote from the pod's status
+        if h != Handler::Exec && pod_ips.as_ref().is_none_or(|(ip, _)| *ip != s.ip) {
+            let sandbox = runtime
                 .pod_sandbox_status(&c.pod_sandbox_id, false)
                 .await
-                .map(|st| st.ip)
-                .unwrap_or_default()
-        } else {
-            s.ip.clone()
-        };
+                .ok();
+            pod_ips = Some((s.ip.clone(), PodIps::of(sandbox.as_ref(), [s.ip.as_str()])));
+        }
+        let ips = pod_ips
+            .as_ref()
+            .map(|(_, ips)| ips.clone())
+            .unwrap_or_default();
         let started = Instant::now();
         let outcome = if h == Handler::Exec {
             // the namespace's share first, then the node's: waiting for the node's slot never
@@ -418,9 +426,9 @@ async fn probe_task(
             let share = shared.namespace_slots(&ns);
             let _ns_slot = share.acquire().await;
             let _slot = shared.exec_slots.acquire().await;
-            prober::run(&runtime, &s.probe, &c.id, &ip, timeout).await
+            prober::run(&runtime, &s.probe, &c.id, &ips, timeout).await
         } else {
-            prober::run(&runtime, &s.probe, &c.id, &ip, timeout).await
+            prober::run(&runtime, &s.probe, &c.id, &ips, timeout).await
         };
         shared.metrics.probed(h, &outcome, started.elapsed());
         let (success, message) = match outcome {

@@ -3,6 +3,11 @@
 //! succeed, `User-Agent: kube-probe/<version>`; the GET itself is [`httpget`], which preStop
 //! hooks share), TCP connect, and the gRPC health check
 //! (`grpc.health.v1.Health/Check`, which kruise-daemon lacks).
+//!
+//! Network probes go to the pod's own IPs only ([`PodIps`]): a `host` naming anything else fails
+//! the probe, saying why. An HTTP answer's body is never the message (the kubelet reports none;
+//! kruise-daemon reported it, which let a probe read a node-local service's answer back into a
+//! status its author reads).
 
 use std::time::Duration;
 
@@ -10,6 +15,7 @@ use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::controller::httpget::{self, Action, Get, join_host_port};
+use crate::controller::target::PodIps;
 use crate::cri::{CriError, RuntimeService};
 
 /// The longest message kept (kruise's limit), cut at a character boundary.
@@ -96,12 +102,12 @@ fn port_of(port: &IntOrString) -> Result<u16, String> {
         .ok_or_else(|| format!("invalid port number: {n}"))
 }
 
-/// Runs `probe` against container `id` of a pod at `ip`, within `timeout`.
+/// Runs `probe` against container `id` of a pod at `ips`, within `timeout`.
 pub async fn run<R: RuntimeService>(
     runtime: &R,
     probe: &Probe,
     container_id: &str,
-    ip: &str,
+    ips: &PodIps,
     timeout: Duration,
 ) -> Outcome {
     if let Some(exec) = &probe.exec {
@@ -136,11 +142,10 @@ pub async fn run<R: RuntimeService>(
         };
     }
     if let Some(http) = &probe.http_get {
-        let host = http
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| ip.to_string());
+        let host = match ips.host(http.host.as_deref()) {
+            Ok(h) => h,
+            Err(e) => return Outcome::Failure(e.to_string()),
+        };
         let port = match port_of(&http.port) {
             Ok(p) => p,
             Err(e) => return Outcome::Error(e),
@@ -156,11 +161,10 @@ pub async fn run<R: RuntimeService>(
         };
     }
     if let Some(tcp) = &probe.tcp_socket {
-        let host = tcp
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| ip.to_string());
+        let host = match ips.host(tcp.host.as_deref()) {
+            Ok(h) => h,
+            Err(e) => return Outcome::Failure(e.to_string()),
+        };
         let port = match port_of(&tcp.port) {
             Ok(p) => p,
             Err(e) => return Outcome::Error(e),
@@ -178,19 +182,22 @@ pub async fn run<R: RuntimeService>(
             None => return Outcome::Error(format!("invalid port number: {}", grpc.port)),
         };
         let service = grpc.service.clone().unwrap_or_default();
-        return super::grpc::check(&join_host_port(ip, port), &service, timeout).await;
+        let host = match ips.host(None) {
+            Ok(h) => h,
+            Err(e) => return Outcome::Failure(e.to_string()),
+        };
+        return super::grpc::check(&join_host_port(&host, port), &service, timeout).await;
     }
     Outcome::Error("missing probe handler".into())
 }
 
-/// An HTTP GET with a probe's meaning: 2xx and 3xx succeed.
+/// An HTTP GET with a probe's meaning: 2xx and 3xx succeed. The body is not reported.
 async fn http_probe(req: &Get<'_>) -> Outcome {
     match httpget::get(req).await {
-        Ok(a) if (200..300).contains(&a.status) => Outcome::Success(a.body),
-        Ok(a) if (300..400).contains(&a.status) => Outcome::Success(format!(
-            "Probe terminated redirects, Response body: {}",
-            a.body
-        )),
+        Ok(a) if (200..300).contains(&a.status) => Outcome::Success(String::new()),
+        Ok(a) if (300..400).contains(&a.status) => {
+            Outcome::Success("Probe terminated redirects".into())
+        }
         Ok(a) => Outcome::Failure(format!("HTTP probe failed with statuscode: {}", a.status)),
         Err(e) => Outcome::Failure(e.to_string()),
     }
@@ -229,7 +236,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn http_2xx_succeeds_with_the_body_and_5xx_fails_with_the_code() {
+    async fn http_2xx_succeeds_without_its_body_and_5xx_fails_with_the_code() {
         let rt = crate::cri::fake::FakeRuntime::start(
             &tempfile::tempdir().unwrap().path().join("cri.sock"),
             "containerd",
@@ -237,27 +244,64 @@ mod tests {
         .await
         .unwrap();
         let client = crate::cri::RemoteRuntime::new(rt.endpoint(), None, Default::default());
-        let ok = serve("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+        let ok = serve("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret").await;
         let bad = serve("HTTP/1.1 503 Unavailable\r\nContent-Length: 0\r\n\r\n").await;
         let t = Duration::from_secs(5);
+        let pod = PodIps::new(["127.0.0.1"]);
+        // the body is what the server said: the kubelet reports none, and neither does kruised
+        // (2c6dc4e put it in the NodePodProbe status, then the pod's condition)
         assert_eq!(
-            run(&client, &http_probe_on(ok, "/healthz"), "c", "127.0.0.1", t).await,
-            Outcome::Success("ok".into())
+            run(&client, &http_probe_on(ok, "/healthz"), "c", &pod, t).await,
+            Outcome::Success(String::new())
         );
         assert_eq!(
-            run(&client, &http_probe_on(bad, "/"), "c", "127.0.0.1", t).await,
+            run(&client, &http_probe_on(bad, "/"), "c", &pod, t).await,
             Outcome::Failure("HTTP probe failed with statuscode: 503".into())
         );
         let tcp: Probe =
             serde_json::from_value(serde_json::json!({"tcpSocket": {"port": ok}})).unwrap();
         assert_eq!(
-            run(&client, &tcp, "c", "127.0.0.1", t).await,
+            run(&client, &tcp, "c", &pod, t).await,
             Outcome::Success(String::new())
         );
         let none: Probe = serde_json::from_value(serde_json::json!({"periodSeconds": 1})).unwrap();
         assert!(matches!(
-            run(&client, &none, "c", "127.0.0.1", t).await,
+            run(&client, &none, "c", &pod, t).await,
             Outcome::Error(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_probe_naming_another_host_fails_without_dialling_it() {
+        // a PodProbeMarker's httpGet.host / tcpSocket.host, passed on by a manager older than
+        // kruise #2309: the node's loopback here stands for any address the node reaches
+        let rt = crate::cri::fake::FakeRuntime::start(
+            &tempfile::tempdir().unwrap().path().join("cri.sock"),
+            "containerd",
+        )
+        .await
+        .unwrap();
+        let client = crate::cri::RemoteRuntime::new(rt.endpoint(), None, Default::default());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let pod = PodIps::new(["10.0.0.5"]);
+        let t = Duration::from_secs(5);
+        for probe in [
+            serde_json::json!({"httpGet": {"host": "127.0.0.1", "port": port, "path": "/"}}),
+            serde_json::json!({"tcpSocket": {"host": "127.0.0.1", "port": port}}),
+            serde_json::json!({"httpGet": {"host": "169.254.169.254", "port": 80}}),
+        ] {
+            let probe: Probe = serde_json::from_value(probe).unwrap();
+            match run(&client, &probe, "c", &pod, t).await {
+                Outcome::Failure(m) => assert!(m.contains("is not the pod's"), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // nothing reached the listener: a dial would have left a connection in its backlog
+        use futures::FutureExt as _;
+        assert!(
+            l.accept().now_or_never().is_none(),
+            "a connection reached {port}"
+        );
     }
 }

@@ -235,6 +235,15 @@ pub fn min_started_deadline(
         .min()
 }
 
+/// Whether container `c` is of pod `namespace`/`name` by the kubelet's labels.
+pub fn is_pod(c: &crate::cri::Container, namespace: &str, name: &str) -> bool {
+    c.labels
+        .get(keys::KUBELET_POD_NAMESPACE)
+        .map(String::as_str)
+        == Some(namespace)
+        && c.labels.get(keys::KUBELET_POD_NAME).map(String::as_str) == Some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{LifecycleHandler, ObjectReference};
+use k8s_openapi::api::core::v1::{LifecycleHandler, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
@@ -72,7 +72,13 @@ struct Shared {
     /// The containers recorded as killed, by request UID, until the request ends: the watched
     /// copy of a request can be older than the daemon's own last write to it.
     killed: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// The node's pods, where watched: a host-network pod's IP for its hooks.
+    pods: Option<Watched<Pod>>,
+    /// The pod of each request seen active, by request UID: a request that leaves the watch
+    /// is gone from the store, and its pod must still be looked at again.
+    pod_of: Mutex<HashMap<String, Key>>,
     cancel: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
 }
 
 /// Starts the controller (kruise runs it always: no gate).
@@ -87,7 +93,10 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         metrics: Metrics::register(registry),
         inflight: Mutex::new(HashMap::new()),
         killed: Mutex::new(HashMap::new()),
+        pods: ctx.pods.clone(),
+        pod_of: Mutex::new(HashMap::new()),
         cancel: ctx.cancel.clone(),
+        tracker: ctx.tracker.clone(),
     });
     let span = tracing::info_span!("recreate");
     ctx.spawn(
@@ -120,12 +129,27 @@ impl Shared {
         }
     }
 
+    /// A request changed: its pod is looked at again. One that ended calls off its kill, and
+    /// its pod is looked at too, so that the pod's next request starts: kruise-daemon does not,
+    /// and a second request stays Pending for ever (kruise #1058, #1626; PR #2485).
     fn on_change(&self, r: &ContainerRecreateRequest) {
+        let uid = r.uid().unwrap_or_default();
         if r.metadata.deletion_timestamp.is_some() || r.is_completed() {
-            self.call_off(&r.uid().unwrap_or_default());
-            return;
+            self.call_off(&uid);
+            lock(&self.pod_of).remove(&uid);
+        } else {
+            lock(&self.pod_of).insert(uid, key_of(r));
         }
         self.queue.add(key_of(r));
+    }
+
+    /// A request left the watch (deleted, or no longer `active`: the manager takes the label
+    /// off a completed one): its pod is looked at again, for the same reason.
+    fn on_gone(&self, uid: &str) {
+        self.call_off(uid);
+        if let Some(key) = lock(&self.pod_of).remove(uid) {
+            self.queue.add(key);
+        }
     }
 }
 
@@ -149,7 +173,7 @@ async fn watch_requests(shared: Arc<Shared>) {
             Ok(Change::Deleted(key)) => {
                 // gone from the watch: deleted, or no longer active
                 if let Some(uid) = key.extra.uid.as_deref() {
-                    shared.call_off(uid);
+                    shared.on_gone(uid);
                 }
             }
             Ok(Change::Resynced) | Err(RecvError::Lagged(_)) => {
@@ -266,7 +290,7 @@ fn now_rfc3339() -> String {
 }
 
 /// One pass over the requests of a pod. `Some(d)`: look again after `d`.
-async fn sync_pod(shared: &Shared, key: &Key) -> Result<Option<Duration>, PassError> {
+async fn sync_pod(shared: &Arc<Shared>, key: &Key) -> Result<Option<Duration>, PassError> {
     let requests: Vec<Arc<ContainerRecreateRequest>> = shared
         .requests
         .state()
@@ -335,9 +359,13 @@ fn runtime_of(
 }
 
 async fn manage(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     r: &Arc<ContainerRecreateRequest>,
 ) -> Result<Option<Duration>, PassError> {
+    // a kill of this request's is under way on its task: it looks at the pod again when it ends
+    if lock(&shared.inflight).contains_key(&r.uid().unwrap_or_default()) {
+        return Ok(Some(RECREATING_POLL));
+    }
     let (runtime, runtime_name) = match runtime_of(shared, r) {
         Ok(x) => x,
         Err(e @ RuntimeLookupError::NotConnected) => return Err(PassError::Runtime(e.to_string())),
@@ -357,9 +385,39 @@ async fn manage(
         .get(keys::CRR_POD_UID_LABEL)
         .cloned()
         .unwrap_or_default();
+    if uid.is_empty() {
+        // kruise's webhook sets it on every request: one without came past the webhook
+        complete(
+            shared,
+            r,
+            "the request has no crr.apps.kruise.io/pod-uid label (kruise's webhook sets it): refused",
+            &[],
+        )
+        .await?;
+        return Ok(None);
+    }
     let containers = containers_of_pod(&runtime, &uid)
         .await
         .map_err(|e| PassError::Runtime(e.to_string()))?;
+    // the containers the uid names must be the request's pod's, in the request's namespace:
+    // the uid label alone is the creator's word where the webhook was bypassed, and would
+    // point at another tenant's pod
+    if let Some(other) = containers
+        .iter()
+        .find(|c| !decide::is_pod(c, &r.namespace().unwrap_or_default(), &r.spec.pod_name))
+    {
+        let of = |k: &str| other.labels.get(k).map(String::as_str).unwrap_or("?");
+        let message = format!(
+            "pod-uid {uid} names pod {}/{}, not this request's {}/{}: refused",
+            of(keys::KUBELET_POD_NAMESPACE),
+            of(keys::KUBELET_POD_NAME),
+            r.namespace().unwrap_or_default(),
+            r.spec.pod_name
+        );
+        tracing::warn!(request = %r.name_any(), "{message}");
+        complete(shared, r, &message, &[]).await?;
+        return Ok(None);
+    }
     let newest = crate::controller::containermeta::decide::newest_by_name(&containers);
     let mut observed = BTreeMap::new();
     for c in r.spec.containers.iter() {
@@ -422,10 +480,13 @@ async fn manage(
     }
 }
 
-/// Records the kill of `container` in the status first, then kills it; a failed kill marks
-/// it Failed.
+/// Records the kill of `container` in the status first, then kills it on a task of its own:
+/// a preStop hook runs for as long as the request's grace (its creator's), and on a worker it
+/// would hold one of the node's few for that long (2c6dc4e ran it inline: 8 hanging hooks and
+/// no other pod's request moved). When the kill ends, the pod is looked at again; a failed kill
+/// marks the container Failed.
 async fn kill_one(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     r: &Arc<ContainerRecreateRequest>,
     runtime: &RemoteRuntime,
     container: &str,
@@ -436,14 +497,7 @@ async fn kill_one(
     let Some(running) = newest.get(container) else {
         return Ok(());
     };
-    let set = |states: &mut [State], phase: Phase, message: String, is_killed: bool| {
-        if let Some(s) = states.iter_mut().find(|s| s.name == container) {
-            s.phase = phase;
-            s.message = message;
-            s.is_killed = is_killed;
-        }
-    };
-    set(states, Phase::Recreating, String::new(), true);
+    set_state(states, container, Phase::Recreating, String::new(), true);
     patch(shared, r, StatusPatch::states(&states[..])).await?;
     lock(&shared.killed)
         .entry(r.uid().unwrap_or_default())
@@ -475,58 +529,127 @@ async fn kill_one(
         field_path: Some(format!("spec.containers{{{container}}}")),
         ..Default::default()
     };
-    let pod_ip = if spec.pre_stop.is_some() {
-        runtime
-            .pod_sandbox_status(&running.pod_sandbox_id, false)
-            .await
-            .ok()
-            .map(|s| s.ip)
-    } else {
-        None
+    // the pod's status IPs (for a host-network pod, whose sandbox has none), from the node's
+    // pods where they are watched
+    let status_ips = shared
+        .pods
+        .as_ref()
+        .and_then(|pods| {
+            pods.state().into_iter().find(|p| {
+                p.uid().as_deref() == Some(pod_uid)
+                    && p.namespace() == r.namespace()
+                    && p.name_any() == r.spec.pod_name
+            })
+        })
+        .map(|p| crate::k8s::pod_ips(&p))
+        .unwrap_or_default();
+    let task = KillTask {
+        shared: shared.clone(),
+        request: r.clone(),
+        runtime: runtime.clone(),
+        running: (*running).clone(),
+        container: container.to_string(),
+        states: states.to_vec(),
+        spec,
+        regarding,
+        token,
+        status_ips,
     };
-    tracing::info!(request = %r.name_any(), %container, id = %running.id, "stopping container for the recreate request");
-    shared.events.record(EventSpec {
-        regarding: regarding.clone(),
-        warning: false,
-        reason: "Killing".into(),
-        note: format!(
-            "Stopping container {container} by ContainerRecreateRequest {}",
-            r.name_any()
-        ),
-        action: "Recreate".into(),
-    });
-    let outcome = kill::kill_container(runtime, running, &spec, pod_ip.as_deref(), &token).await;
-    lock(&shared.inflight).remove(&uid);
-    match outcome {
-        Ok(o) => {
-            shared.metrics.killed();
-            if let Some(event) = o.failed_hook_event(&regarding, container) {
-                shared.events.record(event);
+    shared.tracker.spawn(task.run().in_current_span());
+    Ok(())
+}
+
+fn set_state(states: &mut [State], container: &str, phase: Phase, message: String, killed: bool) {
+    if let Some(s) = states.iter_mut().find(|s| s.name == container) {
+        s.phase = phase;
+        s.message = message;
+        s.is_killed = killed;
+    }
+}
+
+/// One container's kill for a request, on a task of its own.
+struct KillTask {
+    shared: Arc<Shared>,
+    request: Arc<ContainerRecreateRequest>,
+    runtime: RemoteRuntime,
+    running: crate::cri::Container,
+    container: String,
+    states: Vec<State>,
+    spec: KillSpec,
+    regarding: ObjectReference,
+    token: CancellationToken,
+    status_ips: Vec<String>,
+}
+
+impl KillTask {
+    async fn run(mut self) {
+        let (shared, r, container) = (&self.shared, &self.request, self.container.as_str());
+        let key = (r.namespace().unwrap_or_default(), r.spec.pod_name.clone());
+        let uid = r.uid().unwrap_or_default();
+        let ips = kill::pod_ips(
+            &self.runtime,
+            &self.running.pod_sandbox_id,
+            self.spec.pre_stop.is_some(),
+            &self.status_ips,
+        )
+        .await;
+        tracing::info!(request = %r.name_any(), %container, id = %self.running.id, "stopping container for the recreate request");
+        shared.events.record(EventSpec {
+            regarding: self.regarding.clone(),
+            warning: false,
+            reason: "Killing".into(),
+            note: format!(
+                "Stopping container {container} by ContainerRecreateRequest {}",
+                r.name_any()
+            ),
+            action: "Recreate".into(),
+        });
+        let outcome =
+            kill::kill_container(&self.runtime, &self.running, &self.spec, &ips, &self.token).await;
+        lock(&shared.inflight).remove(&uid);
+        let again = match outcome {
+            Ok(o) => {
+                shared.metrics.killed();
+                if let Some(event) = o.failed_hook_event(&self.regarding, container) {
+                    shared.events.record(event);
+                }
+                None
             }
-            Ok(())
-        }
-        Err(kill::KillError::Cancelled) => {
-            tracing::info!(request = %r.name_any(), %container, "kill called off: the request ended");
-            Ok(())
-        }
-        // the runtime went away under the call, called it off, or failed inside (containerd
-        // answers Unknown "ttrpc: closed" when its shim connection breaks in a restart):
-        // whether the container stopped is unknown, and a later pass finds out and stops it
-        // again if not, as the kubelet retries a kill; the manager ends the request at its
-        // activeDeadlineSeconds. Only a final error (not found, not supported) fails it.
-        Err(kill::KillError::Cri(e)) if e.is_retryable() => Err(PassError::Runtime(format!(
-            "stopping container {container}: {e}"
-        ))),
-        Err(kill::KillError::Cri(e)) => {
-            tracing::warn!(request = %r.name_any(), %container, error = %e, "could not stop the container");
-            set(
-                states,
-                Phase::Failed,
-                format!("kill container error: {e}"),
-                true,
-            );
-            patch(shared, r, StatusPatch::states(&states[..])).await?;
-            Ok(())
+            Err(kill::KillError::Cancelled) => {
+                tracing::info!(request = %r.name_any(), %container, "kill called off: the request ended");
+                None
+            }
+            // the runtime went away under the call, called it off, or failed inside
+            // (containerd answers Unknown "ttrpc: closed" when its shim connection breaks in a
+            // restart): whether the container stopped is unknown, and a later pass finds out
+            // and stops it again if not, as the kubelet retries a kill; the manager ends the
+            // request at its activeDeadlineSeconds. Only a final error (not found, not
+            // supported) fails it.
+            Err(kill::KillError::Cri(e)) if e.is_retryable() => {
+                tracing::warn!(request = %r.name_any(), %container, error = %e, "stopping the container failed; trying again");
+                Some(RUNTIME_RETRY_DELAY)
+            }
+            Err(kill::KillError::Cri(e)) => {
+                tracing::warn!(request = %r.name_any(), %container, error = %e, "could not stop the container");
+                set_state(
+                    &mut self.states,
+                    container,
+                    Phase::Failed,
+                    format!("kill container error: {e}"),
+                    true,
+                );
+                match patch(shared, r, StatusPatch::states(&self.states[..])).await {
+                    Ok(()) => None,
+                    Err(e) => {
+                        tracing::warn!(request = %r.name_any(), error = %e, "writing the failed kill; trying again");
+                        Some(RETRY_DELAY)
+                    }
+                }
+            }
+        };
+        match again {
+            Some(after) => shared.queue.add_after(key, after, &shared.cancel),
+            None => shared.queue.add(key),
         }
     }
 }
