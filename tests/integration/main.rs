@@ -26,6 +26,7 @@ mod fuzz_seeds;
 mod imagepull;
 mod k8s;
 mod layers;
+mod manager;
 mod rbac;
 mod recreate;
 mod relay;

@@ -9,6 +9,7 @@ pub mod events;
 pub mod fleet;
 pub mod kubelet;
 pub mod kubelet_meta;
+pub mod manager;
 pub mod node;
 pub mod pull;
 pub mod rbac;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::admission::{AdmissionRequest, Denial, Operation};
 use crate::auth::{AuthState, UserInfo};
 use crate::ops::{self, Origin, Preconditions, Sub};
 use crate::server::Shared;
@@ -252,6 +253,49 @@ impl Control {
         self.shared
             .store
             .write(|st| crate::rbac::apply_manifests(st, yaml))
+    }
+
+    /// Register a mutating admission hook named `name` (the webhook's name in a denial) for
+    /// `operations` on the main resource `group`/`resource` (plural; every version): HTTP
+    /// writes call it before the object is stored, after the hooks registered before it, with
+    /// the object in the request's version. It may change [`AdmissionRequest::object`] or
+    /// refuse with a [`Denial`], answered as the real server answers a webhook's. Writes
+    /// through this control API and `/status` writes are not admitted. The hook runs under the
+    /// store lock: it reads other objects through [`AdmissionRequest::store`], never through a
+    /// [`Control`].
+    ///
+    /// [`AdmissionRequest::object`]: crate::AdmissionRequest::object
+    /// [`AdmissionRequest::store`]: crate::AdmissionRequest::store
+    /// [`Denial`]: crate::Denial
+    pub fn add_mutating_admission(
+        &self,
+        name: &str,
+        group: &str,
+        resource: &str,
+        operations: &[Operation],
+        hook: impl Fn(&mut AdmissionRequest<'_>) -> Result<(), Denial> + Send + Sync + 'static,
+    ) {
+        self.shared.store.write(|st| {
+            st.admission
+                .add_mutating(name, group, resource, operations, Arc::new(hook))
+        });
+    }
+
+    /// Register a validating admission hook, as [`Control::add_mutating_admission`] does a
+    /// mutating one: it runs after every mutating hook and the schema's validation, on the
+    /// object as it would be stored, and may only refuse.
+    pub fn add_validating_admission(
+        &self,
+        name: &str,
+        group: &str,
+        resource: &str,
+        operations: &[Operation],
+        hook: impl Fn(&AdmissionRequest<'_>) -> Result<(), Denial> + Send + Sync + 'static,
+    ) {
+        self.shared.store.write(|st| {
+            st.admission
+                .add_validating(name, group, resource, operations, Arc::new(hook))
+        });
     }
 
     /// A kubeconfig (YAML) pointing at this server whose user sends `token`.

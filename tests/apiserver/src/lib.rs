@@ -31,6 +31,11 @@
 //!   (loaded from YAML with [`Control::apply_manifests`] or created through the
 //!   API) with the real `403` bodies, the default discovery roles, and each
 //!   request's user recorded ([`RequestRecord::user`], [`Control::refusals`]);
+//! * admission hooks for a resource's create and update, main resource only
+//!   ([`Control::add_mutating_admission`], [`Control::add_validating_admission`]):
+//!   in-process closures in place of webhooks, called before the write is
+//!   stored, able to change the object or refuse it with the real server's
+//!   denial (`admission webhook "<name>" denied the request: <message>`);
 //! * a test control API ([`Control`], also under `/_double/` over HTTP) to
 //!   seed objects, compact, drop watches, inject faults and delays, count and
 //!   log requests, and wait for conditions without sleeping: what a real
@@ -57,7 +62,10 @@
 //!   server keeps them with a `deletionTimestamp`); deleting a namespace
 //!   removes it and its contents at once; no garbage collection by
 //!   ownerReferences (the real pod GC also deletes pods bound to missing
-//!   nodes); no admission; no authentication or authorization unless turned on
+//!   nodes); no built-in admission plugins, and webhooks only as in-process
+//!   hooks (no `AdmissionReview` over HTTPS, no match or object selectors,
+//!   no reinvocation, no timeouts or `failurePolicy`: a hook's refusal always
+//!   refuses); no authentication or authorization unless turned on
 //!   (then any token works, and every request is allowed); with them on: no
 //!   aggregated ClusterRoles (`aggregationRule`), no escalation check on writes
 //!   of roles and bindings, no impersonation, no client certificates, and no
@@ -78,6 +86,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod auth;
 mod control;
 mod discovery;
@@ -95,6 +104,7 @@ mod store;
 mod util;
 mod watch;
 
+pub use admission::{AdmissionRequest, Denial, MutatingFn, Operation, ValidatingFn};
 pub use auth::{AUTHENTICATED, DEFAULT_TOKEN, MASTERS, UNAUTHENTICATED, UserInfo};
 pub use control::{Control, Fault, RequestLog, RequestRecord, WaitTimeout};
 pub use kinds::{

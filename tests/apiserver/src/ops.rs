@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::admission;
 use crate::kinds::{KindInfo, StatusOnCreate, from_storage, through_version, to_storage};
 use crate::patch::{self, PatchType};
 use crate::status::ApiError;
@@ -352,6 +353,17 @@ pub(crate) fn create(
             }
         }
     }
+    let write = admission::Write {
+        kind,
+        storage_kind,
+        operation: admission::Operation::Create,
+        namespace: &ns,
+        name: &name,
+        dry_run,
+    };
+    if origin == Origin::Http {
+        obj = admission::mutate(st, &write, obj, None)?;
+    }
     if st.get(sidx, &ns, &name).is_some() {
         return Err(ApiError::already_exists(kind, &name));
     }
@@ -401,6 +413,9 @@ pub(crate) fn create(
         }
     }
     check_schema(kind, &name, &obj, None, origin)?;
+    if origin == Origin::Http {
+        admission::validate(st, &write, &obj, None)?;
+    }
     if dry_run {
         return Ok(from_storage(kind, &obj));
     }
@@ -627,6 +642,19 @@ pub(crate) fn update(
     }
     next["kind"] = json!(storage_kind.kind);
     next["apiVersion"] = json!(storage_kind.api_version());
+    let write = admission::Write {
+        kind,
+        storage_kind,
+        operation: admission::Operation::Update,
+        namespace: &ns,
+        name: &name,
+        dry_run,
+    };
+    // webhooks are registered for the main resource only, as kruise-manager's are
+    let admitted = origin == Origin::Http && sub == Sub::Main;
+    if admitted {
+        next = admission::mutate(st, &write, next, Some(&old))?;
+    }
 
     if meta_str(&old, "deletionTimestamp").is_some() {
         let before = finalizers(&old);
@@ -653,6 +681,9 @@ pub(crate) fn update(
         check_event(storage_kind, &name, &ns, &next)?;
     }
     check_schema(kind, &name, &next, Some(&old), origin)?;
+    if admitted {
+        admission::validate(st, &write, &next, Some(&old))?;
+    }
     if storage_kind.tracks_generation {
         let gen_old = old
             .pointer("/metadata/generation")

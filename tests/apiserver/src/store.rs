@@ -74,6 +74,10 @@ pub(crate) struct State {
     pub require_namespaces: bool,
     /// `Warning` header texts produced by the write in progress (taken by the HTTP layer).
     pub warnings: Vec<String>,
+    /// The admission hooks HTTP writes go through ([`Control::add_mutating_admission`]).
+    ///
+    /// [`Control::add_mutating_admission`]: crate::Control::add_mutating_admission
+    pub admission: crate::admission::Admission,
 }
 
 fn key_of(obj: &Value) -> ObjKey {
@@ -117,6 +121,7 @@ impl State {
             next_snapshot: 1,
             require_namespaces,
             warnings: Vec::new(),
+            admission: crate::admission::Admission::default(),
         }
     }
 

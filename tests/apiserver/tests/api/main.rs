@@ -1,6 +1,7 @@
 //! Integration tests: the double driven over real HTTP with a plain hyper
 //! client, one module per group of requirements.
 
+mod admission;
 mod common;
 mod control;
 mod crud;

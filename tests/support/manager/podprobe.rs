@@ -1,0 +1,393 @@
+//! Pod probes as kruise-manager 07169cf runs them: a NodePodProbe per Ready node
+//! (`pkg/controller/nodepodprobe/node_pod_probe_controller.go`), each PodProbeMarker's probes
+//! written into the NodePodProbes of its pods' nodes (`pkg/controller/podprobemarker/
+//! pod_probe_marker_controller.go`), and what the daemon reports in NodePodProbe status turned
+//! into the pods' conditions, labels and annotations (`updatePodProbeStatus`,
+//! node_pod_probe_controller.go:221-374).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use super::imagepull::matches_labels;
+use super::nodeimage::ready_node;
+use super::{Inner, Res, Wake, condition, deleting, label, name_of, ns_of, pod_active, uid_of};
+
+/// The PodProbeMarker's finalizer (pod_probe_marker_controller.go:66,162-169).
+const FINALIZER: &str = "kruise.io/node-pod-probe-cleanup";
+
+/// A NodePodProbe per Ready, non-virtual node, created empty; one whose node is gone deleted;
+/// entries of pods gone or replaced removed (:137-219).
+pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
+    let nodes = m.list(Res::Nodes, None);
+    let probes = m.list(Res::NodePodProbes, None);
+    for node in nodes.iter().filter(|n| ready_node(n)) {
+        if !probes.iter().any(|p| name_of(p) == name_of(node)) {
+            // `{metadata: {name}}` as Go's encoding/json sends it: struct fields are never
+            // omitted, so `spec: {}` is there (the status the API server drops on create)
+            let npp = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodePodProbe",
+                             "metadata": {"name": name_of(node)}, "spec": {}});
+            m.write(
+                "a NodePodProbe for a Ready node",
+                m.http.create(Res::NodePodProbes, "", &npp),
+            )
+            .await;
+        }
+    }
+    for npp in &probes {
+        let node = nodes.iter().find(|n| name_of(n) == name_of(npp));
+        if node.is_none_or(deleting) {
+            m.write(
+                "delete the NodePodProbe of a gone node",
+                m.http.delete(Res::NodePodProbes, "", name_of(npp)),
+            )
+            .await;
+            continue;
+        }
+        let entries = npp["spec"]["podProbes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let live: Vec<Value> = entries
+            .iter()
+            .filter(|e| {
+                let ns = e["namespace"].as_str().unwrap_or("");
+                let pod = m.get(Res::Pods, ns, e["name"].as_str().unwrap_or(""));
+                pod.is_some_and(|p| pod_active(&p) && p["metadata"]["uid"] == e["uid"])
+            })
+            .cloned()
+            .collect();
+        if live.len() != entries.len() {
+            let mut next = npp.clone();
+            next["spec"]["podProbes"] = json!(live);
+            m.write(
+                "drop the probes of gone pods",
+                m.http.replace(Res::NodePodProbes, &next, None),
+            )
+            .await;
+        }
+    }
+    Wake::default()
+}
+
+/// The pods a marker probes (`getMatchingPods`, :435-477): its namespace and selector, active,
+/// `Initialized=True`, on a node that exists and is not a virtual kubelet's.
+fn matching_pods(m: &Inner, ppm: &Value) -> Vec<Value> {
+    m.list(Res::Pods, Some(ns_of(ppm)))
+        .into_iter()
+        .filter(|p| matches_labels(&ppm["spec"]["selector"], &p["metadata"]["labels"]))
+        .filter(pod_active)
+        .filter(|p| condition(p, "Initialized").is_some_and(|c| c["status"] == "True"))
+        .filter(|p| {
+            let node = p["spec"]["nodeName"].as_str().unwrap_or("");
+            !node.is_empty()
+                && m.get(Res::Nodes, "", node)
+                    .is_some_and(|n| label(&n, "type") != Some("virtual-kubelet"))
+        })
+        .collect()
+}
+
+/// A named port resolved from the container's ports (:378-413); `None` when it does not resolve.
+fn resolve_port(probe: &Value, pod: &Value, container: &str) -> Option<Value> {
+    let mut probe = probe.clone();
+    for handler in ["tcpSocket", "httpGet"] {
+        let Some(name) = probe[handler]["port"].as_str().map(String::from) else {
+            continue;
+        };
+        if let Ok(n) = name.parse::<i64>() {
+            probe[handler]["port"] = json!(n);
+            continue;
+        }
+        let port = pod["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == container)?["ports"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == name.as_str())?["containerPort"]
+            .clone();
+        probe[handler]["port"] = port;
+    }
+    Some(probe)
+}
+
+/// Each marker into the NodePodProbes (`updateNodePodProbes`, :292-376), its finalizer, its
+/// status; a deleted marker's probes removed (:221-237,479-519).
+pub(crate) async fn reconcile_markers(m: &Inner) -> Wake {
+    for ppm in m.list(Res::PodProbeMarkers, None) {
+        let finalizers: Vec<String> = ppm["metadata"]["finalizers"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let has = finalizers.iter().any(|f| f == FINALIZER);
+        let pods = matching_pods(m, &ppm);
+        let nodes: BTreeSet<String> = pods
+            .iter()
+            .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
+            .collect();
+        if deleting(&ppm) {
+            if has {
+                remove_probes(m, &ppm, &nodes).await;
+                let mut next = ppm.clone();
+                let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+                next["metadata"]["finalizers"] = json!(kept);
+                m.write(
+                    "remove the marker's finalizer",
+                    m.http.replace(Res::PodProbeMarkers, &next, None),
+                )
+                .await;
+            }
+            continue;
+        }
+        if !has {
+            let mut next = ppm.clone();
+            let mut f = finalizers.clone();
+            f.push(FINALIZER.into());
+            next["metadata"]["finalizers"] = json!(f);
+            m.write(
+                "add the marker's finalizer",
+                m.http.replace(Res::PodProbeMarkers, &next, None),
+            )
+            .await;
+            continue;
+        }
+        for node in &nodes {
+            let on_node: Vec<&Value> = pods
+                .iter()
+                .filter(|p| p["spec"]["nodeName"] == node.as_str())
+                .collect();
+            write_probes(m, &ppm, node, &on_node).await;
+        }
+        // :200-217
+        let status = json!({"observedGeneration": ppm["metadata"]["generation"],
+                            "matchedPods": pods.len()});
+        if ppm["status"] != status {
+            let mut next = ppm.clone();
+            next["status"] = status;
+            m.write(
+                "the marker's status",
+                m.http.replace(Res::PodProbeMarkers, &next, Some("status")),
+            )
+            .await;
+        }
+    }
+    Wake::default()
+}
+
+async fn write_probes(m: &Inner, ppm: &Value, node: &str, pods: &[&Value]) {
+    // the manager never creates a NodePodProbe here: without one, skip silently
+    let Some(npp) = m.get(Res::NodePodProbes, "", node) else {
+        return;
+    };
+    let mut next = npp.clone();
+    if !next["spec"]["podProbes"].is_array() {
+        next["spec"]["podProbes"] = json!([]);
+    }
+    let entries = next["spec"]["podProbes"].as_array_mut().expect("an array");
+    for pod in pods {
+        let probes: Vec<Value> = ppm["spec"]["probes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let container = p["containerName"].as_str().unwrap_or("");
+                let probe = resolve_port(&p["probe"], pod, container)?;
+                Some(
+                    json!({"name": format!("{}#{}", name_of(ppm), p["name"].as_str().unwrap_or("")),
+                            "containerName": container, "probe": probe}),
+                )
+            })
+            .collect();
+        let found = entries.iter_mut().find(|e| {
+            e["name"] == name_of(pod) && e["namespace"] == ns_of(pod) && e["uid"] == uid_of(pod)
+        });
+        match found {
+            Some(e) => {
+                if e["IP"].as_str().unwrap_or("").is_empty() {
+                    e["IP"] = pod["status"]["podIP"].clone();
+                }
+                if !e["probes"].is_array() {
+                    e["probes"] = json!([]);
+                }
+                let list = e["probes"].as_array_mut().expect("an array");
+                for p in probes {
+                    match list.iter_mut().find(|x| x["name"] == p["name"]) {
+                        Some(x) => *x = p,
+                        None => list.push(p),
+                    }
+                }
+            }
+            None => entries.push(json!({"name": name_of(pod), "namespace": ns_of(pod),
+                                        "uid": uid_of(pod), "IP": pod["status"]["podIP"],
+                                        "probes": probes})),
+        }
+    }
+    if next != npp {
+        m.write(
+            "the marker's probes",
+            m.http.replace(Res::NodePodProbes, &next, None),
+        )
+        .await;
+    }
+}
+
+async fn remove_probes(m: &Inner, ppm: &Value, nodes: &BTreeSet<String>) {
+    let marker = format!("{}#", name_of(ppm));
+    for node in nodes {
+        let Some(npp) = m.get(Res::NodePodProbes, "", node) else {
+            continue;
+        };
+        let mut next = npp.clone();
+        if let Some(entries) = next["spec"]["podProbes"].as_array_mut() {
+            for e in entries.iter_mut().filter(|e| e["namespace"] == ns_of(ppm)) {
+                if let Some(p) = e["probes"].as_array_mut() {
+                    p.retain(|p| !p["name"].as_str().unwrap_or("").contains(&marker));
+                }
+            }
+            entries.retain(|e| e["probes"].as_array().is_some_and(|p| !p.is_empty()));
+        }
+        if next != npp {
+            m.write(
+                "remove a deleted marker's probes",
+                m.http.replace(Res::NodePodProbes, &next, None),
+            )
+            .await;
+        }
+    }
+}
+
+/// NodePodProbe status onto the pods (:221-374): one `PUT pods/status` per pod with every
+/// condition and label or annotation change.
+pub(crate) async fn reconcile_statuses(m: &Inner) -> Wake {
+    for npp in m.list(Res::NodePodProbes, None) {
+        for entry in npp["status"]["podProbeStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let ns = entry["namespace"].as_str().unwrap_or("");
+            let Some(pod) = m.get(Res::Pods, ns, entry["name"].as_str().unwrap_or("")) else {
+                continue;
+            };
+            if !pod_active(&pod) || pod["metadata"]["uid"] != entry["uid"] {
+                continue;
+            }
+            reflect(m, &pod, entry).await;
+        }
+    }
+    Wake::default()
+}
+
+async fn reflect(m: &Inner, pod: &Value, entry: &Value) {
+    let mut conditions: Vec<Value> = Vec::new();
+    let mut used = BTreeSet::new();
+    // key → Some(value) to set, None to delete; later probes win
+    let mut labels: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut annotations: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for st in entry["probeStates"].as_array().into_iter().flatten() {
+        let state = st["state"].as_str().unwrap_or("");
+        if state.is_empty() {
+            continue;
+        }
+        let full = st["name"].as_str().unwrap_or("");
+        let Some((marker, probe_name)) = full.split_once('#') else {
+            continue;
+        };
+        let Some(ppm) = m.get(Res::PodProbeMarkers, ns_of(pod), marker) else {
+            continue;
+        };
+        if deleting(&ppm) {
+            continue;
+        }
+        let Some(probe) = ppm["spec"]["probes"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == probe_name))
+        else {
+            continue;
+        };
+        if let Some(t) = probe["podConditionType"].as_str().filter(|t| !t.is_empty())
+            && used.insert(t.to_string())
+        {
+            let mut c = json!({"type": t,
+                    "status": if state == "Succeeded" { "True" } else { "False" },
+                    "lastProbeTime": st["lastProbeTime"],
+                    "lastTransitionTime": st["lastTransitionTime"]});
+            if let Some(msg) = st["message"].as_str().filter(|s| !s.is_empty()) {
+                c["message"] = json!(msg);
+            }
+            conditions.push(c);
+        }
+        let policies = probe["markerPolicy"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for p in policies.iter().filter(|p| p["state"] != state) {
+            for (k, _) in p["labels"].as_object().into_iter().flatten() {
+                labels.insert(k.clone(), None);
+            }
+            for (k, _) in p["annotations"].as_object().into_iter().flatten() {
+                annotations.insert(k.clone(), None);
+            }
+        }
+        for p in policies.iter().filter(|p| p["state"] == state) {
+            for (k, v) in p["labels"].as_object().into_iter().flatten() {
+                labels.insert(k.clone(), v.as_str().map(String::from));
+            }
+            for (k, v) in p["annotations"].as_object().into_iter().flatten() {
+                annotations.insert(k.clone(), v.as_str().map(String::from));
+            }
+        }
+    }
+    if conditions.is_empty() && labels.is_empty() && annotations.is_empty() {
+        return;
+    }
+    let mut next = pod.clone();
+    for c in conditions {
+        set_if_msg_changed(&mut next, c);
+    }
+    for (field, changes) in [("labels", &labels), ("annotations", &annotations)] {
+        let map = &mut next["metadata"][field];
+        if !map.is_object() {
+            *map = json!({});
+        }
+        let map = map.as_object_mut().expect("an object");
+        for (k, v) in changes {
+            match v {
+                Some(v) => {
+                    map.insert(k.clone(), json!(v));
+                }
+                None => {
+                    map.remove(k);
+                }
+            }
+        }
+    }
+    if next != *pod {
+        // metadata too, through the status subresource (kruise #1597)
+        m.write(
+            "probe results onto the pod",
+            m.http.replace(Res::Pods, &next, Some("status")),
+        )
+        .await;
+    }
+}
+
+/// `SetPodConditionIfMsgChanged` (pkg/util/pods.go:340-350): replaced when its status or
+/// message differs, appended when missing, else left alone (times included).
+fn set_if_msg_changed(pod: &mut Value, c: Value) {
+    if !pod["status"]["conditions"].is_array() {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let list = pod["status"]["conditions"]
+        .as_array_mut()
+        .expect("an array");
+    match list.iter_mut().find(|x| x["type"] == c["type"]) {
+        Some(x) if x["status"] == c["status"] && x["message"] == c["message"] => {}
+        Some(x) => *x = c,
+        None => list.push(c),
+    }
+}
