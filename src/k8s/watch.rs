@@ -4,6 +4,13 @@
 //!
 //! A watch relists on `410 Gone`, backs off on errors, prunes what the daemon never reads, marks
 //! its readiness condition once the first list is in, and tells subscribers what changed.
+//!
+//! Objects are read one by one, leniently ([`read_lenient`]): a typed list fails whole on one
+//! object it cannot read, and a recreate request is written by any tenant (kruise's CRD does not
+//! even require its `spec`), so one unreadable object would stop the node's watch and keep the
+//! daemon unready. Go's decoder, kruise-daemon's, reads a missing field as its zero value; so
+//! does this, and an object that still cannot be read is kept by its name alone, with a
+//! warning.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -11,9 +18,10 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -118,8 +126,18 @@ where
     // Kubernetes 1.31 a consistent list of pods by `spec.nodeName` reads every pod of the
     // cluster from etcd, for each node. A relist (after 410 Gone) reads the current state
     // instead: an API server whose cache lags must not take the store back in time.
+    let api: Api<DynamicObject> = Api::all_with(api.into_client(), &ApiResource::erase::<K>(&()));
     let open = move |config: watcher::Config| {
-        Box::pin(watcher(api.clone(), config).default_backoff().modify(prune))
+        Box::pin(
+            watcher(api.clone(), config)
+                .default_backoff()
+                .filter_map(move |e| {
+                    futures::future::ready(match e {
+                        Ok(e) => typed::<K>(e, prune).map(Ok),
+                        Err(e) => Some(Err(e)),
+                    })
+                }),
+        )
     };
     let mut first = config.clone().any_semantic();
     // a paged list cannot be served from the cache: kube sends no resourceVersion=0 with a
@@ -208,6 +226,57 @@ where
     }
 }
 
+/// A watch event of raw objects as one of `K`'s, each object read with [`read_lenient`] and
+/// pruned; `None` for an object that cannot be read at all (it is left out, with a warning).
+fn typed<K>(e: watcher::Event<DynamicObject>, prune: fn(&mut K)) -> Option<watcher::Event<K>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let read = |o: DynamicObject| {
+        let mut k = read_lenient::<K>(o)?;
+        prune(&mut k);
+        Some(k)
+    };
+    Some(match e {
+        watcher::Event::Apply(o) => watcher::Event::Apply(read(o)?),
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(read(o)?),
+        watcher::Event::Delete(o) => watcher::Event::Delete(read(o)?),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    })
+}
+
+/// Reads `o` as a `K` the way Go's decoder would: a missing `spec` is an empty one. An object
+/// that still cannot be read (a field of the wrong type: the API server's schema lets few
+/// through) is kept by its name alone, its spec empty, with a warning naming it and why, so the
+/// rest of the watch goes on; `None` where even that cannot be read.
+pub fn read_lenient<K>(o: DynamicObject) -> Option<K>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let with_spec = |mut v: serde_json::Value| {
+        if let Some(map) = v.as_object_mut() {
+            map.entry("spec").or_insert_with(|| serde_json::json!({}));
+        }
+        v
+    };
+    let error = match serde_json::to_value(&o).map(with_spec) {
+        Ok(v) => match serde_json::from_value::<K>(v) {
+            Ok(k) => return Some(k),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(kind = %K::kind(&()), namespace = ?o.namespace(), name = %o.name_any(), %error,
+        "an object could not be read: kept by its name alone");
+    let bare = with_spec(serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": serde_json::to_value(&o.metadata).ok()?,
+    }));
+    serde_json::from_value::<K>(bare).ok()
+}
+
 /// The field selector of the node's pods.
 pub fn pods_of_node(node: &str) -> watcher::Config {
     watcher::Config::default().fields(&format!("spec.nodeName={node}"))
@@ -244,6 +313,43 @@ pub fn prune_managed_fields<K: Resource>(o: &mut K) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::crd::{ContainerRecreateRequest, NodePodProbe};
+
+    fn raw(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn an_object_without_a_spec_is_read_with_an_empty_one_as_go_reads_it() {
+        // kruise's CRDs require no spec: `kubectl create` of metadata alone is accepted, and
+        // 2c6dc4e's typed watch then failed whole ("missing field spec"), kruised never ready
+        let crr: ContainerRecreateRequest = read_lenient(raw(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": "r", "namespace": "tenant"}
+        })))
+        .unwrap();
+        assert_eq!(crr.spec.pod_name, "");
+        assert!(crr.spec.containers.is_empty());
+        let npp: NodePodProbe = read_lenient(raw(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodePodProbe",
+            "metadata": {"name": "node-a"}
+        })))
+        .unwrap();
+        assert!(npp.spec.pod_probes.is_empty());
+    }
+
+    #[test]
+    fn an_object_with_a_field_of_the_wrong_type_is_kept_by_its_name_alone() {
+        let crr: ContainerRecreateRequest = read_lenient(raw(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": "odd", "namespace": "tenant", "uid": "u1"},
+            "spec": {"podName": "p", "containers": "not a list"}
+        })))
+        .unwrap();
+        assert_eq!(crr.metadata.name.as_deref(), Some("odd"));
+        assert_eq!(crr.metadata.uid.as_deref(), Some("u1"));
+        assert!(crr.spec.containers.is_empty());
+    }
 
     #[test]
     fn pruning_a_pod_keeps_what_the_daemon_reads_and_the_containers_whole() {

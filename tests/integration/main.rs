@@ -23,6 +23,7 @@ mod dropin;
 mod faults_api;
 mod faults_restart;
 mod fuzz_seeds;
+mod hostile;
 mod imagepull;
 mod k8s;
 mod layers;
