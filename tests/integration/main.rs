@@ -30,4 +30,5 @@ mod layers;
 mod manager;
 mod rbac;
 mod recreate;
+mod settle;
 mod relay;

@@ -15,7 +15,7 @@ use kruised::hash::env::{MetaRef, env_meta_refs};
 use kruised::hash::kubelet::{format_hash, hash_container};
 use kruised::k8s::keys;
 
-use super::kubelet_meta::{PodRef, container_labels};
+use super::kubelet_meta::{PodRef, container_annotations, container_labels};
 use serde_json::{Value, json};
 
 /// The node's name in these tests.
@@ -309,16 +309,29 @@ pub fn start_container(
     has_env_binary: bool,
 ) -> String {
     let labels = container_labels(pod_ref, &c.name, &StringMap::new());
-    let mut annotations = StringMap::new();
-    annotations.insert(
-        keys::KUBELET_CONTAINER_HASH.into(),
-        format_hash(hash_container(c)),
+    // what the kubelet records on the container: its hash, attempt and the pod's grace, its
+    // preStop hook and ports as JSON (kuberuntime_container.go newContainerAnnotations)
+    let pre_stop = c
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        .and_then(|h| serde_json::to_string(h).ok());
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let mut annotations = container_annotations(
+        &format_hash(hash_container(c)),
+        attempt,
+        grace,
+        pre_stop.as_deref(),
     );
-    annotations.insert(
-        keys::KUBELET_CONTAINER_RESTART_COUNT.into(),
-        attempt.to_string(),
-    );
-    annotations.insert(keys::KUBELET_POD_TERMINATION_GRACE.into(), "30".into());
+    if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty())
+        && let Ok(json) = serde_json::to_string(ports)
+    {
+        annotations.insert(keys::KUBELET_CONTAINER_PORTS.into(), json);
+    }
     cri.add_container(
         sandbox,
         ContainerConfig {

@@ -25,7 +25,7 @@ use super::{condition, now, rfc3339};
 use crate::node::{FakeNode, NODE};
 
 /// The kubelet's container-hash annotation on a runtime container.
-const HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+pub(super) const HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 /// Host network: the pod's IP is the node's.
 const POD_IP: &str = "127.0.0.1";
 
@@ -133,7 +133,7 @@ fn sync_pod(node: &FakeNode, name: &str) {
 
 /// Creates the container again (attempt + 1) from the pod as it is now; a running one (its
 /// spec changed) is killed first.
-fn recreate(
+pub(super) fn recreate(
     node: &FakeNode,
     pod: &Pod,
     c: &Container,
@@ -168,6 +168,13 @@ fn recreate(
 
 /// The pod's status as the kubelet reports it now.
 fn report(node: &FakeNode, name: &str) {
+    report_with_gates(node, name, None);
+}
+
+/// The pod's status as the kubelet reports it now, `Ready` computed from the readiness-gate
+/// conditions of `gates_from` (the pod a sync took: they may be older than the pod's own) or,
+/// without it, of the pod as it is.
+pub(super) fn report_with_gates(node: &FakeNode, name: &str, gates_from: Option<&Value>) {
     let _ = node.api.modify("pods", "default", name, |p| {
         let images: Vec<(String, String)> = p["spec"]["containers"]
             .as_array()
@@ -223,8 +230,18 @@ fn report(node: &FakeNode, name: &str) {
             .filter_map(|g| g["conditionType"].as_str().map(String::from))
             .collect();
         let mut gate_problems = Vec::new();
-        for g in &gates {
-            match condition(p, g).and_then(|c| c["status"].as_str()) {
+        let from: &Value = gates_from.unwrap_or(p);
+        let gate_status: Vec<(String, Option<String>)> = gates
+            .iter()
+            .map(|g| {
+                (
+                    g.clone(),
+                    condition(from, g).and_then(|c| c["status"].as_str().map(String::from)),
+                )
+            })
+            .collect();
+        for (g, status) in &gate_status {
+            match status.as_deref() {
                 Some("True") => {}
                 Some(s) => gate_problems.push(format!(
                     "the status of pod readiness gate \"{g}\" is not \"True\", but {s}"
