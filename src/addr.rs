@@ -1,7 +1,7 @@
 //! Listen addresses in Go's style (`:10221`, `host:port`, `[ipv6]:port`, `localhost:port`), as
 //! kruise-daemon's `--addr` and `--pprof-addr` take them.
 
-use std::net::{AddrParseError, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{AddrParseError, IpAddr, Ipv4Addr, SocketAddr};
 
 /// Why [`parse_addr`] rejected an address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +42,10 @@ pub enum AddrError {
 /// Parses a listen address the way kruise-daemon's Go flags spell it: `:10221` (all IPv4
 /// interfaces), `127.0.0.1:10221`, `localhost:10222` (the chart's `--pprof-addr`), `[::1]:10221`.
 ///
+/// As in Go (`net.SplitHostPort` takes any host out of the brackets), an IPv4 host may be
+/// bracketed too: `[10.0.0.7]:10221`. That is what lets one manifest say
+/// `--addr=[$(POD_IP)]:10221` for IPv4 and IPv6 pod IPs alike.
+///
 /// Unlike Go, `:port` means `0.0.0.0`, not a dual-stack `[::]`; write `[::]:port` for IPv6.
 pub fn parse_addr(s: &str) -> Result<SocketAddr, AddrError> {
     let missing_port = || AddrError::MissingPort { addr: s.to_owned() };
@@ -73,10 +77,10 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, AddrError> {
         source,
     };
     let ip: IpAddr = match host {
-        _ if bracketed => host.parse::<Ipv6Addr>().map_err(invalid_host)?.into(),
-        "" => Ipv4Addr::UNSPECIFIED.into(),
+        "" if !bracketed => Ipv4Addr::UNSPECIFIED.into(),
         "localhost" => Ipv4Addr::LOCALHOST.into(),
-        _ => host.parse::<Ipv4Addr>().map_err(invalid_host)?.into(),
+        // unbracketed, a host has no colon (checked above), so only IPv4 parses here
+        _ => host.parse::<IpAddr>().map_err(invalid_host)?,
     };
     Ok(SocketAddr::new(ip, port))
 }
@@ -85,6 +89,7 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, AddrError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::net::Ipv6Addr;
 
     #[test]
     fn parse_addr_accepts_go_style_addresses() {
@@ -102,6 +107,33 @@ mod tests {
         assert_eq!(ok("[::]:0"), "[::]:0".parse().expect("addr"));
     }
 
+    /// deploy/daemonset.yaml passes `--addr=[$(POD_IP)]:10221`: the kubelet puts the pod's IP
+    /// between the brackets, IPv4 or IPv6 (Go's `net.SplitHostPort` accepts both the same way).
+    #[test]
+    fn parse_addr_accepts_a_bracketed_pod_ip_of_either_family() {
+        for (given, want) in [
+            ("[10.244.1.7]:10221", "10.244.1.7:10221"),
+            ("[fd00:10:244::7]:10221", "[fd00:10:244::7]:10221"),
+        ] {
+            assert_eq!(
+                parse_addr(given),
+                Ok(want.parse().expect("addr")),
+                "{given}"
+            );
+        }
+        assert!(
+            matches!(
+                parse_addr("[$(POD_IP)]:10221"),
+                Err(AddrError::InvalidHost { .. })
+            ),
+            "an unexpanded reference (POD_IP not in the env) is refused"
+        );
+        assert!(
+            matches!(parse_addr("[]:10221"), Err(AddrError::InvalidHost { .. })),
+            "an empty pod IP is refused, not taken for every interface"
+        );
+    }
+
     #[test]
     fn parse_addr_rejects_what_it_cannot_bind() {
         let err = |s: &str| parse_addr(s).expect_err(s);
@@ -116,7 +148,7 @@ mod tests {
             AddrError::InvalidHost { .. }
         ));
         assert!(matches!(
-            err("[127.0.0.1]:80"),
+            err("[10.0.0.256]:80"),
             AddrError::InvalidHost { .. }
         ));
         assert_eq!(

@@ -5,9 +5,17 @@
 //! check what liveness should check, that the long-lived loops still make progress ([`Liveness`]),
 //! and move "caches synced, CRI reachable" to a separate `/readyz` ([`Readiness`]), so a slow
 //! informer sync no longer gets the daemon restarted.
+//!
+//! The port is reachable by whatever reaches the pod's IP (the node's, under host network),
+//! tenants' pods included, so the server bounds what a client can make it hold
+//! ([`limits`]): connections in all and per peer address (beyond them a connection is reset at
+//! once, counted and logged at most once a minute), hyper's buffers (a request head larger than
+//! 16 KiB gets 431), the time to send a head (also between kept-alive requests), a connection's
+//! age, and the `/metrics` renderings at once.
 
 use std::convert::Infallible;
 use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +27,9 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, debug_span, error, info, warn};
@@ -27,6 +37,12 @@ use tracing::{Instrument as _, debug, debug_span, error, info, warn};
 pub use crate::health::{
     ConditionReport, Heartbeat, Liveness, Readiness, ReadinessCondition, Stalled, TaskGuard,
 };
+
+mod limits;
+#[cfg(test)]
+mod tests;
+
+use limits::{AdminMetrics, Limits, REFUSAL_LOG_INTERVAL, Refusal, RefusalLog, Slot, Slots};
 
 /// Liveness endpoint (kruise-daemon's path, probed by the chart's livenessProbe).
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -39,9 +55,8 @@ pub const METRICS_PATH: &str = "/metrics";
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
-/// A client must send its request head within this long, so idle sockets cannot pile up.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// After shutdown, in-flight requests get this long before their connections are dropped.
+/// After shutdown, in-flight requests get this long before their connections are dropped; so
+/// does a connection that reached its maximum age.
 const CONNECTION_DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error such as EMFILE, which would otherwise fail again at once.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
@@ -55,37 +70,113 @@ pub struct AdminState {
     pub readiness: Readiness,
     /// Backs `/healthz`.
     pub liveness: Liveness,
-    /// The root registry from [`crate::metrics::new_registry`]; `/metrics` adds the process
-    /// metrics itself.
+    /// The root registry from [`crate::metrics::new_registry`]; `/metrics` adds the admin
+    /// server's own metrics and the process metrics itself.
     pub registry: Arc<Registry>,
 }
 
-/// Answers one admin request. Serves `GET`/`HEAD` on [`HEALTHZ_PATH`], [`READYZ_PATH`] (`?verbose`
-/// lists every condition even when ready) and [`METRICS_PATH`]; other paths get 404, other methods
-/// 405. The request body is ignored.
-pub async fn handle<B>(state: &AdminState, req: Request<B>) -> Response<Full<Bytes>> {
-    enum Route {
-        Healthz,
-        Readyz,
-        Metrics,
+/// Answers admin requests for one server: its [`AdminState`], plus the bound on `/metrics`
+/// renderings at once and the admin server's own metrics. Cloning shares them.
+#[derive(Debug, Clone)]
+struct Handler {
+    state: AdminState,
+    renders: Arc<Semaphore>,
+    render_wait: Duration,
+    metrics: AdminMetrics,
+}
+
+impl Handler {
+    fn new(state: AdminState, limits: &Limits, metrics: AdminMetrics) -> Self {
+        Handler {
+            state,
+            renders: Arc::new(Semaphore::new(limits.concurrent_renders)),
+            render_wait: limits.render_wait,
+            metrics,
+        }
     }
-    let route = match req.uri().path() {
-        HEALTHZ_PATH => Route::Healthz,
-        READYZ_PATH => Route::Readyz,
-        METRICS_PATH => Route::Metrics,
-        _ => return text(StatusCode::NOT_FOUND, "404 page not found\n"),
-    };
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return response;
+
+    /// Answers one admin request. Serves `GET`/`HEAD` on [`HEALTHZ_PATH`], [`READYZ_PATH`]
+    /// (`?verbose` lists every condition even when ready) and [`METRICS_PATH`]; other paths get
+    /// 404, other methods 405. The request body is ignored.
+    async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
+        enum Route {
+            Healthz,
+            Readyz,
+            Metrics,
+        }
+        let route = match req.uri().path() {
+            HEALTHZ_PATH => Route::Healthz,
+            READYZ_PATH => Route::Readyz,
+            METRICS_PATH => Route::Metrics,
+            _ => return text(StatusCode::NOT_FOUND, "404 page not found\n"),
+        };
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return response;
+        }
+        match route {
+            Route::Healthz => healthz(&self.state.liveness),
+            Route::Readyz => readyz(&self.state.readiness, is_verbose(req.uri())),
+            Route::Metrics => self.metrics().await,
+        }
     }
-    match route {
-        Route::Healthz => healthz(&state.liveness),
-        Route::Readyz => readyz(&state.readiness, is_verbose(req.uri())),
-        Route::Metrics => metrics(&state.registry).await,
+
+    /// Renders `/metrics` once a rendering slot is free, or answers 503 after `render_wait`.
+    async fn metrics(&self) -> Response<Full<Bytes>> {
+        let renders = Arc::clone(&self.renders);
+        let permit = match tokio::time::timeout(self.render_wait, renders.acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            // the semaphore is never closed; a closed one is as busy as a full one
+            Ok(Err(_)) | Err(_) => {
+                self.metrics.scrapes_refused.inc();
+                debug!("scrape refused: the renderings at once are at their limit");
+                let mut response = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "metrics busy: too many scrapes at once\n",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return response;
+            }
+        };
+        let registry = Arc::clone(&self.state.registry);
+        let admin = Arc::clone(&self.metrics.registry);
+        // Collectors read /proc synchronously; keep that off the runtime's worker threads. The
+        // permit goes with the rendering: a scraper that hangs up does not free its slot before
+        // the rendering it started is done.
+        let encoded = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            exposition(&registry, &admin)
+        })
+        .await;
+        match encoded {
+            Ok(Ok(body)) => {
+                let mut response = Response::new(Full::new(Bytes::from(body)));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(METRICS_CONTENT_TYPE),
+                );
+                response
+            }
+            Ok(Err(fmt::Error)) => {
+                error!("a metric failed to encode");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "failed to encode metrics\n",
+                )
+            }
+            Err(join_error) => {
+                error!(error = %join_error, "metrics encoding task failed");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "failed to encode metrics\n",
+                )
+            }
+        }
     }
 }
 
@@ -138,34 +229,13 @@ fn is_verbose(uri: &Uri) -> bool {
     })
 }
 
-async fn metrics(registry: &Arc<Registry>) -> Response<Full<Bytes>> {
-    let registry = Arc::clone(registry);
-    // Collectors read /proc synchronously; keep that off the runtime's worker threads.
-    let encoded = tokio::task::spawn_blocking(move || crate::metrics::exposition(&registry)).await;
-    match encoded {
-        Ok(Ok(body)) => {
-            let mut response = Response::new(Full::new(Bytes::from(body)));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(METRICS_CONTENT_TYPE),
-            );
-            response
-        }
-        Ok(Err(fmt::Error)) => {
-            error!("a metric failed to encode");
-            text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "failed to encode metrics\n",
-            )
-        }
-        Err(join_error) => {
-            error!(error = %join_error, "metrics encoding task failed");
-            text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "failed to encode metrics\n",
-            )
-        }
-    }
+/// The `/metrics` body: the daemon's registry, then the admin server's, then (from
+/// [`crate::metrics::exposition`]) the process metrics and `# EOF`.
+fn exposition(daemon: &Registry, admin: &Registry) -> Result<String, fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode_registry(&mut out, daemon)?;
+    out.push_str(&crate::metrics::exposition(admin)?);
+    Ok(out)
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -185,81 +255,171 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
 
 // === Server ===
 
-/// Serves [`handle`] over HTTP/1 on `listener` until `shutdown` is cancelled, one task per
-/// connection.
+/// Serves the admin endpoints over HTTP/1 on `listener` until `shutdown` is cancelled, one task
+/// per connection, within the limits of [`limits`] (64 connections, 16 per peer address, 16 KiB
+/// buffers, 10 s to send a head, 60 s per connection, 2 renderings of `/metrics` at once).
 ///
 /// On cancellation it stops accepting (the listener is dropped), asks every connection to shut down
 /// gracefully (idle keep-alive connections close at once, a request in flight still gets its
 /// response, then the connection closes), and returns once they are gone, or after
 /// `CONNECTION_DRAIN_GRACE` (5 s), dropping the stragglers.
 pub async fn serve(listener: TcpListener, state: AdminState, shutdown: CancellationToken) {
-    match listener.local_addr() {
-        Ok(addr) => info!(%addr, "admin server listening"),
-        Err(error) => warn!(%error, "admin server listening on an unknown address"),
-    }
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            Some(finished) = connections.join_next(), if !connections.is_empty() => {
-                log_connection_end(finished);
-            }
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let conn = serve_connection(stream, state.clone(), shutdown.clone());
-                    connections.spawn(conn.instrument(debug_span!("admin_conn", %peer)));
-                }
-                Err(error) if is_connection_error(&error) => {
-                    debug!(%error, "connection failed before accept");
-                }
-                Err(error) => {
-                    warn!(%error, "accept failed");
-                    tokio::select! {
-                        () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(ACCEPT_ERROR_BACKOFF) => {}
-                    }
-                }
-            },
-        }
-    }
-    drop(listener);
-
-    let drain = async {
-        while let Some(finished) = connections.join_next().await {
-            log_connection_end(finished);
-        }
-    };
-    if tokio::time::timeout(CONNECTION_DRAIN_GRACE, drain)
-        .await
-        .is_err()
-    {
-        warn!(
-            connections = connections.len(),
-            "admin connections did not finish in time; dropping them"
-        );
-        connections.shutdown().await;
-    }
-    info!("admin server stopped");
+    Server::new(state, Limits::default())
+        .run(listener, shutdown)
+        .await;
 }
 
-async fn serve_connection(stream: TcpStream, state: AdminState, shutdown: CancellationToken) {
-    let state = Arc::new(state);
+/// One admin server: its handler, limits and connection slots.
+struct Server {
+    handler: Handler,
+    limits: Limits,
+    slots: Slots,
+}
+
+impl Server {
+    fn new(state: AdminState, limits: Limits) -> Self {
+        let metrics = AdminMetrics::new();
+        Server {
+            slots: Slots::new(&limits, metrics.open.clone()),
+            handler: Handler::new(state, &limits, metrics),
+            limits,
+        }
+    }
+
+    async fn run(self, listener: TcpListener, shutdown: CancellationToken) {
+        match listener.local_addr() {
+            Ok(addr) => info!(%addr, "admin server listening"),
+            Err(error) => warn!(%error, "admin server listening on an unknown address"),
+        }
+        let mut refusals = RefusalLog::new(REFUSAL_LOG_INTERVAL);
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                Some(finished) = connections.join_next(), if !connections.is_empty() => {
+                    log_connection_end(finished);
+                }
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => match self.slots.try_take(peer.ip()) {
+                        Ok(slot) => {
+                            let conn = serve_connection(
+                                stream,
+                                self.handler.clone(),
+                                self.limits,
+                                shutdown.clone(),
+                                slot,
+                            );
+                            connections.spawn(conn.instrument(debug_span!("admin_conn", %peer)));
+                        }
+                        Err(reason) => self.refuse(stream, peer, reason, &mut refusals),
+                    },
+                    Err(error) if is_connection_error(&error) => {
+                        debug!(%error, "connection failed before accept");
+                    }
+                    Err(error) => {
+                        warn!(%error, "accept failed");
+                        tokio::select! {
+                            () = shutdown.cancelled() => break,
+                            () = tokio::time::sleep(ACCEPT_ERROR_BACKOFF) => {}
+                        }
+                    }
+                },
+            }
+        }
+        drop(listener);
+
+        let drain = async {
+            while let Some(finished) = connections.join_next().await {
+                log_connection_end(finished);
+            }
+        };
+        if tokio::time::timeout(CONNECTION_DRAIN_GRACE, drain)
+            .await
+            .is_err()
+        {
+            warn!(
+                connections = connections.len(),
+                "admin connections did not finish in time; dropping them"
+            );
+            connections.shutdown().await;
+        }
+        info!("admin server stopped");
+    }
+
+    /// Resets a connection over a limit at once (the listen backlog never fills, so a probe
+    /// gets in as soon as a slot frees), counts it, and logs it unless one was logged less than
+    /// a minute ago.
+    fn refuse(
+        &self,
+        stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+        reason: Refusal,
+        refusals: &mut RefusalLog,
+    ) {
+        self.handler.metrics.count_refusal(reason);
+        // reset, not closed: no TIME_WAIT left behind per refused connection
+        if let Err(error) = stream.set_zero_linger() {
+            debug!(%error, "cannot set SO_LINGER on a refused connection");
+        }
+        drop(stream);
+        if let Some(unlogged) = refusals.refused(tokio::time::Instant::now()) {
+            let limit = match reason {
+                Refusal::ServerFull => self.limits.max_connections,
+                Refusal::PeerFull => self.limits.max_connections_per_peer,
+            };
+            warn!(
+                %peer,
+                reason = reason.as_str(),
+                limit,
+                refused_since_last_line = unlogged,
+                "admin connection refused: too many connections open"
+            );
+        }
+    }
+}
+
+/// Serves one connection while it holds `slot`: until the client closes it, it breaks a limit
+/// (hyper answers 431 to a head larger than the buffer and closes a connection whose head does
+/// not come in time), it reaches its maximum age (asked to close after the request in flight,
+/// dropped `CONNECTION_DRAIN_GRACE` later), or shutdown.
+async fn serve_connection<I>(
+    io: I,
+    handler: Handler,
+    limits: Limits,
+    shutdown: CancellationToken,
+    slot: Slot,
+) where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let _slot = slot;
     let service = service_fn(move |req| {
-        let state = Arc::clone(&state);
-        async move { Ok::<_, Infallible>(handle(&state, req).await) }
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(handler.handle(req).await) }
     });
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_buf_size);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let result = tokio::select! {
         result = conn.as_mut() => result,
         () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        () = tokio::time::sleep(limits.max_connection_age) => {
+            debug!("admin connection reached its maximum age; closing it");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(CONNECTION_DRAIN_GRACE, conn).await {
+                Ok(result) => result,
+                Err(_) => {
+                    debug!("admin connection did not close in time; dropping it");
+                    return;
+                }
+            }
         }
     };
     if let Err(error) = result {
@@ -282,169 +442,4 @@ fn is_connection_error(error: &std::io::Error) -> bool {
         error.kind(),
         ConnectionRefused | ConnectionAborted | ConnectionReset
     )
-}
-
-// === Addresses ===
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use http_body_util::BodyExt as _;
-    use tokio::time::{advance, timeout};
-
-    const DEADLINE: Duration = Duration::from_secs(10);
-
-    fn state() -> AdminState {
-        AdminState {
-            readiness: Readiness::new(),
-            liveness: Liveness::new(),
-            registry: Arc::new(crate::metrics::new_registry()),
-        }
-    }
-
-    /// Sends `method path` to the handler; returns the status, content type and body.
-    async fn call(state: &AdminState, method: Method, path: &str) -> (StatusCode, String, String) {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .body(())
-            .expect("valid request");
-        let resp = timeout(DEADLINE, handle(state, req))
-            .await
-            .expect("handler hung");
-        let status = resp.status();
-        let content_type = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().expect("ascii content type").to_owned())
-            .unwrap_or_default();
-        let body = timeout(DEADLINE, resp.into_body().collect())
-            .await
-            .expect("collecting the response body hung")
-            .expect("full body")
-            .to_bytes();
-        let body = String::from_utf8(body.to_vec()).expect("utf-8 body");
-        (status, content_type, body)
-    }
-
-    #[tokio::test]
-    async fn readyz_lists_conditions_when_not_ready_and_says_ok_when_ready() {
-        let state = state();
-        let (status, _, body) = call(&state, Method::GET, "/readyz").await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            body,
-            "[-]conditions failed: none registered yet\nreadyz check failed\n"
-        );
-
-        let informers = state.readiness.condition("informers");
-        let cri = state.readiness.condition("cri");
-        informers.set_ready();
-        let (status, content_type, body) = call(&state, Method::GET, "/readyz").await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(content_type, TEXT_CONTENT_TYPE);
-        assert_eq!(
-            body,
-            "[+]informers ok\n[-]cri failed: not started\nreadyz check failed\n"
-        );
-
-        cri.set_ready();
-        assert_eq!(
-            call(&state, Method::GET, "/readyz").await,
-            (
-                StatusCode::OK,
-                TEXT_CONTENT_TYPE.to_owned(),
-                "ok".to_owned()
-            )
-        );
-        let (status, _, body) = call(&state, Method::GET, "/readyz?verbose").await;
-        assert_eq!(status, StatusCode::OK);
-        assert_eq!(body, "[+]informers ok\n[+]cri ok\nreadyz check passed\n");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_silent_heartbeat_makes_healthz_fail_in_kruise_daemons_format() {
-        let state = state();
-        let _other = state.liveness.register("crr", Duration::from_secs(60));
-        let imagepuller = state
-            .liveness
-            .register("imagepuller", Duration::from_secs(30));
-        assert_eq!(
-            call(&state, Method::GET, "/healthz").await,
-            (
-                StatusCode::OK,
-                TEXT_CONTENT_TYPE.to_owned(),
-                "ok".to_owned()
-            )
-        );
-
-        advance(Duration::from_secs(30)).await;
-        assert!(
-            state.liveness.is_healthy(),
-            "exactly at the limit is healthy"
-        );
-
-        advance(Duration::from_secs(1)).await;
-        let (status, _, body) = call(&state, Method::GET, "/healthz").await;
-        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(
-            body,
-            "check imagepuller failed, err: no heartbeat for 31s (limit 30s)"
-        );
-
-        imagepuller.beat();
-        let (status, _, body) = call(&state, Method::GET, "/healthz").await;
-        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
-    }
-
-    #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn metrics_serve_build_info_and_a_nonzero_resident_memory() {
-        let (status, content_type, body) = call(&state(), Method::GET, "/metrics").await;
-        assert_eq!(status, StatusCode::OK);
-        assert_eq!(content_type, METRICS_CONTENT_TYPE);
-        assert!(body.contains("\nkruised_build_info{version=\""), "{body}");
-        let rss: f64 = body
-            .lines()
-            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
-            .unwrap_or_else(|| panic!("no unprefixed process_resident_memory_bytes in {body}"))
-            .parse()
-            .expect("numeric sample");
-        assert!(rss > 0.0);
-        assert!(body.ends_with("# EOF\n"), "{body}");
-    }
-
-    #[tokio::test]
-    async fn unknown_paths_are_404_and_other_methods_are_405() {
-        let state = state();
-        let (status, _, _) = call(&state, Method::GET, "/debug/pprof").await;
-        assert_eq!(status, StatusCode::NOT_FOUND);
-        let (status, _, _) = call(&state, Method::POST, "/nope").await;
-        assert_eq!(status, StatusCode::NOT_FOUND);
-
-        let req = Request::post("/healthz").body(()).expect("valid request");
-        let resp = timeout(DEADLINE, handle(&state, req))
-            .await
-            .expect("handler hung");
-        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
-        assert_eq!(resp.headers()[header::ALLOW], "GET, HEAD");
-
-        let (status, _, _) = call(&state, Method::HEAD, "/healthz").await;
-        assert_eq!(status, StatusCode::OK);
-    }
-
-    #[test]
-    fn verbose_is_recognised_anywhere_in_the_query() {
-        for (uri, verbose) in [
-            ("/readyz", false),
-            ("/readyz?verbose", true),
-            ("/readyz?verbose=1", true),
-            ("/readyz?exclude=x&verbose", true),
-            ("/readyz?verbosely", false),
-        ] {
-            let uri: Uri = uri.parse().expect("valid uri");
-            assert_eq!(is_verbose(&uri), verbose, "{uri}");
-        }
-    }
 }

@@ -5,6 +5,7 @@
 //! `v1beta1`, as kruise 1.9's CRDs serve it. What the cluster layer proved on a real cluster
 //! (`tests/cluster/dropin.rs`, `ship.rs`, `imagepull.rs`).
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use crate::support::rbac::{assert_never_forbidden, assert_nothing_refused, ident
 use clap::Parser as _;
 use kruised::cmd::expand_multicall;
 use kruised::config::DaemonConfig;
-use kruised::cri::EndpointSource;
-use kruised::cri::endpoint::KRUISE_HOST_RUN_DIR;
+use kruised::cri::endpoint::{KRUISE_HOST_RUN_DIR, WELL_KNOWN_SOCKETS};
+use kruised::cri::{Endpoint, EndpointSource};
 use kruised::k8s::crd::NodeImage;
 use kruised::{Cli, Command};
 use serde_json::{Value, json};
@@ -143,18 +144,81 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// What the kubelet gives the container's environment: literal values, and the downward API's
+/// `spec.nodeName` (`node-a`) and `status.podIP` (`pod_ip`). Any other source fails the test:
+/// a new one needs a value here.
+fn container_env(container: &Value, pod_ip: &str) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| {
+            let name = e["name"].as_str().expect("an env name").to_string();
+            let value = match (
+                e["value"].as_str(),
+                e.pointer("/valueFrom/fieldRef/fieldPath"),
+            ) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(f)) if f == "spec.nodeName" => "node-a".into(),
+                (None, Some(f)) if f == "status.podIP" => pod_ip.into(),
+                _ => panic!("no value for the env entry {e}"),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// `arg` with its `$(NAME)` references replaced as the kubelet does for `args`: a name in
+/// `env` by its value, any other reference kept as written, `$$` as a literal `$`.
+fn expand(arg: &str, env: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = arg;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix("$$") {
+            out.push('$');
+            rest = after;
+        } else if let Some((name, after)) = rest
+            .strip_prefix("$(")
+            .and_then(|r| r.split_once(')'))
+            .and_then(|(name, after)| env.iter().find(|(n, _)| n == name).map(|(_, v)| (v, after)))
+        {
+            out.push_str(name);
+            rest = after;
+        } else {
+            out.push('$');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The kubelet's expansion of `args` (k8s.io/kubernetes `third_party/forked/golang/expansion`,
+/// as the Pod API documents it for `args`): `$(VAR)` of a defined name, `$$` escapes.
+#[test]
+fn env_references_in_args_expand_as_the_kubelet_expands_them() {
+    let env = [("POD_IP".to_string(), "10.0.0.7".to_string())];
+    assert_eq!(expand("--addr=[$(POD_IP)]:1", &env), "--addr=[10.0.0.7]:1");
+    assert_eq!(expand("$(NOPE) $$(POD_IP) $", &env), "$(NOPE) $(POD_IP) $");
+}
+
 /// The container's command line parsed as the binary parses it (`argv` starts with the name
-/// the binary runs under), resolved with the node name the downward API gives (checked to be
-/// `NODE_NAME` from `spec.nodeName`); and the directory where the host's `/var/run` must be
-/// mounted for it: `--host-run-dir`, else kruise's `/hostvarrun`, which kruised looks in first
-/// when it exists.
-fn resolve(container: &Value, argv: Vec<String>) -> (DaemonConfig, PathBuf) {
+/// the binary runs under), after the kubelet's expansion of `$(VAR)` with the container's env on
+/// a pod whose IP is `pod_ip`, resolved with the node name the downward API gives (checked to be
+/// `NODE_NAME` from `spec.nodeName`); and the directory where the host's run directory (or the
+/// runtime's part of it) must be mounted for it: `--host-run-dir`, else kruise's
+/// `/hostvarrun`, which kruised looks in first when it exists.
+fn resolve(container: &Value, argv: Vec<String>, pod_ip: &str) -> (DaemonConfig, PathBuf) {
     let env = container["env"].as_array().expect("env");
     assert!(
         env.iter().any(|e| e["name"] == "NODE_NAME"
             && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"),
         "NODE_NAME from the downward API: {env:?}"
     );
+    let values = container_env(container, pod_ip);
+    let argv: Vec<String> = argv.iter().map(|a| expand(a, &values)).collect();
     let argv = expand_multicall(argv.into_iter().map(Into::into).collect());
     let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("the arguments parse: {e}"));
     let Command::Run(mut run) = cli.command else {
@@ -197,9 +261,9 @@ fn port_of(container: &Value, port: &Value) -> u16 {
         .unwrap_or_else(|| panic!("no port named {name}"))
 }
 
-/// The admin port answers both probes on kruised's paths, and the host's `/var/run` is mounted
-/// where the runtime is looked for (`run_dir`).
-fn assert_probes_and_socket_directory(pod: &Value, config: &DaemonConfig, run_dir: &Path) {
+/// The admin port answers both probes on kruised's paths, at the pod's address (no `host`: the
+/// kubelet probes the pod's IP, which is where `--addr` must listen).
+fn assert_probes(pod: &Value, config: &DaemonConfig) {
     let c = &pod["containers"][0];
     let live = &c["livenessProbe"]["httpGet"];
     let ready = &c["readinessProbe"]["httpGet"];
@@ -211,35 +275,61 @@ fn assert_probes_and_socket_directory(pod: &Value, config: &DaemonConfig, run_di
             config.addr.port(),
             "the probes reach --addr"
         );
+        assert!(probe.get("host").is_none(), "the probes target the pod IP");
     }
-    let mount = c["volumeMounts"]
-        .as_array()
-        .expect("volumeMounts")
-        .iter()
-        .find(|m| run_dir.to_str() == m["mountPath"].as_str())
-        .unwrap_or_else(|| panic!("{} is mounted: {}", run_dir.display(), c["volumeMounts"]));
-    assert_eq!(mount["readOnly"], true);
-    let volume = pod["volumes"]
+}
+
+/// A host mount of the container: where, from which host path, of which hostPath type
+/// (`""` when unset), read-only or not.
+#[derive(Debug)]
+struct HostMount {
+    mount_path: PathBuf,
+    host_path: PathBuf,
+    kind: String,
+    read_only: bool,
+}
+
+/// Every hostPath volume of `pod`, where its first container mounts it.
+fn host_mounts(pod: &Value) -> Vec<HostMount> {
+    let c = &pod["containers"][0];
+    let mounts = c["volumeMounts"].as_array().expect("volumeMounts");
+    pod["volumes"]
         .as_array()
         .expect("volumes")
         .iter()
-        .find(|v| v["name"] == mount["name"])
-        .expect("the mount's volume");
-    assert_eq!(
-        volume["hostPath"]["path"], "/var/run",
-        "the host's /var/run, where the runtimes keep their sockets"
-    );
+        .filter(|v| v.get("hostPath").is_some())
+        .map(|v| {
+            let m = mounts
+                .iter()
+                .find(|m| m["name"] == v["name"])
+                .unwrap_or_else(|| panic!("the volume {} is mounted", v["name"]));
+            HostMount {
+                mount_path: m["mountPath"].as_str().expect("mountPath").into(),
+                host_path: v["hostPath"]["path"].as_str().expect("path").into(),
+                kind: v["hostPath"]["type"].as_str().unwrap_or("").into(),
+                read_only: m["readOnly"] == true,
+            }
+        })
+        .collect()
 }
 
 /// Seen on the cluster layer (`tests/cluster/ship.rs`, `kubectl apply -k deploy/` on
 /// kube-apiserver and kubelet v1.36.2): the pod became Ready on `/readyz` and found the runtime
-/// in the mounted `/var/run`.
+/// under `/hostvarrun`. The lab patches the address (host network, a free port) and the mounted
+/// host directory (its containerd's socket directory); the pod-IP address and containerd's
+/// `/var/run/containerd` are the issue's fix ("flood the admin port", "all of the host's
+/// `/var/run`") and checked here against what the binary does with them.
 #[test]
-fn deploy_runs_kruised_run_with_arguments_it_accepts_probes_on_its_admin_port_and_the_host_run_dir_mounted()
+fn deploy_runs_kruised_run_on_the_pod_ip_with_probes_on_its_admin_port_and_only_the_runtimes_socket_directory_mounted()
  {
     let k = &docs("deploy/kustomization.yaml")[0];
     let resources = strings(&k["resources"]);
-    for r in ["namespace.yaml", "rbac.yaml", "daemonset.yaml"] {
+    for r in [
+        "namespace.yaml",
+        "rbac.yaml",
+        "daemonset.yaml",
+        "networkpolicy.yaml",
+    ] {
         assert!(resources.iter().any(|x| x == r), "{r} in {resources:?}");
     }
     for r in &resources {
@@ -263,8 +353,81 @@ fn deploy_runs_kruised_run_with_arguments_it_accepts_probes_on_its_admin_port_an
     );
     let mut argv = vec!["kruised".to_string()];
     argv.extend(strings(&c["args"]));
-    let (config, run_dir) = resolve(c, argv);
-    assert_probes_and_socket_directory(pod, &config, &run_dir);
+    // the admin server listens on the pod's IP, of either family, and nowhere else
+    let mut run_dir = PathBuf::new();
+    for pod_ip in ["10.244.1.7", "fd00:10:244::7"] {
+        let (config, dir) = resolve(c, argv.clone(), pod_ip);
+        assert_eq!(
+            config.addr.ip(),
+            pod_ip.parse::<IpAddr>().expect("an IP"),
+            "--addr is the pod's IP {pod_ip}"
+        );
+        assert_probes(pod, &config);
+        run_dir = dir;
+    }
+
+    // of the host's /var/run, only runtime socket directories, read-only, at the same place
+    // under the run directory, never created on the host
+    let mounts = host_mounts(pod);
+    assert!(!mounts.is_empty(), "a runtime socket directory is mounted");
+    let socket_dirs: Vec<&Path> = WELL_KNOWN_SOCKETS
+        .iter()
+        .filter_map(|(rel, _)| Path::new(rel).parent())
+        .filter(|d| !d.as_os_str().is_empty())
+        .collect();
+    for m in &mounts {
+        let rel = m
+            .mount_path
+            .strip_prefix(&run_dir)
+            .unwrap_or_else(|_| panic!("{m:?} is under {}", run_dir.display()));
+        assert!(
+            socket_dirs.contains(&rel),
+            "{m:?}: a well-known socket's directory ({socket_dirs:?}), not more"
+        );
+        assert_eq!(m.host_path, Path::new("/var/run").join(rel), "{m:?}");
+        assert_eq!(m.kind, "Directory", "{m:?}: never created on the host");
+        assert!(m.read_only, "{m:?}");
+    }
+
+    // on a node with only containerd (and docker.sock, dbus and systemd beside it), detection
+    // through those mounts finds containerd's socket and nothing else is there
+    let node = tempfile::tempdir().expect("tempdir");
+    let host = node.path().join("host-var-run");
+    for f in [
+        "containerd/containerd.sock",
+        "docker.sock",
+        "dbus/system_bus_socket",
+        "systemd/private",
+    ] {
+        let path = host.join(f);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(&path, b"").expect("a socket stand-in");
+    }
+    let seen = node.path().join("container-run-dir");
+    for m in &mounts {
+        let from = host.join(
+            m.host_path
+                .strip_prefix("/var/run")
+                .expect("under /var/run"),
+        );
+        if from.is_dir() {
+            let at = seen.join(m.mount_path.strip_prefix(&run_dir).expect("under run_dir"));
+            std::fs::create_dir_all(at.parent().expect("a parent")).expect("mkdir");
+            std::os::unix::fs::symlink(&from, &at).expect("mount stand-in");
+        }
+    }
+    let found = EndpointSource::Detect {
+        host_run_dirs: vec![seen.clone()],
+    }
+    .candidates();
+    assert_eq!(
+        found,
+        vec![Endpoint::unix(seen.join("containerd/containerd.sock"))]
+    );
+    for f in ["docker.sock", "dbus", "systemd"] {
+        assert!(!seen.join(f).exists(), "{f} is out of reach");
+    }
+
     // the DaemonSet's pods run as the ServiceAccount deploy/rbac.yaml binds
     let sa = pod["serviceAccountName"]
         .as_str()
@@ -279,9 +442,88 @@ fn deploy_runs_kruised_run_with_arguments_it_accepts_probes_on_its_admin_port_an
     );
 }
 
+/// NetworkPolicy as kube-apiserver v1.36.2 serves it (`networking.k8s.io/v1`): a policy selects
+/// pods in its namespace by labels; once one with `Ingress` selects a pod, only what some rule
+/// admits gets in (traffic from the pod's own node always does, so the kubelet's probes need no
+/// rule); a rule without `ports` admits every port and one without `from` every source.
+#[test]
+fn deploy_ships_a_network_policy_that_selects_kruiseds_pods_and_admits_only_named_peers_to_the_admin_port()
+ {
+    let ds = daemonset("deploy/daemonset.yaml");
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let mut argv = vec!["kruised".to_string()];
+    argv.extend(strings(&c["args"]));
+    let (config, _) = resolve(c, argv, "10.244.1.7");
+
+    let policies: Vec<Value> = docs("deploy/networkpolicy.yaml")
+        .into_iter()
+        .filter(|d| d["kind"] == "NetworkPolicy")
+        .collect();
+    assert_eq!(policies.len(), 1, "one NetworkPolicy");
+    let np = &policies[0];
+    assert_eq!(np["apiVersion"], "networking.k8s.io/v1");
+    assert_eq!(np["metadata"]["namespace"], ds["metadata"]["namespace"]);
+    let selector = &np["spec"]["podSelector"];
+    assert!(
+        selector.get("matchExpressions").is_none(),
+        "labels only: {selector}"
+    );
+    let wanted = selector["matchLabels"]
+        .as_object()
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| panic!("selects by labels, not every pod: {selector}"));
+    let labels = &ds["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in wanted {
+        assert_eq!(&labels[k], v, "the DaemonSet's pods carry {k}={v}");
+    }
+    assert_eq!(
+        strings(&np["spec"]["policyTypes"]),
+        ["Ingress"],
+        "ingress only: kruised reaches the API server and pods' hooks"
+    );
+    let rules = np["spec"]["ingress"].as_array().expect("ingress rules");
+    assert!(!rules.is_empty(), "a rule for the metrics scraper");
+    for rule in rules {
+        let ports = rule["ports"]
+            .as_array()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| panic!("a rule without ports admits every port: {rule}"));
+        for p in ports {
+            assert_eq!(p.get("protocol").unwrap_or(&json!("TCP")), "TCP", "{p}");
+            assert_eq!(
+                port_of(c, &p["port"]),
+                config.addr.port(),
+                "the admin port only: {p}"
+            );
+            assert!(p.get("endPort").is_none(), "{p}");
+        }
+        let from = rule["from"]
+            .as_array()
+            .filter(|f| !f.is_empty())
+            .unwrap_or_else(|| panic!("a rule without from admits every source: {rule}"));
+        for peer in from {
+            assert!(peer.get("ipBlock").is_none(), "named peers only: {peer}");
+            for s in ["namespaceSelector", "podSelector"] {
+                let s = peer.get(s).unwrap_or_else(|| {
+                    panic!(
+                        "no {s}: the peer admits every pod of a namespace, or of every \
+                         namespace: {peer}"
+                    )
+                });
+                assert!(
+                    s["matchLabels"].as_object().is_some_and(|l| !l.is_empty()),
+                    "an empty selector selects everything: {peer}"
+                );
+            }
+        }
+    }
+}
+
 /// Seen on the cluster layer (`tests/cluster/ship.rs`, the overlay applied over the chart's
 /// objects on kube-apiserver v1.36.2): the chart's DaemonSet kept its name, ServiceAccount,
-/// container and command, and its pod became Ready running kruised.
+/// container and command, and its pod became Ready running kruised. It keeps the chart's
+/// host network, `:10221` and whole `/var/run` too (what `deploy/` narrows; docs/security.md).
 #[test]
 fn the_swap_overlay_keeps_the_charts_daemonset_and_runs_kruised_as_kruise_daemon() {
     let k = &docs("deploy/overlays/swap-kruise-daemon/kustomization.yaml")[0];
@@ -322,8 +564,20 @@ fn the_swap_overlay_keeps_the_charts_daemonset_and_runs_kruised_as_kruise_daemon
     );
     let mut argv = strings(&c["command"]);
     argv.extend(strings(&c["args"]));
-    let (config, run_dir) = resolve(c, argv);
-    assert_probes_and_socket_directory(pod, &config, &run_dir);
+    let (config, run_dir) = resolve(c, argv, "192.0.2.10");
+    assert_probes(pod, &config);
+    assert!(
+        config.addr.ip().is_unspecified(),
+        "the chart's :10221, every address"
+    );
+    let mounts = host_mounts(pod);
+    assert!(
+        mounts.iter().any(|m| m.mount_path == run_dir
+            && m.host_path == Path::new("/var/run")
+            && m.read_only),
+        "the chart's whole /var/run at {}, read-only here: {mounts:?}",
+        run_dir.display()
+    );
     for flag in ["--enable-pprof", "--pprof-addr", "--v", "--logtostderr"] {
         assert!(
             config.ignored.iter().any(|i| i == flag),
