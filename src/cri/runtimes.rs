@@ -255,7 +255,7 @@ mod tests {
 
     // The kubelet's container ID prefixes are `containerd://` and `cri-o://`, the runtime
     // names in `Version`: seen on containerd 2.3.4 / CRI-O 1.36.3, recorded in the project's
-    // runtime notes (../shared/runtimes/README.md, the gotchas).
+    // docs/runtimes.md ("Running them beside each other").
 
     #[test]
     fn a_kubelet_id_splits_into_the_runtime_name_and_the_runtimes_own_id() {

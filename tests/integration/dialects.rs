@@ -4,7 +4,7 @@
 //! removal). The end-to-end layer proved each on the real runtime (containerd 1.6.20, 2.3.4,
 //! CRI-O 1.36.3); containerd 2.x and CRI-O are no longer at hand, so these keep what they
 //! answered in a layer that always runs. Where it was seen is cited at each test: "the runtime
-//! notes" are the project's `../shared/runtimes/README.md`, `cri::fake::Dialect` has the table.
+//! notes" are `docs/runtimes.md`, `cri::fake::Dialect` has the table.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ fn names(
 // === container events ===
 
 // containerd 1.6.20 has no GetContainerEvents (Unimplemented): seen on it, recorded in the
-// runtime notes (the container events table) and README ("Runtimes")
+// runtime notes (docs/runtimes.md, the container events table) and README ("Runtimes")
 #[tokio::test]
 async fn on_containerd_1_6_without_container_events_the_daemon_relists_and_says_so_once() {
     let mut node = FakeNode::start_on(Dialect::Containerd16).await;
@@ -136,7 +136,7 @@ async fn on_containerd_1_6_without_container_events_the_daemon_relists_and_says_
 
 // containerd 2.3.4 sends sandbox events (containerId = the sandbox's ID) and every event
 // carries the sandbox's status and its containers' statuses: seen on it, recorded in the
-// runtime notes (the container events table)
+// runtime notes (docs/runtimes.md, the container events table)
 #[tokio::test]
 async fn on_containerd_2_events_name_their_pod_by_the_sandbox_status_they_carry() {
     let mut node = FakeNode::start_on(Dialect::Containerd2).await;
@@ -179,7 +179,7 @@ async fn on_containerd_2_events_name_their_pod_by_the_sandbox_status_they_carry(
 
 // CRI-O 1.36.3 with enable_pod_events: container events with the sandbox's status and no
 // container statuses, sandbox events for start and stop only: seen on it, recorded in the
-// runtime notes (the container events table)
+// runtime notes (docs/runtimes.md, the container events table)
 #[tokio::test]
 async fn on_cri_o_a_dead_container_is_reported_by_its_event_and_the_annotation_says_cri_o() {
     let mut node = FakeNode::start_on(Dialect::CriO).await;
@@ -271,7 +271,7 @@ async fn sigterm_drains_within_a_second_while_a_quiet_event_stream_is_open() {
 // === CRI-O's IDs ===
 
 // the kubelet's IDs on CRI-O are `cri-o://…` and the runtime's name in Version is `cri-o`: seen
-// on CRI-O 1.36.3, recorded in the runtime notes (the gotchas)
+// on CRI-O 1.36.3, recorded in the runtime notes (docs/runtimes.md, "Running them beside each other")
 #[tokio::test]
 async fn on_cri_o_a_stale_env_restart_stops_the_container_its_cri_o_id_names() {
     let mut node = FakeNode::start_on(Dialect::CriO).await;
@@ -781,7 +781,7 @@ async fn read_events(
 // a quiet node sends nothing on the event stream, not even its first message, for as long as it
 // stays quiet; `kruised crictl events` once gave up after its 2 s call timeout there: seen on
 // containerd 2.3.4 and CRI-O 1.36.3 (the end-to-end crictl events test, 4 s quiet), recorded in
-// the runtime notes (the container events table: first message)
+// the runtime notes (docs/runtimes.md, the container events table: first message)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_on_a_quiet_node_outlive_the_call_timeout_and_print_each_event() {
     let quiet = |dialect: Dialect| async move {
@@ -843,7 +843,7 @@ async fn events_on_a_quiet_node_outlive_the_call_timeout_and_print_each_event() 
 }
 
 // containerd 2.3.4 sends events about sandboxes, whose containerId is the sandbox's ID: seen on
-// it, recorded in the runtime notes (the container events table)
+// it, recorded in the runtime notes (docs/runtimes.md, the container events table)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_on_containerd_2_print_a_new_sandboxs_events_under_its_own_id() {
     let dir = tempfile::tempdir().unwrap();
@@ -1043,7 +1043,7 @@ async fn stats_list_an_exited_container_on_containerd_and_not_on_cri_o() {
 }
 
 // CRI-O listens on crio/crio.sock and names itself `cri-o` in Version: seen on CRI-O 1.36.3 (the
-// end-to-end detection test), recorded in the runtime notes (the gotchas)
+// end-to-end detection test), recorded in the runtime notes (docs/runtimes.md, "Running them beside each other")
 #[tokio::test]
 async fn a_cri_o_behind_crio_sock_is_found_and_named_cri_o() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! Which runtime the fake answers as. What containerd 1.6, containerd 2.x and CRI-O each answer
 //! differently was seen on containerd 1.6.20, containerd 2.3.4 and CRI-O 1.36.3 by the
-//! end-to-end layer, and is recorded in the project's runtime notes
-//! (`../shared/runtimes/README.md`), the README ("Runtimes") and `cri/dialect.rs` (how kruised
+//! end-to-end layer, and is recorded in `docs/runtimes.md`, the README ("Runtimes") and
+//! `cri/dialect.rs` (how kruised
 //! reads each). The binaries of the last two are no longer at hand; a dialect keeps what they
 //! answered in a layer that always runs.
 //!

@@ -231,8 +231,8 @@ mod tests {
             .collect()
     }
 
-    // seen on containerd 2.3.4, recorded in the project's runtime notes
-    // (../shared/runtimes/README.md, the container events table)
+    // seen on containerd 2.3.4, recorded in docs/runtimes.md
+    // (the container events table)
     #[tokio::test]
     async fn containerd_2_sends_sandbox_events_and_every_event_carries_the_sandbox_and_its_containers()
      {
@@ -262,8 +262,8 @@ mod tests {
         }
     }
 
-    // seen on CRI-O 1.36.3 with enable_pod_events, recorded in the project's runtime notes
-    // (../shared/runtimes/README.md, the container events table)
+    // seen on CRI-O 1.36.3 with enable_pod_events, recorded in docs/runtimes.md
+    // (the container events table)
     #[tokio::test]
     async fn cri_o_sends_only_sandbox_starts_and_stops_and_never_the_containers_statuses() {
         let (events, s, c) = a_pods_life(Dialect::CriO, 5).await;
@@ -285,7 +285,7 @@ mod tests {
     }
 
     // seen on containerd 1.6.20 and on CRI-O 1.36.3 as it comes, recorded in the project's
-    // runtime notes (../shared/runtimes/README.md, the container events table)
+    // docs/runtimes.md (the container events table)
     #[tokio::test]
     async fn containerd_1_6_has_no_events_and_cri_o_without_pod_events_ends_the_call_at_once() {
         let dir = tempfile::tempdir().unwrap();
