@@ -24,7 +24,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("config", &["cri"]),
     ("admin", &["health", "metrics"]),
     // capabilities
-    ("controller", &["config", "cri", "hash", "health", "k8s", "sync"]),
+    (
+        "controller",
+        &["config", "cri", "hash", "health", "k8s", "sync"],
+    ),
     // the daemon
     (
         "daemon",

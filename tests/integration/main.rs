@@ -30,5 +30,5 @@ mod layers;
 mod manager;
 mod rbac;
 mod recreate;
-mod settle;
 mod relay;
+mod settle;
