@@ -17,6 +17,7 @@ mod containermeta;
 mod cri;
 mod crictl;
 mod daemon;
+mod hostile;
 mod imagepull;
 mod podprobe;
 mod recreate;

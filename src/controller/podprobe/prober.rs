@@ -128,6 +128,16 @@ pub async fn run<R: RuntimeService>(
             // runtime says so (containerd: DeadlineExceeded; CRI-O: exit -1, cri::dialect)
             Err(_) | Ok(Err(CriError::Timeout { .. })) => timed_out(),
             Ok(Ok(out)) if crate::cri::dialect::exec_timed_out(&out) => timed_out(),
+            // a container that writes more than the daemon takes from an exec (1 MiB), or
+            // than the runtime sends (containerd: 16 MiB): the probe fails, saying so (gRPC
+            // refused the answer on one side or the other; nothing of it is kept)
+            Ok(Err(e))
+                if ["message length too large", "larger than max"]
+                    .iter()
+                    .any(|w| e.to_string().contains(w)) =>
+            {
+                Outcome::Failure(format!("the command's output is too large: {e}"))
+            }
             Ok(Err(e)) => Outcome::Error(e.to_string()),
             Ok(Ok(out)) => {
                 let text = |b: &[u8]| {
