@@ -5,7 +5,9 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use crate::pull_support::{CONFIG_NS, NODE, PullNode, b64, fast, occurrences, owner, tag};
+use crate::pull_support::{
+    CONFIG_NS, NODE, PullNode, b64, fast, next_batch_pod, occurrences, owner, tag,
+};
 use kruised::controller::imagepull::Settings;
 use kruised::cri::fake::{FakeRuntime, FakeState};
 use kruised::k8s::crd::ImagePullPhase;
@@ -440,12 +442,12 @@ async fn the_next_in_place_batch_is_pre_pulled_after_the_nodeimage_work() {
     node.api
         .create(
             "pods",
-            json!({"metadata": {"name": "web-0", "namespace": "default", "annotations": {
-                    "apps.kruise.io/inplace-update-state": json!({
-                        "revision": "r2",
-                        "nextContainerImages": {"sidecar": "r.io/next:v2", "other": "r.io/present:v1"}
-                    }).to_string()}},
-                   "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "r.io/app:v1"}]}}),
+            next_batch_pod(
+                "default",
+                "web-0",
+                &[("sidecar", "r.io/next:v2"), ("other", "r.io/present:v1")],
+                true,
+            ),
         )
         .unwrap();
     node.wait_cri("the next batch's image pulled", |st| {
@@ -462,6 +464,146 @@ async fn the_next_in_place_batch_is_pre_pulled_after_the_nodeimage_work() {
         st.pulls[0].sandbox.as_ref().unwrap().annotations["apps.kruise.io/pulling-image-by"],
         "kruise-daemon"
     );
+}
+
+// The next-batch pre-pull takes the wanted images in order of their normalised reference, one
+// at a time (src/controller/imagepull/prepull.rs, `run`). So once an image that sorts last has
+// been pulled, every image the daemon wanted at that moment and that sorts before it has been
+// tried: the tests below prove "not pulled" by waiting for such a last image, not for time.
+
+#[tokio::test]
+async fn a_pod_not_owned_by_a_kruise_workload_gets_no_pre_pull() {
+    let node = Node::start(fast()).await;
+    // anyone who can create a pod can write the annotation; only kruise's workloads are heard
+    node.api
+        .create(
+            "pods",
+            next_batch_pod("tenant-a", "bare", &[("c", "r.io/a-unowned:v2")], false),
+        )
+        .unwrap();
+    node.api
+        .create(
+            "pods",
+            next_batch_pod("tenant-a", "web-0", &[("c", "r.io/z-owned:v2")], true),
+        )
+        .unwrap();
+    node.wait_cri("the owned pod's next image pulled", |st| {
+        pulls_of(st, "r.io/z-owned:v2") == 1
+    })
+    .await;
+    assert_eq!(pulls_of(&node.cri.state(), "r.io/a-unowned:v2"), 0);
+}
+
+#[tokio::test]
+async fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
+    use crate::pull_support::create_secret_from;
+
+    let node = Node::start(fast()).await;
+    // tenant-b pulls its private repository through an ImagePullJob: kruise-manager's copy of
+    // its secret, and a secret an admin made by hand, both named by the NodeImage entry
+    create_secret_from(
+        &node.api,
+        "regcred-b-x1",
+        Some("tenant-b/regcred"),
+        "r.io",
+        "robot-b",
+        "pw-b",
+    );
+    create_secret_from(&node.api, "by-hand", None, "r.io", "admin", "pw-admin");
+    node.create_node_image(json!({"r.io/private": {
+        "pullSecrets": [{"namespace": CONFIG_NS, "name": "regcred-b-x1"},
+                        {"namespace": CONFIG_NS, "name": "by-hand"}],
+        "tags": [{"tag": "v1", "version": 1}]
+    }}));
+    node.wait_status("the NodeImage tag done", |s| s.succeeded == 1)
+        .await;
+    // tenant-a asks for tenant-b's private tags; tenant-b for one of its own
+    node.api
+        .create(
+            "pods",
+            next_batch_pod("tenant-a", "web-0", &[("c", "r.io/private:v2")], true),
+        )
+        .unwrap();
+    node.api
+        .create(
+            "pods",
+            next_batch_pod("tenant-b", "web-0", &[("c", "r.io/private:v3")], true),
+        )
+        .unwrap();
+    node.wait_cri("both next images tried", |st| {
+        pulls_of(st, "r.io/private:v2") >= 1 && pulls_of(st, "r.io/private:v3") >= 1
+    })
+    .await;
+    let st = node.cri.state();
+    let auths = |image: &str| -> Vec<Option<String>> {
+        st.pulls
+            .iter()
+            .filter(|p| p.image == image)
+            .map(|p| p.auth.as_ref().map(|a| a.username.clone()))
+            .collect()
+    };
+    assert_eq!(
+        auths("r.io/private:v1"),
+        [Some("robot-b".to_string())],
+        "the NodeImage pull"
+    );
+    assert_eq!(
+        auths("r.io/private:v2"),
+        [None],
+        "tenant-a pulls anonymously"
+    );
+    assert_eq!(
+        auths("r.io/private:v3"),
+        [Some("robot-b".to_string())],
+        "tenant-b with its own copy"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_listing_1000_images_pre_pulls_at_most_its_share() {
+    use kruised::controller::imagepull::prepull::plan::MAX_IMAGES_PER_POD;
+
+    let node = Node::start(fast()).await;
+    let images: Vec<(String, String)> = (0..1000)
+        .map(|i| (format!("c{i:04}"), format!("r.io/i{i:04}:v1")))
+        .collect();
+    let next: Vec<(&str, &str)> = images
+        .iter()
+        .map(|(c, i)| (c.as_str(), i.as_str()))
+        .collect();
+    node.api
+        .create("pods", next_batch_pod("tenant-a", "greedy", &next, true))
+        .unwrap();
+    let pulled_of_greedy = |st: &FakeState| {
+        st.pulls
+            .iter()
+            .filter(|p| p.image.starts_with("r.io/i"))
+            .count()
+    };
+    node.wait_cri("the greedy pod's share pulled", |st| {
+        pulled_of_greedy(st) == MAX_IMAGES_PER_POD
+    })
+    .await;
+    // a later pod's image, which sorts after every one of the greedy pod's
+    node.api
+        .create(
+            "pods",
+            next_batch_pod("tenant-b", "web-0", &[("c", "r.io/zzz-last:v1")], true),
+        )
+        .unwrap();
+    node.wait_cri("the later pod's image pulled", |st| {
+        pulls_of(st, "r.io/zzz-last:v1") == 1
+    })
+    .await;
+    let st = node.cri.state();
+    assert_eq!(pulled_of_greedy(&st), MAX_IMAGES_PER_POD);
+    for i in 0..MAX_IMAGES_PER_POD {
+        assert_eq!(
+            pulls_of(&st, &format!("r.io/i{i:04}:v1")),
+            1,
+            "the first containers by name"
+        );
+    }
 }
 
 #[tokio::test]

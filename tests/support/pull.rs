@@ -349,14 +349,59 @@ pub fn create_secret(
     user: &str,
     password: &str,
 ) {
+    create_secret_from(api, name, None, registry, user, password);
+}
+
+/// The annotation kruise-manager puts on its copy of a pull secret: `<namespace>/<name>` of the
+/// secret it copied (kruise 07169cf, as the manager double writes it).
+pub const SOURCE_KEY: &str = "imagepulljobs.kruise.io/source-key";
+
+/// Creates a `kubernetes.io/dockerconfigjson` secret in the config namespace, as kruise-manager
+/// copies one from `source` (`<namespace>/<name>`), or as made by hand (`None`).
+pub fn create_secret_from(
+    api: &apiserver_double::Handle,
+    name: &str,
+    source: Option<&str>,
+    registry: &str,
+    user: &str,
+    password: &str,
+) {
     let config = json!({"auths": {registry: {"username": user, "password": password}}});
-    api.create(
-        "secrets",
-        json!({"metadata": {"namespace": CONFIG_NS, "name": name},
-               "type": "kubernetes.io/dockerconfigjson",
-               "data": {".dockerconfigjson": b64(&config.to_string())}}),
-    )
-    .unwrap();
+    let mut secret = json!({"metadata": {"namespace": CONFIG_NS, "name": name},
+           "type": "kubernetes.io/dockerconfigjson",
+           "data": {".dockerconfigjson": b64(&config.to_string())}});
+    if let Some(source) = source {
+        secret["metadata"]["annotations"] = json!({ SOURCE_KEY: source });
+    }
+    api.create("secrets", secret).unwrap();
+}
+
+/// A pod of this node in an in-place update whose later batch needs `next` (container name,
+/// image), as kruise-manager writes `apps.kruise.io/inplace-update-state`; controlled by the
+/// CloneSet `web` when `kruise_owned`, by nothing otherwise.
+pub fn next_batch_pod(
+    namespace: &str,
+    name: &str,
+    next: &[(&str, &str)],
+    kruise_owned: bool,
+) -> Value {
+    let images: serde_json::Map<String, Value> = next
+        .iter()
+        .map(|(c, i)| (c.to_string(), json!(i)))
+        .collect();
+    let state = json!({"revision": "r2", "nextContainerImages": images}).to_string();
+    let mut pod = json!({
+        "metadata": {"name": name, "namespace": namespace,
+                     "annotations": {"apps.kruise.io/inplace-update-state": state}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "r.io/app:v1"}]}
+    });
+    if kruise_owned {
+        pod["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web",
+            "uid": format!("uid-web-{namespace}"), "controller": true, "blockOwnerDeletion": true
+        }]);
+    }
+    pod
 }
 
 /// Waits until the stored NodeImage status satisfies `pred`.

@@ -13,6 +13,11 @@
 //! - Answers are cached by `cacheKeyType` (`Image`, `Registry`, `Global`) for `cacheDuration`
 //!   (else the provider's `defaultCacheDuration`; zero: not cached).
 //! - Credentials never reach a log line or an error message.
+//! - What went wrong with a plugin (its exit status, at most [`STDERR_KEPT`] bytes of its stderr
+//!   with control characters removed, a bad answer) goes to the daemon's log only. Statuses and
+//!   events, which the tag's owners in every namespace read, say only
+//!   "the credential provider <name> failed; see kruised's log on node <node>": a plugin's stderr
+//!   can hold anything (tokens, internal hosts, terminal escapes).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,9 +30,18 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use super::keyring::{Keyring, urls_match};
+use super::one_line;
 
 /// How long a plugin may take (the kubelet's exec timeout).
 pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many bytes of a failed plugin's stderr are kept for the log; the rest is read and
+/// dropped (so the plugin never blocks on a full pipe).
+pub const STDERR_KEPT: usize = 256;
+/// The longest answer read from a plugin's stdout (the kubelet reads it whole; answers are a
+/// few hundred bytes).
+const STDOUT_MAX: usize = 1 << 20;
+/// The longest description of a plugin's failure in the log.
+const DETAIL_MAX: usize = 512;
 /// The config's API group.
 const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
 /// The plugin protocol's API group.
@@ -137,6 +151,8 @@ struct Provider {
 /// The configured plugins.
 pub struct Plugins {
     providers: Vec<Provider>,
+    /// The node, named in the message of a failure.
+    node: String,
 }
 
 impl std::fmt::Debug for Plugins {
@@ -333,7 +349,16 @@ impl Plugins {
             });
         }
         providers.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
-        Ok(Some(Plugins { providers }))
+        Ok(Some(Plugins {
+            providers,
+            node: String::new(),
+        }))
+    }
+
+    /// The same plugins on `node`, whose name the message of a failure gives.
+    pub fn on_node(mut self, node: &str) -> Self {
+        self.node = node.to_string();
+        self
     }
 
     /// The provider names, for the log.
@@ -345,7 +370,8 @@ impl Plugins {
     }
 
     /// The credentials the matching providers give for `image` (a repository without tag),
-    /// as a keyring, and one line per provider that failed (without any credential in it).
+    /// as a keyring, and one line per provider that failed: only [`Plugins::failure_message`],
+    /// what went wrong is logged.
     pub async fn lookup(&self, image: &str) -> (Keyring, Vec<String>) {
         let mut keyring = Keyring::default();
         let mut problems = Vec::new();
@@ -360,12 +386,51 @@ impl Plugins {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(provider = %p.spec.name, %image, error = %e, "credential provider plugin failed");
-                    problems.push(format!("credential provider {}: {e}", p.spec.name));
+                    let detail = one_line(&e, DETAIL_MAX);
+                    tracing::warn!(provider = %p.spec.name, %image, error = %detail, "credential provider plugin failed");
+                    problems.push(self.failure_message(&p.spec.name));
                 }
             }
         }
         (keyring, problems)
+    }
+}
+
+impl Plugins {
+    /// What statuses and events say of a failed provider: its name and where to look, nothing
+    /// the plugin wrote.
+    pub fn failure_message(&self, provider: &str) -> String {
+        if self.node.is_empty() {
+            format!("the credential provider {provider} failed; see kruised's log")
+        } else {
+            format!(
+                "the credential provider {provider} failed; see kruised's log on node {}",
+                self.node
+            )
+        }
+    }
+}
+
+/// Reads `from` to its end, keeping the first `max` bytes; whether more came.
+async fn read_bounded(
+    from: Option<impl tokio::io::AsyncRead + Unpin>,
+    max: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut from) = from else {
+        return Ok((Vec::new(), false));
+    };
+    let mut kept = Vec::new();
+    let mut more = false;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((kept, more));
+        }
+        let room = max.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+        more |= n > room;
     }
 }
 
@@ -443,16 +508,32 @@ impl Provider {
             // a plugin that does not read its input is its own business
             let _ = stdin.write_all(body.as_bytes()).await;
         }
-        let out = tokio::time::timeout(PLUGIN_TIMEOUT, child.wait_with_output())
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let run = async {
+            tokio::join!(
+                read_bounded(stdout, STDOUT_MAX),
+                read_bounded(stderr, STDERR_KEPT),
+                child.wait()
+            )
+        };
+        // on the timeout the child is dropped, and killed (`kill_on_drop`)
+        let (stdout, stderr, status) = tokio::time::timeout(PLUGIN_TIMEOUT, run)
             .await
-            .map_err(|_| format!("no answer within {PLUGIN_TIMEOUT:?}; killed"))?
-            .map_err(|e| format!("running the plugin: {e}"))?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let stderr: String = stderr.trim().chars().take(512).collect();
-            return Err(format!("the plugin exited with {}: {stderr}", out.status));
+            .map_err(|_| format!("no answer within {PLUGIN_TIMEOUT:?}; killed"))?;
+        let status = status.map_err(|e| format!("running the plugin: {e}"))?;
+        if !status.success() {
+            let (stderr, more) = stderr.unwrap_or_default();
+            let excerpt = one_line(&String::from_utf8_lossy(&stderr), STDERR_KEPT);
+            let cut = if more { " [...]" } else { "" };
+            return Err(format!("the plugin exited with {status}: {excerpt}{cut}"));
         }
-        parse_response(&out.stdout, &self.spec.api_version)
+        let (stdout, more) = stdout.map_err(|e| format!("reading the plugin's answer: {e}"))?;
+        if more {
+            return Err(format!(
+                "the plugin's answer is longer than {STDOUT_MAX} bytes"
+            ));
+        }
+        parse_response(&stdout, &self.spec.api_version)
     }
 }
 
@@ -570,7 +651,7 @@ providers:
     }
 
     #[tokio::test]
-    async fn a_wrong_answer_is_a_clear_problem_without_credentials() {
+    async fn a_wrong_answer_is_logged_without_credentials_and_reported_generically() {
         let dir = tempfile::tempdir().unwrap();
         write(
             dir.path(),
@@ -580,22 +661,81 @@ providers:
         );
         let cfg = write(dir.path(), "c.yaml", CONFIG, 0o644);
         let plugins = Plugins::load(&cfg, dir.path()).unwrap().unwrap();
-        let (keyring, problems) = plugins.lookup("127.0.0.1:5001/secure/busybox").await;
+        let ((keyring, problems), log) =
+            logged(plugins.lookup("127.0.0.1:5001/secure/busybox")).await;
         assert!(keyring.is_empty());
-        assert_eq!(problems.len(), 1);
-        assert!(problems[0].contains("apiVersion"), "{problems:?}");
-        assert!(!problems[0].contains("SECRET"));
+        assert_eq!(
+            problems,
+            ["the credential provider lab-login failed; see kruised's log"],
+            "no node name given: the message still says where to look"
+        );
+        assert!(log.contains("apiVersion"), "the log says why: {log}");
+        assert!(!log.contains("SECRET"), "{log}");
+    }
 
+    /// Log lines written while `f` runs on this thread.
+    async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        let out = f.await;
+        drop(guard);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        (out, text)
+    }
+
+    #[tokio::test]
+    async fn a_failed_plugins_stderr_reaches_the_log_bounded_and_cleaned_and_no_status_or_event() {
+        // a plugin that prints a token, a terminal escape and a flood on stderr, then fails
+        let dir = tempfile::tempdir().unwrap();
         write(
             dir.path(),
             "lab-login",
-            "#!/bin/sh\necho boom >&2\nexit 3\n",
+            "#!/bin/sh\nprintf 'boom token=tk-123\\033[31m\\nsecond line\\n' >&2\n\
+             head -c 200000 /dev/zero | tr '\\0' x >&2\nexit 3\n",
             0o755,
         );
-        let (_, problems) = plugins.lookup("a.example.com/app").await;
+        let cfg = write(dir.path(), "c.yaml", CONFIG, 0o644);
+        let plugins = Plugins::load(&cfg, dir.path())
+            .unwrap()
+            .unwrap()
+            .on_node("node-1");
+        let ((keyring, problems), log) = logged(plugins.lookup("a.example.com/app")).await;
+        assert!(keyring.is_empty());
+        // what statuses and events get (task.rs puts problems in the tag's message and events)
+        assert_eq!(
+            problems,
+            ["the credential provider lab-login failed; see kruised's log on node node-1"]
+        );
+        // what the log gets: the exit status and the start of stderr, one line, bounded
+        let line = log
+            .lines()
+            .find(|l| l.contains("credential provider plugin failed"))
+            .unwrap_or_else(|| panic!("no log line: {log}"));
+        assert!(line.contains("exit status: 3"), "{line}");
+        assert!(line.contains("boom token=tk-123"), "{line}");
+        assert!(line.contains("second line"), "newlines are removed: {line}");
+        assert!(!line.contains('\u{1b}'), "escapes are removed: {line:?}");
+        assert!(line.contains("[...]"), "{line}");
+        let xs = line.matches('x').count();
         assert!(
-            problems[0].contains("exited") && problems[0].contains("boom"),
-            "{problems:?}"
+            (100..STDERR_KEPT).contains(&xs),
+            "{xs} bytes of the flood kept: {line}"
         );
     }
 }

@@ -9,6 +9,8 @@
 //! | `image_fs_free_bytes` | gauge | - (statvfs of the image filesystem, when visible) |
 //! | `queue_length` | gauge | - (tags `Waiting` for a pull slot) |
 //! | `tasks` | gauge | `phase` (`Waiting`, `Pulling`, `Succeeded`, `Failed`) |
+//! | `next_batch_images` | gauge | - (distinct images the next-batch pre-pull works on) |
+//! | `next_batch_skipped` | gauge | `reason` (`not_kruise_owned`, `invalid`, `over_pod_bound`, `over_node_bound`) |
 
 use std::time::Duration;
 
@@ -72,6 +74,24 @@ struct PhaseLabels {
     phase: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkipLabels {
+    reason: &'static str,
+}
+
+/// What the next-batch pre-pull leaves out now, by reason (see `prepull::plan`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Pods with an in-place update state but no kruise workload as controller.
+    pub not_kruise_owned: usize,
+    /// Annotations that cannot be read or are too long, and image names that do not parse.
+    pub invalid: usize,
+    /// Images past a pod's share.
+    pub over_pod_bound: usize,
+    /// Images past the node's bound.
+    pub over_node_bound: usize,
+}
+
 /// The puller's metrics (cheap to clone: handles to shared values).
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -81,6 +101,8 @@ pub struct Metrics {
     fs_free: Gauge,
     queue: Gauge,
     tasks: Family<PhaseLabels, Gauge>,
+    next_batch: Gauge,
+    next_batch_skipped: Family<SkipLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -98,6 +120,8 @@ impl Metrics {
             fs_free: Gauge::default(),
             queue: Gauge::default(),
             tasks: Family::default(),
+            next_batch: Gauge::default(),
+            next_batch_skipped: Family::default(),
         }
     }
 
@@ -131,7 +155,35 @@ impl Metrics {
             m.queue.clone(),
         );
         registry.register("tasks", "NodeImage pull tasks by phase", m.tasks.clone());
+        registry.register(
+            "next_batch_images",
+            "Distinct images of pods' next in-place batches the pre-pull works on",
+            m.next_batch.clone(),
+        );
+        registry.register(
+            "next_batch_skipped",
+            "What the next-batch pre-pull leaves out now: pods not controlled by a kruise \
+             workload, unreadable annotations and image names, images past a pod's or the \
+             node's bound",
+            m.next_batch_skipped.clone(),
+        );
         m
+    }
+
+    /// Sets what the next-batch pre-pull works on and leaves out now.
+    pub fn next_batch(&self, images: usize, skipped: Skipped) {
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.next_batch.set(g(images));
+        for (reason, n) in [
+            ("not_kruise_owned", skipped.not_kruise_owned),
+            ("invalid", skipped.invalid),
+            ("over_pod_bound", skipped.over_pod_bound),
+            ("over_node_bound", skipped.over_node_bound),
+        ] {
+            self.next_batch_skipped
+                .get_or_create(&SkipLabels { reason })
+                .set(g(n));
+        }
     }
 
     /// Counts one pull attempt.
@@ -197,6 +249,13 @@ mod tests {
         m.pull_took(Source::NodeImage, true, Duration::from_millis(200));
         m.image_fs(Some(1024), None);
         m.phases(2, 1, 0, 0);
+        m.next_batch(
+            4,
+            Skipped {
+                over_pod_bound: 996,
+                ..Skipped::default()
+            },
+        );
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
         for want in [
@@ -206,6 +265,9 @@ mod tests {
             "kruised_imagepull_image_fs_used_bytes 1024",
             "kruised_imagepull_queue_length 2",
             r#"kruised_imagepull_tasks{phase="Pulling"} 1"#,
+            "kruised_imagepull_next_batch_images 4",
+            r#"kruised_imagepull_next_batch_skipped{reason="over_pod_bound"} 996"#,
+            r#"kruised_imagepull_next_batch_skipped{reason="not_kruise_owned"} 0"#,
         ] {
             assert!(out.contains(want), "{want} missing from\n{out}");
         }

@@ -13,7 +13,7 @@
 //! | [`keyring`] / [`secrets`] | pull secrets and kubelet-style registry matching |
 //! | [`credprovider`] | kubelet credential provider plugins (`--plugin-config-file`) |
 //! | [`disk`] | free space of the image filesystem |
-//! | [`prepull`] | pre-pulling the next in-place batch |
+//! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
 //!
 //! Differences from kruise-daemon, all deliberate:
@@ -25,7 +25,8 @@
 //! - `IfNotPresent` compares normalised names, so a key written `docker.io/library/nginx` finds
 //!   `nginx` (kruise compares familiar names and misses it);
 //! - a missing or unreadable pull secret is named in the tag's message (kruise skips it
-//!   silently); credential strings are scrubbed from every message;
+//!   silently); credential strings are scrubbed from every message; a failed credential
+//!   provider is named in messages and events, what it wrote goes to the log only;
 //! - identical concurrent pulls are merged; a removed tag cancels its pull;
 //! - the disk check ([`disk`]) and the next-batch pre-pull ([`prepull`]) are kruised's own;
 //! - the success event reads "elapsedTime" (kruise: "ecalpsedTime"), and both events also go to
@@ -108,6 +109,26 @@ impl Settings {
     }
 }
 
+/// `text` fit for one log line: control characters (newlines, escapes) and bidirectional
+/// overrides each made a space, trimmed, at most `max` bytes (cut at a character boundary).
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.trim().chars() {
+        let c = if c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            ' '
+        } else {
+            c
+        };
+        if out.len() + c.len_utf8() > max {
+            break;
+        }
+        out.push(c);
+    }
+    out.trim_end().to_string()
+}
+
 /// Starts the image puller with the daemon's settings.
 pub fn start(ctx: &Context, registry: &mut Registry) {
     start_with(ctx, registry, Settings::from_config(&ctx.config));
@@ -128,6 +149,7 @@ pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
             let (plugin_config, plugin_dir) = &ctx.config.credential_providers;
             let plugins = match credprovider::Plugins::load(plugin_config, plugin_dir) {
                 Ok(Some(p)) => {
+                    let p = p.on_node(&ctx.config.node_name);
                     tracing::info!(providers = ?p.names(), config = %plugin_config.display(), "credential provider plugins registered");
                     Some(p)
                 }
@@ -213,5 +235,18 @@ pub fn run<I, C>(
             prepull::run(env, pods, ctx.node_images.clone(), busy, ctx.cancel.clone())
                 .instrument(tracing::info_span!("next_batch")),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_removes_control_and_bidi_characters_and_cuts_at_a_character() {
+        assert_eq!(one_line(" a\nb\tc\u{1b}[0m\r ", 100), "a b c [0m");
+        assert_eq!(one_line("x\u{202e}y\u{2066}z", 100), "x y z");
+        assert_eq!(one_line("ééé", 5), "éé", "never half a character");
+        assert_eq!(one_line(&"a".repeat(1000), 10).len(), 10);
     }
 }

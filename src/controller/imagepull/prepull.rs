@@ -3,38 +3,46 @@
 //! A multi-batch in-place update (a pod whose containers update in priority order) records the
 //! images of the later batches in the pod's `apps.kruise.io/inplace-update-state`
 //! `nextContainerImages`. This loop pulls those images in the background so each batch finds its
-//! image on the node:
+//! image on the node. Anyone who can annotate a pod can write that annotation, so the loop
+//! trusts it no further than the kubelet trusts a pod spec (docs/security.md, "The next-batch
+//! pre-pull"):
 //!
+//! - which images: [`plan`] (pods controlled by a kruise workload only, a bounded annotation, at
+//!   most [`plan::MAX_IMAGES_PER_POD`] per pod and [`plan::MAX_IMAGES_PER_NODE`] on the node);
 //! - low priority: only while no NodeImage task waits or pulls, one image at a time, and through
 //!   the same pull slots (`--max-workers-for-pull-image`);
 //! - an image already present is not pulled; identical pulls in flight are shared with NodeImage
 //!   tasks;
-//! - credentials: the pull secrets of a NodeImage entry for the same repository, if any, else
-//!   anonymous (the pod's own `imagePullSecrets` live in its namespace, which the daemon cannot
-//!   read);
-//! - a failed pull is retried with backoff ([`RETRY_BASE`] doubling up to [`RETRY_MAX`]) while the
-//!   pod still asks for it; an image no pod asks for any more is forgotten.
+//! - the disk floor of every pull (`--image-fs-min-free`): below it nothing is pre-pulled;
+//! - credentials: the pull secrets of the NodeImage entries for the same repository that
+//!   kruise-manager copied from the pod's own namespace (`secrets::lends_to`), else the
+//!   credential provider plugins (which the kubelet would use for any pod), else anonymous.
+//!   Never another namespace's secret, never a secret made by hand in the config namespace;
+//! - a failed or refused pull is retried with backoff ([`RETRY_BASE`] doubling up to
+//!   [`RETRY_MAX`]) while the pod still asks for it; an image no pod asks for any more is
+//!   forgotten.
 //!
 //! Off with the feature gate `PrePullNextBatch=false` (it also needs `DaemonWatchingPod`).
 
-use std::collections::BTreeMap;
+pub mod plan;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use self::plan::{Limits, Plan, Skip, Want, WantKey};
 use super::metrics::{Outcome, Source};
 use super::pull::PullSpec;
 use super::reference::Reference;
 use super::secrets::Credentials;
-use super::task::{Env, find_image, pull_sandbox};
+use super::task::{Env, disk_refusal, find_image, pull_sandbox};
 use crate::cri::ImageService;
-use crate::k8s::crd::NodeImage;
-use crate::k8s::keys;
+use crate::k8s::crd::{NodeImage, ReferenceObject, SandboxConfig};
 use crate::k8s::watch::Watched;
 
 /// First pause before a failed next-batch pull is tried again.
@@ -43,37 +51,6 @@ pub const RETRY_BASE: Duration = Duration::from_secs(10);
 pub const RETRY_MAX: Duration = Duration::from_secs(600);
 /// Time limit of one next-batch pull.
 pub const PULL_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// The images the pods' next batches need, by pull key (normalised, `latest` added): what to
-/// send to the runtime and the parsed reference. Unparsable annotations and images are skipped.
-pub fn next_batch_images<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
-) -> BTreeMap<String, (String, Reference)> {
-    let mut out = BTreeMap::new();
-    for pod in pods {
-        let state = match keys::parse_inplace_update_state(pod.annotations()) {
-            Ok(Some(s)) => s,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::debug!(pod = %pod.name_any(), error = %e, "unreadable in-place update state");
-                continue;
-            }
-        };
-        for image in state.next_container_images.values() {
-            match Reference::parse(image) {
-                Ok(r) => {
-                    let r = r.with_default_tag();
-                    out.entry(r.pull_key())
-                        .or_insert_with(|| (image.clone(), r));
-                }
-                Err(e) => {
-                    tracing::debug!(pod = %pod.name_any(), error = %e, "skipping next-batch image")
-                }
-            }
-        }
-    }
-    out
-}
 
 /// What happened to one next-batch image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,10 +77,13 @@ pub async fn run<I, C>(
         () = cancel.cancelled() => return,
         () = pods.wait_synced() => {}
     }
-    let mut tried: BTreeMap<String, Tried> = BTreeMap::new();
+    let mut tried: BTreeMap<WantKey, Tried> = BTreeMap::new();
+    let mut reported: BTreeSet<Skip> = BTreeSet::new();
     loop {
         let pod_list = pods.state();
-        let wanted = next_batch_images(pod_list.iter().map(|p| p.as_ref()));
+        let plan = plan::plan(pod_list.iter().map(|p| p.as_ref()), Limits::default());
+        report(&env, &plan, &mut reported);
+        let wanted = plan.wanted;
         tried.retain(|k, _| wanted.contains_key(k));
         let now = Instant::now();
         let next = wanted.iter().find(|(k, _)| match tried.get(*k) {
@@ -111,7 +91,7 @@ pub async fn run<I, C>(
             Some(Tried::Done) => false,
             Some(Tried::Failed { retry_at, .. }) => *retry_at <= now,
         });
-        if let Some((key, (image, reference))) = next {
+        if let Some((key, want)) = next {
             // NodeImage work first
             let idle = async {
                 while *busy.borrow_and_update() > 0 {
@@ -124,9 +104,10 @@ pub async fn run<I, C>(
                 () = cancel.cancelled() => return,
                 () = idle => {}
             }
+            let (refs, sandbox) = node_image_entries(&node_images.state(), &want.reference);
             let result = tokio::select! {
                 () = cancel.cancelled() => return,
-                r = pull_one(&env, &node_images, image, reference) => r,
+                r = pull_one(&env, want, &refs, sandbox.as_ref()) => r,
             };
             let entry = match result {
                 Ok(()) => Tried::Done,
@@ -136,7 +117,7 @@ pub async fn run<I, C>(
                         _ => 1,
                     };
                     let pause = crate::controller::exponential(attempts - 1, RETRY_BASE, RETRY_MAX);
-                    tracing::warn!(image = %image, error = %e, retry_in = ?pause, "next-batch pre-pull failed");
+                    tracing::warn!(image = %want.image, namespace = %want.namespace, error = %e, retry_in = ?pause, "next-batch pre-pull failed");
                     Tried::Failed {
                         attempts,
                         retry_at: Instant::now() + pause,
@@ -166,6 +147,56 @@ pub async fn run<I, C>(
     }
 }
 
+/// Sets the metrics of `plan` and logs what it leaves out that the last one did not: an
+/// unusable annotation as a warning, the rest at debug (a pod's changes would repeat them).
+fn report<I, C>(env: &Env<I, C>, plan: &Plan, reported: &mut BTreeSet<Skip>) {
+    env.metrics.next_batch(plan.images(), plan.skipped_counts());
+    let now: BTreeSet<Skip> = plan.skipped.iter().cloned().collect();
+    for skip in now.difference(reported) {
+        match skip {
+            Skip::Invalid { pod, reason } => {
+                tracing::warn!(%pod, %reason, "next-batch images of the pod skipped: unusable in-place update state")
+            }
+            Skip::NotKruiseOwned { pod } => {
+                tracing::debug!(%pod, "next batch not pre-pulled: the pod's controller is no kruise workload")
+            }
+            Skip::OverPodBound { pod, image } => {
+                tracing::debug!(%pod, %image, limit = plan::MAX_IMAGES_PER_POD, "next-batch image skipped: past the pod's share")
+            }
+            Skip::OverNodeBound { pod, image } => {
+                tracing::debug!(%pod, %image, limit = plan::MAX_IMAGES_PER_NODE, "next-batch image skipped: past the node's bound")
+            }
+        }
+    }
+    *reported = now;
+}
+
+/// The pull secrets of every NodeImage entry for the repository of `reference` (candidates:
+/// only those copied from the pod's namespace are used), and the sandbox config of the first.
+pub fn node_image_entries(
+    node_images: &[Arc<NodeImage>],
+    reference: &Reference,
+) -> (Vec<ReferenceObject>, Option<SandboxConfig>) {
+    let name = reference.name();
+    let mut refs: Vec<ReferenceObject> = Vec::new();
+    let mut sandbox = None;
+    let entries = node_images
+        .iter()
+        .flat_map(|ni| ni.spec.images.iter())
+        .filter(|(k, _)| Reference::parse(k).is_ok_and(|r| r.name() == name));
+    for (_, spec) in entries {
+        for r in &spec.pull_secrets {
+            if !refs.contains(r) {
+                refs.push(r.clone());
+            }
+        }
+        if sandbox.is_none() {
+            sandbox = spec.sandbox_config.clone();
+        }
+    }
+    (refs, sandbox)
+}
+
 /// Why a next-batch image was not pre-pulled (logged; retried with backoff).
 #[derive(Debug, thiserror::Error)]
 enum PrePullError {
@@ -175,17 +206,21 @@ enum PrePullError {
     /// The runtime did not list its images.
     #[error("listing the runtime's images: {0}")]
     List(#[from] crate::cri::CriError),
+    /// The image filesystem is below the floor.
+    #[error("{0}")]
+    NoRoom(String),
     /// The pull failed.
     #[error(transparent)]
     Pull(#[from] super::pull::PullError),
 }
 
-/// Pulls one next-batch image unless present.
+/// Pulls one next-batch image unless present, with the credentials `refs` lend to its
+/// namespace.
 async fn pull_one<I, C>(
     env: &Env<I, C>,
-    node_images: &Watched<NodeImage>,
-    image: &str,
-    reference: &Reference,
+    want: &Want,
+    refs: &[ReferenceObject],
+    sandbox: Option<&SandboxConfig>,
 ) -> Result<(), PrePullError>
 where
     I: ImageService + Clone + 'static,
@@ -200,88 +235,37 @@ where
         ),
         None => None,
     };
+    let image = want.image.as_str();
     let runtime = env.puller.runtime();
     let images = runtime.list_images().await?;
-    if find_image(&images, reference).is_some() {
+    if find_image(&images, &want.reference).is_some() {
         env.metrics.pulled(Source::NextBatch, Outcome::Present);
         tracing::debug!(image, "next-batch image already present");
         return Ok(());
     }
-    // the pull secrets of a NodeImage entry for the same repository
-    let name = reference.name();
-    let (secrets_refs, sandbox) = node_images
-        .state()
-        .iter()
-        .flat_map(|ni| {
-            ni.spec
-                .images
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<Vec<_>>()
-        })
-        .find(|(k, _)| Reference::parse(k).is_ok_and(|r| r.name() == name))
-        .map(|(_, v)| (v.pull_secrets, v.sandbox_config))
-        .unwrap_or_default();
-    let resolved = env.credentials.resolve_for(&secrets_refs, &name).await;
+    if let Some(refusal) = disk_refusal(env, Source::NextBatch).await {
+        return Err(PrePullError::NoRoom(refusal));
+    }
+    let name = want.reference.name();
+    let resolved = env
+        .credentials
+        .resolve_for_namespace(refs, &name, &want.namespace)
+        .await;
+    if !resolved.problems.is_empty() {
+        tracing::warn!(image, namespace = %want.namespace, problems = %resolved.problems.join("; "), "next-batch credentials could not all be used; pulling with what was found");
+    }
     let spec = PullSpec {
         image: image.to_string(),
-        key: reference.pull_key(),
+        key: want.reference.pull_key(),
         credentials: resolved.keyring.lookup(&name),
         secrets: resolved.keyring.secrets(),
-        sandbox: Some(pull_sandbox(sandbox.as_ref())),
+        sandbox: Some(pull_sandbox(sandbox)),
         source: Source::NextBatch,
     };
-    tracing::info!(image, "pre-pulling an image of a pod's next in-place batch");
+    tracing::info!(image, namespace = %want.namespace, credentials = spec.credentials.len(), "pre-pulling an image of a pod's next in-place batch");
     env.puller.pull(spec, PULL_TIMEOUT).await?;
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-
-    fn keys_of(images: &BTreeMap<String, (String, Reference)>) -> BTreeSet<String> {
-        images.keys().cloned().collect()
-    }
-
-    fn pod(name: &str, state: Option<&str>) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.name = Some(name.into());
-        if let Some(s) = state {
-            p.metadata.annotations =
-                Some([(keys::INPLACE_UPDATE_STATE.to_string(), s.to_string())].into());
-        }
-        p
-    }
-
-    #[test]
-    fn next_batch_images_are_collected_normalised_and_deduplicated() {
-        let pods = [
-            pod(
-                "a",
-                Some(
-                    r#"{"revision":"r","nextContainerImages":{"sidecar":"nginx:1.25","main":"127.0.0.1:5000/app"}}"#,
-                ),
-            ),
-            pod(
-                "b",
-                Some(r#"{"nextContainerImages":{"x":"docker.io/library/nginx:1.25"}}"#),
-            ),
-            pod("c", None),
-            pod("d", Some("not json")),
-            pod("e", Some(r#"{"nextContainerImages":{"bad":"Not A Ref"}}"#)),
-        ];
-        let images = next_batch_images(pods.iter());
-        assert_eq!(
-            keys_of(&images),
-            BTreeSet::from([
-                "127.0.0.1:5000/app:latest".to_string(),
-                "docker.io/library/nginx:1.25".to_string()
-            ])
-        );
-        // the first spelling is what is sent to the runtime
-        assert_eq!(images["docker.io/library/nginx:1.25"].0, "nginx:1.25");
-    }
-}
+mod tests;

@@ -55,8 +55,8 @@ pub enum PullError {
     Lost,
 }
 
-/// One request to pull.
-#[derive(Clone, Debug)]
+/// One request to pull. Its `Debug` shows every credential and secret as `<redacted>`.
+#[derive(Clone)]
 pub struct PullSpec {
     /// The image as sent to the runtime (`name:tag` or `name@digest`).
     pub image: String,
@@ -70,6 +70,31 @@ pub struct PullSpec {
     pub sandbox: Option<PullSandbox>,
     /// Who asks (for the metrics).
     pub source: Source,
+}
+
+/// Shows as `<redacted>`.
+#[derive(Clone, Copy)]
+struct Redacted;
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::fmt::Debug for PullSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // how many, never what: user names too, a token is often the user name
+        let redacted = |n: usize| vec![Redacted; n];
+        f.debug_struct("PullSpec")
+            .field("image", &self.image)
+            .field("key", &self.key)
+            .field("credentials", &redacted(self.credentials.len()))
+            .field("secrets", &redacted(self.secrets.len()))
+            .field("sandbox", &self.sandbox)
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 impl PullSpec {
@@ -275,6 +300,32 @@ mod tests {
             "auth <redacted> and <redacted> failed"
         );
         assert_eq!(scrub("nothing here", &secrets), "nothing here");
+    }
+
+    #[test]
+    fn a_pull_specs_debug_shows_no_credential() {
+        // as AuthConfig's Debug in src/cri (TESTING.md: "Give AuthConfig a redacting Debug")
+        let spec = PullSpec {
+            image: "r.io/app:v1".into(),
+            key: "r.io/app:v1".into(),
+            credentials: vec![Credential {
+                username: "robot-user".into(),
+                password: "pw-Zq7-never-print".into(),
+            }],
+            secrets: vec![
+                "pw-Zq7-never-print".into(),
+                super::super::keyring::base64_encode(b"robot-user:pw-Zq7-never-print"),
+            ],
+            sandbox: None,
+            source: Source::NextBatch,
+        };
+        for text in [format!("{spec:?}"), format!("{spec:#?}")] {
+            for secret in ["pw-Zq7-never-print", "robot-user", &spec.secrets[1]] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            assert!(text.contains("r.io/app:v1"), "{text}");
+            assert_eq!(text.matches("<redacted>").count(), 3, "{text}");
+        }
     }
 
     #[test]

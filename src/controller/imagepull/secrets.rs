@@ -12,6 +12,11 @@
 //! - Problems (missing secret, unreadable data, API errors) do not stop the pull: they are
 //!   returned as text for the tag's message, and the pull goes on with the credentials found.
 //!   kruise-daemon skips a missing secret silently.
+//! - For a pod's next batch ([`Credentials::resolve_for_namespace`]) a secret is used only when
+//!   kruise-manager copied it from the pod's own namespace: its [`SOURCE_KEY`] annotation reads
+//!   `<that namespace>/<name>` ([`lends_to`]). A secret without the annotation (copied by hand)
+//!   or from another namespace is never lent to a pod; see docs/security.md, "The next-batch
+//!   pre-pull".
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,6 +31,11 @@ use super::credprovider::Plugins;
 use super::keyring::Keyring;
 use crate::k8s::crd::ReferenceObject;
 
+/// The annotation kruise-manager puts on its copy of an ImagePullJob's pull secret in the
+/// config namespace: `<namespace>/<name>` of the secret it copied (kruise's ImagePullJob
+/// controller, `SourceSecretKeyAnno`; `SecretAnnotationSourceSecretKey` in later versions).
+// a key like the others in k8s/keys.rs; kept here while it has no other reader
+pub const SOURCE_KEY: &str = "imagepulljobs.kruise.io/source-key";
 /// How long a secret read is trusted.
 pub const SECRET_TTL: Duration = Duration::from_secs(300);
 /// The data key of a `kubernetes.io/dockerconfigjson` secret.
@@ -62,17 +72,77 @@ pub trait Credentials: Send + Sync + 'static {
         image: &str,
     ) -> impl Future<Output = Resolved> + Send {
         async move {
-            let mut resolved = self.resolve(refs).await;
-            if resolved.keyring.lookup(image).is_empty()
-                && let Some(plugins) = self.plugins()
-            {
-                let (keyring, problems) = plugins.lookup(image).await;
-                resolved.keyring.extend(keyring);
-                resolved.problems.extend(problems);
-            }
-            resolved
+            let resolved = self.resolve(refs).await;
+            with_plugins(self.plugins(), resolved, image).await
         }
     }
+
+    /// The credentials of those of `refs` that kruise-manager copied from `namespace` (see
+    /// [`lends_to`]); the others are left out without a word in [`Resolved::problems`], since
+    /// they are none of that namespace's business.
+    ///
+    /// The default lends nothing: a source that cannot tell where a secret came from must not
+    /// lend it to a pod.
+    fn resolve_from(
+        &self,
+        refs: &[ReferenceObject],
+        namespace: &str,
+    ) -> impl Future<Output = Resolved> + Send {
+        let _ = (refs, namespace);
+        std::future::ready(Resolved::default())
+    }
+
+    /// The credentials for pulling `image` for a pod of `namespace` (its next in-place batch):
+    /// those of `refs` copied from `namespace`, else the credential provider plugins', which the
+    /// kubelet would use for any pod of the node.
+    fn resolve_for_namespace(
+        &self,
+        refs: &[ReferenceObject],
+        image: &str,
+        namespace: &str,
+    ) -> impl Future<Output = Resolved> + Send {
+        async move {
+            let resolved = self.resolve_from(refs, namespace).await;
+            with_plugins(self.plugins(), resolved, image).await
+        }
+    }
+}
+
+/// `resolved` with the plugins' credentials for `image` added when none of its own applies
+/// (kruise's order: pull secrets first, plugins when no secret had a credential).
+async fn with_plugins(plugins: Option<&Plugins>, mut resolved: Resolved, image: &str) -> Resolved {
+    if resolved.keyring.lookup(image).is_empty()
+        && let Some(plugins) = plugins
+    {
+        let (keyring, problems) = plugins.lookup(image).await;
+        resolved.keyring.extend(keyring);
+        resolved.problems.extend(problems);
+    }
+    resolved
+}
+
+/// Whether a pull secret whose [`SOURCE_KEY`] annotation is `source` may be used for a pod of
+/// `namespace`: only a copy kruise-manager made of a secret of that same namespace. `None` (a
+/// secret made by hand in the config namespace) lends to no pod.
+pub fn lends_to(source: Option<&str>, namespace: &str) -> bool {
+    source
+        .and_then(|s| s.split_once('/'))
+        .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty() && ns == namespace)
+}
+
+/// The credentials of those of `secrets` (each with its [`SOURCE_KEY`] and keyring, in
+/// `pullSecrets` order) that [`lends_to`] `namespace`.
+pub fn lent<'a>(
+    secrets: impl IntoIterator<Item = (Option<&'a str>, &'a Keyring)>,
+    namespace: &str,
+) -> Keyring {
+    let mut keyring = Keyring::default();
+    for (source, k) in secrets {
+        if lends_to(source, namespace) {
+            keyring.extend(k.clone());
+        }
+    }
+    keyring
 }
 
 /// No secrets at all (tests, and pulls without `pullSecrets`).
@@ -91,6 +161,8 @@ impl Credentials for NoCredentials {
 struct Entry {
     read_at: Instant,
     keyring: Keyring,
+    /// Its [`SOURCE_KEY`] annotation.
+    source: Option<String>,
     problem: Option<String>,
 }
 
@@ -138,10 +210,17 @@ impl SecretStore {
             Ok(Some(secret)) => {
                 let (keyring, problem) = keyring_of(&secret);
                 let problem = problem.map(|p| format!("{what}: {p}"));
+                let source = secret
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(SOURCE_KEY))
+                    .cloned();
                 (
                     Entry {
                         read_at: Instant::now(),
                         keyring,
+                        source,
                         problem,
                     },
                     true,
@@ -151,6 +230,7 @@ impl SecretStore {
                 Entry {
                     read_at: Instant::now(),
                     keyring: Keyring::default(),
+                    source: None,
                     problem: Some(format!("{what} not found")),
                 },
                 false,
@@ -159,6 +239,7 @@ impl SecretStore {
                 Entry {
                     read_at: Instant::now(),
                     keyring: Keyring::default(),
+                    source: None,
                     problem: Some(format!("{what} cannot be read: {}", api_message(&e))),
                 },
                 false,
@@ -191,6 +272,33 @@ impl Credentials for SecretStore {
             out.problems.extend(entry.problem);
         }
         out
+    }
+
+    async fn resolve_from(&self, refs: &[ReferenceObject], namespace: &str) -> Resolved {
+        let mut entries = Vec::new();
+        for r in refs.iter().filter(|r| !r.name.is_empty()) {
+            let entry = self.get(&r.name).await;
+            if !lends_to(entry.source.as_deref(), namespace) {
+                tracing::debug!(
+                    secret = %r.name,
+                    source = entry.source.as_deref().unwrap_or("none"),
+                    %namespace,
+                    "pull secret not copied from the pod's namespace; not used for its next batch"
+                );
+            }
+            entries.push(entry);
+        }
+        let keyring = lent(
+            entries.iter().map(|e| (e.source.as_deref(), &e.keyring)),
+            namespace,
+        );
+        // problems of secrets that are not lent are another namespace's business
+        let problems = entries
+            .iter()
+            .filter(|e| lends_to(e.source.as_deref(), namespace))
+            .filter_map(|e| e.problem.clone())
+            .collect();
+        Resolved { keyring, problems }
     }
 
     fn plugins(&self) -> Option<&Plugins> {
@@ -257,6 +365,72 @@ mod tests {
             r#"{"r.io": {"username": "u", "password": "p"}}"#,
         ));
         assert_eq!((k.lookup("r.io/a").len(), p), (1, None));
+    }
+
+    /// A copy kruise-manager made: `imagepulljobs.kruise.io/source-key: <ns>/<name>` (kruise
+    /// 07169cf, as its double tests/support/manager/imagepull.rs writes it and
+    /// tests/integration/manager.rs asserts), or a secret made by hand (`None`).
+    fn copy_from(source: Option<&str>, user: &str) -> (Option<String>, Keyring) {
+        let (k, p) = keyring_of(&secret(
+            ".dockerconfigjson",
+            &format!(r#"{{"auths": {{"r.io": {{"username": "{user}", "password": "pw"}}}}}}"#),
+        ));
+        assert_eq!(p, None);
+        (source.map(str::to_string), k)
+    }
+
+    #[test]
+    fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
+        let secrets = [
+            copy_from(Some("tenant-b/regcred"), "b"),
+            copy_from(None, "by-hand"),
+            copy_from(Some("tenant-a/regcred"), "a"),
+            copy_from(Some("tenant-a"), "no-name"),
+            copy_from(Some("/regcred"), "no-namespace"),
+        ];
+        let users = |namespace: &str| -> Vec<String> {
+            lent(secrets.iter().map(|(s, k)| (s.as_deref(), k)), namespace)
+                .lookup("r.io/app")
+                .into_iter()
+                .map(|c| c.username)
+                .collect()
+        };
+        assert_eq!(users("tenant-a"), ["a"]);
+        assert_eq!(users("tenant-b"), ["b"]);
+        assert!(users("tenant-c").is_empty());
+        assert!(users("").is_empty(), "an empty namespace matches nothing");
+    }
+
+    /// Credentials that hold a login for every secret but cannot say where one came from.
+    struct Unscoped;
+
+    impl Credentials for Unscoped {
+        async fn resolve(&self, _refs: &[ReferenceObject]) -> Resolved {
+            Resolved {
+                keyring: copy_from(None, "anyone").1,
+                problems: vec![],
+            }
+        }
+        fn invalidate(&self, _refs: &[ReferenceObject]) {}
+    }
+
+    #[tokio::test]
+    async fn a_source_that_cannot_tell_where_secrets_come_from_lends_none_to_a_pod() {
+        let refs = [ReferenceObject {
+            name: "regcred".into(),
+            ..Default::default()
+        }];
+        assert!(
+            !Unscoped
+                .resolve_for(&refs, "r.io/app")
+                .await
+                .keyring
+                .is_empty()
+        );
+        let r = Unscoped
+            .resolve_for_namespace(&refs, "r.io/app", "tenant-a")
+            .await;
+        assert!(r.keyring.is_empty() && r.problems.is_empty());
     }
 
     #[test]

@@ -366,7 +366,9 @@ where
             Err(e) => return Err(AttemptError::Retry(format!("listing images: {e}"))),
         }
     }
-    check_disk(env).await?;
+    if let Some(refusal) = disk_refusal(env, Source::NodeImage).await {
+        return Err(AttemptError::Final(refusal));
+    }
 
     let resolved = env
         .credentials
@@ -434,8 +436,9 @@ fn reference_string(job: &TagJob) -> String {
     }
 }
 
-/// Updates the image filesystem gauges and refuses the pull below the floor.
-async fn check_disk<I, C>(env: &Env<I, C>) -> Result<(), AttemptError>
+/// Updates the image filesystem gauges; below the floor (`--image-fs-min-free`), why the pull
+/// of `source` is refused. The one disk check of every pull, NodeImage and next batch.
+pub(super) async fn disk_refusal<I, C>(env: &Env<I, C>, source: Source) -> Option<String>
 where
     I: ImageService + Clone + 'static,
 {
@@ -443,27 +446,25 @@ where
         Ok(u) => u,
         Err(e) => {
             tracing::debug!(error = %e, "ImageFsInfo failed; no disk check");
-            return Ok(());
+            return None;
         }
     };
     let Some(fs) = disk::image_fs(&usage, env.free_space) else {
         tracing::debug!("the runtime reports no image filesystem; no disk check");
-        return Ok(());
+        return None;
     };
     env.metrics.image_fs(fs.used_bytes, fs.free_bytes);
     let floor = env.settings.image_fs_min_free;
     if floor > 0 && fs.free_bytes.is_none() {
         tracing::debug!(mountpoint = %fs.mountpoint, "the image filesystem is not visible here; no disk check");
     }
-    match disk::refusal(&fs, floor) {
-        Some(m) => {
-            env.metrics.pulled(Source::NodeImage, Outcome::Failed);
-            Err(AttemptError::Final(m))
-        }
-        None => Ok(()),
+    let refusal = disk::refusal(&fs, floor);
+    if refusal.is_some() {
+        env.metrics.pulled(source, Outcome::Failed);
     }
+    refusal
 }
 
 #[cfg(test)]
 #[path = "task_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -1,5 +1,5 @@
 //! Tests of the pull task against an in-memory image service, in paused time: backoff and
-//! timeouts take no real time.
+//! timeouts take no real time. The image service ([`Mock`]) serves the pre-pull's tests too.
 
 use std::collections::HashMap;
 use std::sync::Mutex as StdMutex;
@@ -15,9 +15,9 @@ use crate::k8s::crd::{ImagePullPhase, ImagePullPolicy, ImageTagPullPolicy};
 const DIGEST: &str = "sha256:bc8813ea7b3603864987522f02a76101c17ad122e1c46d790efc0fca78ca7bfb";
 
 #[derive(Default)]
-struct MockState {
-    images: Vec<Image>,
-    pulls: Vec<PullRequest>,
+pub(in crate::controller::imagepull) struct MockState {
+    pub(in crate::controller::imagepull) images: Vec<Image>,
+    pub(in crate::controller::imagepull) pulls: Vec<PullRequest>,
     in_flight: usize,
     max_in_flight: usize,
     /// image -> error message of every pull of it
@@ -26,19 +26,20 @@ struct MockState {
     refuse_user: HashMap<String, String>,
     pull_delay: Duration,
     list_calls: usize,
-    fs_calls: usize,
+    pub(in crate::controller::imagepull) fs_calls: usize,
     /// the runtime is away: every call fails as unreachable
     down: bool,
 }
 
+/// An in-memory image service.
 #[derive(Clone, Default)]
-struct Mock(Arc<StdMutex<MockState>>);
+pub(in crate::controller::imagepull) struct Mock(Arc<StdMutex<MockState>>);
 
 impl Mock {
-    fn st(&self) -> std::sync::MutexGuard<'_, MockState> {
+    pub(in crate::controller::imagepull) fn st(&self) -> std::sync::MutexGuard<'_, MockState> {
         self.0.lock().unwrap()
     }
-    fn add_image(&self, tag: &str) {
+    pub(in crate::controller::imagepull) fn add_image(&self, tag: &str) {
         let mut st = self.st();
         let id = format!("sha256:{:064x}", st.images.len() + 1);
         st.images.push(Image {
