@@ -1,10 +1,13 @@
 //! The metrics registry and the process metrics every scrape of `/metrics` carries.
 //!
-//! The daemon creates its registry with [`new_registry`] (prefix `kruised`) and hands prefixed
-//! sub-registries to the components. The process metrics use the Prometheus-standard unprefixed
-//! names (`process_resident_memory_bytes`, …) that kruise-daemon's Go process collector exports, so
-//! existing dashboards keep working; the admin server encodes them from a registry of its own, since
-//! a prometheus-client prefix applies to everything registered below it.
+//! The daemon creates its root registry with [`new_registry`]: unprefixed, for the families whose
+//! names are a standard of their own (client-go's `rest_client_*`, registered by
+//! `k8s::client::RestClientMetrics::register`), with kruised's own metrics under its
+//! sub-registry [`kruised`] (prefix `kruised`), from which the components get theirs. A
+//! prometheus-client prefix applies to everything registered below it, so the split is at the
+//! root. The process metrics use the Prometheus-standard unprefixed names
+//! (`process_resident_memory_bytes`, …) that kruise-daemon's Go process collector exports, so
+//! existing dashboards keep working; [`exposition`] adds them.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -26,19 +29,27 @@ const USER_HZ: f64 = 100.0;
 /// Label set of `kruised_build_info`: one series per process, so bounded.
 type BuildLabels = [(&'static str, &'static str); 1];
 
-/// Creates the daemon's root registry: prefix `kruised`, with `kruised_build_info` registered.
+/// Creates the daemon's root registry: unprefixed, with `kruised_build_info` registered in its
+/// [`kruised`] sub-registry. Register kruised's own metrics through [`kruised`], never on the
+/// root itself: only families with names of a standard of their own belong there.
 pub fn new_registry() -> Registry {
-    let mut registry = Registry::with_prefix(PREFIX);
+    let mut root = Registry::default();
     let build_info = Family::<BuildLabels, Gauge>::default();
     build_info
         .get_or_create(&[("version", crate::build_info::VERSION)])
         .set(1);
-    registry.register(
+    kruised(&mut root).register(
         "build_info",
         "A metric with a constant '1' value labeled by the version kruised was built from",
         build_info,
     );
-    registry
+    root
+}
+
+/// A sub-registry of `root` with prefix `kruised`, for kruised's own metrics (each call adds
+/// one; they encode one after the other, so components may each take their own).
+pub fn kruised(root: &mut Registry) -> &mut Registry {
+    root.sub_registry_with_prefix(PREFIX)
 }
 
 /// Registers a [`ProcessCollector`] for this process on `registry`.
@@ -383,6 +394,34 @@ mod tests {
         );
         assert!(text.contains(&expected), "{text}");
         assert!(text.contains("# TYPE kruised_build_info gauge\n"), "{text}");
+    }
+
+    /// The root stays unprefixed for client-go's names while everything kruised registers
+    /// through [`kruised`] keeps `kruised_`: a component's sub-registry as `controller::start`
+    /// takes it (`containermeta`), and a client-go family on the root (the API client's own,
+    /// `k8s::client::RestClientMetrics`, are checked on `/metrics` by the admin tests).
+    #[test]
+    fn the_root_is_unprefixed_and_kruised_metrics_keep_their_prefix() {
+        let mut root = new_registry();
+        let component = kruised(&mut root).sub_registry_with_prefix("containermeta");
+        component.register("restarts", "Restarts", Gauge::<i64>::default());
+        let requests = prometheus_client::metrics::counter::Counter::<u64>::default();
+        root.register("rest_client_requests", "Requests", requests.clone());
+        requests.inc();
+        let text = exposition(&root);
+        assert!(
+            text.contains("\nkruised_containermeta_restarts 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("kruised_build_info{"), "{text}");
+        assert!(text.contains("\nrest_client_requests_total 1\n"), "{text}");
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            assert!(
+                name.starts_with("kruised_") || name.starts_with("rest_client_"),
+                "{name}: only kruised_* and client-go's rest_client_* are served"
+            );
+        }
     }
 
     #[cfg(target_os = "linux")]

@@ -617,7 +617,7 @@ impl Collector for LargeCollector {
 #[tokio::test]
 async fn a_metrics_body_far_larger_than_the_buffers_is_served_whole() {
     let mut registry = crate::metrics::new_registry();
-    registry.register_collector(Box::new(LargeCollector));
+    crate::metrics::kruised(&mut registry).register_collector(Box::new(LargeCollector));
     let server = start_with(state_with(registry), Limits::default()).await;
     let (status, body) = get(connect(server.addr).await, METRICS_PATH).await;
     assert_eq!(status, 200);

@@ -311,3 +311,56 @@ async fn cancelling_closes_idle_keep_alive_connections() {
         .expect("serve did not return after cancellation")
         .expect("serve panicked");
 }
+
+/// `/metrics` as the daemon builds its registry: client-go's `rest_client_*` families under
+/// their own names (k8s.io/component-base `metrics/prometheus/restclient/metrics.go`), beside
+/// kruised's, which keep `kruised_`, the admin server's own and the process metrics.
+#[tokio::test]
+async fn metrics_serve_client_go_rest_client_families_unprefixed_beside_kruised_ones() {
+    use kruised::k8s::client::RestClientMetrics;
+    use kruised::k8s::client::metrics::{DurationLabels, RequestLabels};
+    use prometheus_client::metrics::gauge::Gauge;
+
+    let mut registry = new_registry();
+    let client = RestClientMetrics::register(&mut registry);
+    kruised::metrics::kruised(&mut registry)
+        .sub_registry_with_prefix("containermeta")
+        .register("probe", "A component's gauge.", Gauge::<i64>::default());
+    let host = "10.96.0.1:443".to_string();
+    client
+        .requests
+        .get_or_create(&RequestLabels {
+            code: "<error>".into(),
+            method: "GET".into(),
+            host: host.clone(),
+        })
+        .inc();
+    client
+        .duration
+        .get_or_create(&DurationLabels {
+            verb: "GET".into(),
+            host,
+        })
+        .observe(0.2);
+    let server = start(state_with(registry)).await;
+    let metrics = request(server.addr, "GET", "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let body = metrics.body;
+    for line in [
+        "# HELP rest_client_requests Number of HTTP requests, partitioned by status code, method, and host.\n",
+        "# TYPE rest_client_requests counter\n",
+        "\nrest_client_requests_total{code=\"<error>\",method=\"GET\",host=\"10.96.0.1:443\"} 1\n",
+        "# HELP rest_client_request_duration_seconds Request latency in seconds. Broken down by verb, and host.\n",
+        "# TYPE rest_client_request_duration_seconds histogram\n",
+        "\nrest_client_request_duration_seconds_count{verb=\"GET\",host=\"10.96.0.1:443\"} 1\n",
+        "\nkruised_build_info{",
+        "\nkruised_containermeta_probe 0\n",
+        "\nkruised_admin_connections ",
+        "\nprocess_resident_memory_bytes ",
+    ] {
+        assert!(body.contains(line), "missing {line:?} in\n{body}");
+    }
+    assert!(!body.contains("kruised_rest_client"), "{body}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    server.stop().await;
+}

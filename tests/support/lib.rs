@@ -11,6 +11,7 @@ pub mod kubelet;
 pub mod kubelet_meta;
 pub mod manager;
 pub mod node;
+pub mod proxy;
 pub mod pull;
 pub mod rbac;
 pub mod restarts;

@@ -1,0 +1,447 @@
+//! The API client's transport, built from public pieces instead of kube's default builder:
+//! kruised's own TCP connector (keepalive probes that find a dead peer in about a minute,
+//! `TCP_USER_TIMEOUT`, a connect timeout), the proxy hop as client-go takes it (`CONNECT` or
+//! absolute-form through an HTTP(S) proxy, SOCKS5), TLS from the kubeconfig as kube builds it,
+//! and hyper's pooled client over them.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::header::PROXY_AUTHORIZATION;
+use http::{HeaderValue, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use kube::client::{Body, ConfigExt};
+use tower::util::BoxCloneService;
+use tower::{BoxError, Service, ServiceExt};
+
+use super::proxy::{Proxy, ProxyScheme};
+
+/// Idle time before the first keepalive probe (kube-apiserver's own connections use 15 s, Go's
+/// dialer 15 s; 30 s keeps an idle watch cheap).
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// Time between keepalive probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// Unanswered probes before the kernel drops the connection: idle + 3 × interval, a minute.
+pub const KEEPALIVE_PROBES: u32 = 3;
+/// How long sent data may stay unacknowledged before the kernel drops the connection
+/// (`TCP_USER_TIMEOUT`, Linux): the same minute as the probes, so a server that vanished while
+/// a request was being written is found as soon as one that vanished while idle.
+pub const USER_TIMEOUT: Duration =
+    Duration::from_secs(KEEPALIVE_IDLE.as_secs() + KEEPALIVE_INTERVAL.as_secs() * 3);
+
+/// The hyper client under the tower stack, whichever route it takes.
+pub type Transport = BoxCloneService<Request<Body>, Response<Incoming>, BoxError>;
+
+/// The transport cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// An https peer the kubeconfig gives no CA for, on a system without CA certificates.
+    #[error(
+        "{peer} is reached over https and the kubeconfig gives no certificate-authority for it, \
+         so its certificate must be checked against the system's CA certificates, and none were \
+         found ({reason}); give the cluster certificate-authority or certificate-authority-data, \
+         or install the system's CA certificates (SSL_CERT_FILE or SSL_CERT_DIR name others)"
+    )]
+    NoSystemRoots {
+        /// What was to be reached: the API server or the proxy, with its URL.
+        peer: String,
+        /// Why rustls' platform verifier found none, in its own words (the innermost cause of
+        /// kube's error, which repeats each cause in its message).
+        reason: String,
+    },
+    /// The TLS settings (client certificate, key, CA data) cannot be used.
+    #[error("TLS settings of the kubeconfig")]
+    Tls(#[source] kube::Error),
+    /// The proxy's user info makes no valid header.
+    #[error("the proxy's user info cannot be sent")]
+    ProxyCredentials(#[source] http::header::InvalidHeaderValue),
+}
+
+/// kruised's TCP connector: keepalive ([`KEEPALIVE_IDLE`], [`KEEPALIVE_INTERVAL`],
+/// [`KEEPALIVE_PROBES`]), [`USER_TIMEOUT`] where Linux has it, `TCP_NODELAY` (as Go sets on every
+/// TCP connection), and `connect_timeout` for the TCP handshake.
+pub fn tcp_connector(connect_timeout: Option<Duration>) -> HttpConnector {
+    let mut c = HttpConnector::new();
+    c.enforce_http(false);
+    c.set_nodelay(true);
+    c.set_connect_timeout(connect_timeout);
+    c.set_keepalive(Some(KEEPALIVE_IDLE));
+    c.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    c.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    c.set_tcp_user_timeout(Some(USER_TIMEOUT));
+    c
+}
+
+/// The transport to `config.cluster_url`, through `proxy` if given.
+///
+/// | server | proxy | route |
+/// |---|---|---|
+/// | http | none | TCP |
+/// | https | none | TCP, TLS |
+/// | http | http(s) | TCP (+ TLS to the proxy), absolute-form requests |
+/// | https | http(s) | TCP (+ TLS to the proxy), `CONNECT`, TLS |
+/// | any | socks5 | TCP, SOCKS5 handshake (+ TLS) |
+///
+/// TLS is only set up where a hop is https: an http server needs no CA certificates at all.
+pub fn transport(
+    config: &kube::Config,
+    proxy: Option<&Proxy>,
+) -> Result<Transport, TransportError> {
+    let tcp = tcp_connector(config.connect_timeout);
+    let https = config.cluster_url.scheme_str() == Some("https");
+    let Some(proxy) = proxy else {
+        return if https {
+            Ok(hyper_client(cluster_tls(config, tcp)?, config))
+        } else {
+            Ok(hyper_client(tcp, config))
+        };
+    };
+    let dial = proxy_dial_uri(proxy);
+    let basic = proxy
+        .credentials()
+        .map(|(user, pass)| basic_auth(&user, &pass))
+        .transpose()?;
+    match (proxy.scheme, https) {
+        (ProxyScheme::Socks5, _) => {
+            let mut socks = SocksV5::new(dial, tcp);
+            if let Some((user, pass)) = proxy.credentials() {
+                socks = socks.with_auth(user, pass);
+            }
+            // hyper-util's SOCKS5 connector takes a URI without a port as :443
+            let socks = socks.map_request(with_explicit_port as fn(Uri) -> Uri);
+            if https {
+                Ok(hyper_client(cluster_tls(config, socks)?, config))
+            } else {
+                Ok(hyper_client(socks, config))
+            }
+        }
+        (ProxyScheme::Http, true) => {
+            let tunnel = with_tunnel_auth(Tunnel::new(dial, tcp), basic);
+            Ok(hyper_client(cluster_tls(config, tunnel)?, config))
+        }
+        (ProxyScheme::Https, true) => {
+            let tunnel = with_tunnel_auth(Tunnel::new(dial, proxy_tls(config, proxy, tcp)?), basic);
+            Ok(hyper_client(cluster_tls(config, tunnel)?, config))
+        }
+        (ProxyScheme::Http, false) => Ok(with_proxy_auth(
+            hyper_client(
+                Forward {
+                    inner: tcp,
+                    proxy: dial,
+                },
+                config,
+            ),
+            basic,
+        )),
+        (ProxyScheme::Https, false) => {
+            let inner = proxy_tls(config, proxy, tcp)?;
+            Ok(with_proxy_auth(
+                hyper_client(Forward { inner, proxy: dial }, config),
+                basic,
+            ))
+        }
+    }
+}
+
+/// hyper's pooled HTTP/1 client over `connector`, with kube's connect, read and write timeouts.
+fn hyper_client<C>(connector: C, config: &kube::Config) -> Transport
+where
+    C: Service<Uri> + Clone + Send + Sync + 'static,
+    C::Response: Read + Write + Connection + Send + Unpin + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    let mut connector = TimeoutConnector::new(connector);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let client =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build::<_, Body>(connector);
+    BoxCloneService::new(client.map_err(BoxError::from))
+}
+
+/// TLS to the API server: kube's rustls settings (the kubeconfig's CA, client certificate and
+/// key, exec credentials, `tls-server-name`, `insecure-skip-tls-verify`), over `inner`.
+fn cluster_tls<H>(
+    config: &kube::Config,
+    inner: H,
+) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
+    let peer = format!("the API server {}", config.cluster_url);
+    tls_over(config.clone(), inner, peer)
+}
+
+/// TLS to an https proxy: the same settings, but the proxy's own name (Go's transport dials an
+/// https proxy with a clone of the client's TLS config, so its CA too).
+fn proxy_tls<H>(
+    config: &kube::Config,
+    proxy: &Proxy,
+    inner: H,
+) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
+    let mut config = config.clone();
+    config.tls_server_name = None;
+    let peer = format!("the proxy {} ({})", redacted(&proxy.url), proxy.origin);
+    tls_over(config, inner, peer)
+}
+
+fn tls_over<H>(
+    mut config: kube::Config,
+    inner: H,
+    peer: String,
+) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
+    if config.accept_invalid_certs && config.root_cert.is_none() {
+        // nothing is verified: an empty store instead of the system's, which kube would load
+        // (and fail on a system without CA certificates)
+        config.root_cert = Some(Vec::new());
+    }
+    let system_roots = config.root_cert.is_none();
+    config
+        .rustls_https_connector_with_connector(inner)
+        .map_err(|e| match e {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::AddRootCertificate(_))
+                if system_roots =>
+            {
+                TransportError::NoSystemRoots {
+                    peer,
+                    reason: innermost(&e),
+                }
+            }
+            e => TransportError::Tls(e),
+        })
+}
+
+/// The message of the last error in `e`'s chain of causes.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// Where the TCP connection to the proxy goes: `http://host:port` (`https://` for TLS to it),
+/// the port explicit.
+fn proxy_dial_uri(proxy: &Proxy) -> Uri {
+    let scheme = match proxy.scheme {
+        ProxyScheme::Https => "https",
+        ProxyScheme::Http | ProxyScheme::Socks5 => "http",
+    };
+    let uri = format!("{scheme}://{}", proxy.authority());
+    uri.parse().unwrap_or_else(|_| proxy.url.clone())
+}
+
+/// `uri` with its scheme's port written out.
+fn with_explicit_port(uri: Uri) -> Uri {
+    if uri.port().is_some() {
+        return uri;
+    }
+    let port = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let Some(host) = uri.host() else {
+        return uri;
+    };
+    let scheme = uri.scheme_str().unwrap_or("http");
+    format!("{scheme}://{host}:{port}").parse().unwrap_or(uri)
+}
+
+/// `Proxy-Authorization: Basic …` for `user` and `pass`.
+fn basic_auth(user: &str, pass: &str) -> Result<HeaderValue, TransportError> {
+    use base64::Engine as _;
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+    let mut value = HeaderValue::from_str(&format!("Basic {token}"))
+        .map_err(TransportError::ProxyCredentials)?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+fn with_tunnel_auth<C>(tunnel: Tunnel<C>, basic: Option<HeaderValue>) -> Tunnel<C> {
+    match basic {
+        Some(v) => tunnel.with_auth(v),
+        None => tunnel,
+    }
+}
+
+/// Absolute-form requests carry the proxy's credentials themselves (Go's transport adds
+/// `Proxy-Authorization` to each request it forwards).
+fn with_proxy_auth(transport: Transport, basic: Option<HeaderValue>) -> Transport {
+    match basic {
+        None => transport,
+        Some(v) => BoxCloneService::new(transport.map_request(move |mut req: Request<Body>| {
+            req.headers_mut().insert(PROXY_AUTHORIZATION, v.clone());
+            req
+        })),
+    }
+}
+
+/// The URL without its user info, for messages.
+pub fn redacted(url: &Uri) -> String {
+    match (url.scheme_str(), url.host()) {
+        (Some(scheme), Some(host)) => match url.port_u16() {
+            Some(port) => format!("{scheme}://{host}:{port}"),
+            None => format!("{scheme}://{host}"),
+        },
+        _ => "<proxy>".to_string(),
+    }
+}
+
+// === impl Forward ===
+
+/// Connects to the proxy whatever the destination, and marks the connection proxied, so that
+/// hyper writes absolute-form request targets (`GET http://server/path`): how Go's transport
+/// sends an http request through an HTTP proxy, no tunnel.
+#[derive(Clone, Debug)]
+struct Forward<C> {
+    inner: C,
+    proxy: Uri,
+}
+
+type BoxConnecting<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<C> Service<Uri> for Forward<C>
+where
+    C: Service<Uri>,
+    C::Future: Send + 'static,
+    C::Response: Send + 'static,
+    C::Error: 'static,
+{
+    type Response = Proxied<C::Response>;
+    type Error = C::Error;
+    type Future = BoxConnecting<Self::Response, C::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, _dst: Uri) -> Self::Future {
+        let connecting = self.inner.call(self.proxy.clone());
+        Box::pin(async move { connecting.await.map(Proxied) })
+    }
+}
+
+/// A connection to a forwarding proxy.
+#[derive(Debug)]
+struct Proxied<T>(T);
+
+impl<T: Connection> Connection for Proxied<T> {
+    fn connected(&self) -> Connected {
+        self.0.connected().proxy(true)
+    }
+}
+
+impl<T: Read + Unpin> Read for Proxied<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<T: Write + Unpin> Write for Proxied<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_finds_a_dead_peer_within_about_a_minute() {
+        let detection = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES;
+        assert_eq!(detection, Duration::from_secs(60));
+        assert_eq!(USER_TIMEOUT, detection);
+    }
+
+    /// The options are read back from the socket the connector made: what the kernel was
+    /// told, not what the connector was asked.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_tcp_connector_sets_keepalive_user_timeout_and_nodelay_on_its_sockets() {
+        use rustix::net::sockopt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut connector = tcp_connector(Some(Duration::from_secs(5)));
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        let io = tokio::time::timeout(Duration::from_secs(10), connector.call(uri))
+            .await
+            .expect("the connection to a loopback listener was not made within 10 s")
+            .expect("connect");
+        let stream = io.inner();
+        assert!(sockopt::socket_keepalive(stream).unwrap(), "SO_KEEPALIVE");
+        assert_eq!(sockopt::tcp_keepidle(stream).unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(sockopt::tcp_keepintvl(stream).unwrap(), KEEPALIVE_INTERVAL);
+        assert_eq!(sockopt::tcp_keepcnt(stream).unwrap(), KEEPALIVE_PROBES);
+        let user_timeout_ms = u32::try_from(USER_TIMEOUT.as_millis()).unwrap();
+        assert_eq!(sockopt::tcp_user_timeout(stream).unwrap(), user_timeout_ms);
+        assert!(sockopt::tcp_nodelay(stream).unwrap(), "TCP_NODELAY");
+    }
+
+    #[test]
+    fn a_destination_without_a_port_gets_its_schemes_port() {
+        let cases = [
+            ("http://api.example.com", "http://api.example.com:80/"),
+            ("https://api.example.com", "https://api.example.com:443/"),
+            ("http://[::1]", "http://[::1]:80/"),
+            (
+                "https://api.example.com:6443",
+                "https://api.example.com:6443/",
+            ),
+        ];
+        for (uri, want) in cases {
+            let got = with_explicit_port(uri.parse().unwrap());
+            assert_eq!(got.to_string(), want, "{uri}");
+        }
+    }
+
+    #[test]
+    fn basic_proxy_credentials_are_base64_of_user_colon_password() {
+        // RFC 7617 section 2's example
+        let v = basic_auth("Aladdin", "open sesame").unwrap();
+        assert_eq!(v.to_str().unwrap(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert!(v.is_sensitive());
+    }
+
+    #[test]
+    fn messages_name_a_proxy_without_its_password() {
+        let url: Uri = "http://user:secret@proxy.corp:3128".parse().unwrap();
+        assert_eq!(redacted(&url), "http://proxy.corp:3128");
+    }
+}
