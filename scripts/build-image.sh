@@ -6,6 +6,8 @@
 #                                           (docker://HOST:PORT/kruised:TAG; plain http for
 #                                           127.0.0.1/localhost registries)
 #   scripts/build-image.sh --binary PATH    packages PATH instead of building (it must be static)
+#   scripts/build-image.sh --out DIR        writes binary, image and digest to DIR instead of
+#                                           target/dist (the tests read the image's config there)
 #
 # The binary: `cargo build --profile dist` (fat LTO, one codegen unit, symbols stripped), static.
 # For the x86_64-unknown-linux-musl target when its standard library is installed
@@ -15,22 +17,29 @@
 #
 # The image: one layer holding that binary as /kruised, /kruise-daemon (the path kruise's Helm
 # chart runs) and /crictl (symlinks: kruised answers to the name it is run under), user
-# 65532:65532, OCI labels (version, source, revision, created). Layer, config and manifest are
+# 65532:65532, OCI labels (version, source, revision, created), and the environment
+# HOME=/root (credential-provider plugins such as ECR's read $HOME/.aws; kruise's chart mounts
+# the host's AWS credentials at /root/.aws, and both DaemonSets run kruised as uid 0; without it
+# the runtime sets HOME=/ for a user the image has no passwd entry for) and containerd's
+# default PATH (which oci.WithImageConfig, as ctr and nerdctl run images, gives only to an image
+# without an environment). Layer, config and manifest are
 # written here byte for byte (sorted tar entries with the commit's time, gzip -n, compact JSON
 # in a fixed order), so the same source gives the same image digest. Needs: tar, gzip,
 # sha256sum, file (apt-get installs what is missing; skopeo only for --push).
 #
-# Prints the binary's size and the image's digest; writes the digest to target/dist/digest.
+# Prints the binary's size and the image's digest; writes the digest to target/dist/digest (or
+# DIR/digest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 log() { printf '[build-image] %s\n' "$*" >&2; }
 
-push="" binary=""
+push="" binary="" out=$ROOT/target/dist
 while [ $# -gt 0 ]; do
   case "$1" in
     --push) push=${2:?--push needs a reference}; shift 2 ;;
     --binary) binary=${2:?--binary needs a path}; shift 2 ;;
+    --out) out=${2:?--out needs a directory}; shift 2 ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) log "unknown argument: $1"; exit 2 ;;
   esac
@@ -50,8 +59,8 @@ need() {
 need tar:tar gzip:gzip sha256sum:coreutils file:file
 [ -z "$push" ] || need skopeo:skopeo
 
-out=$ROOT/target/dist
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 revision=$(git rev-parse HEAD 2> /dev/null || echo unknown)
 if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2> /dev/null)" ]; then
@@ -89,7 +98,7 @@ case "$kind" in
 esac
 [ "$binary" -ef "$out/kruised" ] || cp "$binary" "$out/kruised"
 size=$(stat -c %s "$out/kruised")
-log "binary target/dist/kruised: $size bytes ($(awk -v s="$size" 'BEGIN {printf "%.1f", s / 1048576}') MiB), $kind"
+log "binary ${out#"$ROOT"/}/kruised: $size bytes ($(awk -v s="$size" 'BEGIN {printf "%.1f", s / 1048576}') MiB), $kind"
 
 # ---- the image, as an OCI layout in target/dist/oci
 work=$(mktemp -d)
@@ -111,7 +120,7 @@ layer_size=$(stat -c %s "$work/layer.tar.gz")
 labels=$(printf '"org.opencontainers.image.created":"%s","org.opencontainers.image.description":"%s","org.opencontainers.image.licenses":"Apache-2.0","org.opencontainers.image.revision":"%s","org.opencontainers.image.source":"%s","org.opencontainers.image.title":"kruised","org.opencontainers.image.version":"%s"' \
   "$created" "the node side of OpenKruise in-place updates and image pre-pulling; a drop-in for kruise-daemon" \
   "$revision" "$source_url" "$version")
-printf '{"architecture":"amd64","config":{"Cmd":["run"],"Entrypoint":["/kruised"],"Labels":{%s},"User":"65532:65532"},"created":"%s","history":[{"created":"%s","created_by":"scripts/build-image.sh"}],"os":"linux","rootfs":{"diff_ids":["sha256:%s"],"type":"layers"}}' \
+printf '{"architecture":"amd64","config":{"Cmd":["run"],"Entrypoint":["/kruised"],"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","HOME=/root"],"Labels":{%s},"User":"65532:65532"},"created":"%s","history":[{"created":"%s","created_by":"scripts/build-image.sh"}],"os":"linux","rootfs":{"diff_ids":["sha256:%s"],"type":"layers"}}' \
   "$labels" "$created" "$created" "$diff_id" > "$work/config.json"
 config=$(sha "$work/config.json")
 config_size=$(stat -c %s "$work/config.json")
@@ -129,7 +138,7 @@ printf '{"imageLayoutVersion":"1.0.0"}' > "$out/oci/oci-layout"
 printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"%s"}}]}' \
   "$manifest" "$manifest_size" "$version" > "$out/oci/index.json"
 echo "sha256:$manifest" > "$out/digest"
-log "image target/dist/oci (tag $version): sha256:$manifest, layer $layer_size bytes, revision $revision"
+log "image ${out#"$ROOT"/}/oci (tag $version): sha256:$manifest, layer $layer_size bytes, revision $revision"
 
 if [ -n "$push" ]; then
   tls=true

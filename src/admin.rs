@@ -193,7 +193,8 @@ fn healthz(liveness: &Liveness) -> Response<Full<Bytes>> {
 }
 
 /// kube-apiserver's format: `ok`, or one `[+]name ok` / `[-]name failed: <detail>` line per
-/// condition and a verdict line.
+/// condition and a verdict line; a condition that holds with a note (which runtime, and why)
+/// has it after `ok: `.
 fn readyz(readiness: &Readiness, verbose: bool) -> Response<Full<Bytes>> {
     let report = readiness.report();
     let ready = crate::health::all_ready(&report);
@@ -206,8 +207,10 @@ fn readyz(readiness: &Readiness, verbose: bool) -> Response<Full<Bytes>> {
     }
     for c in &report {
         // Writing to a String cannot fail.
-        let _ = if c.ready {
+        let _ = if c.ready && c.detail.is_empty() {
             writeln!(body, "[+]{} ok", c.name)
+        } else if c.ready {
+            writeln!(body, "[+]{} ok: {}", c.name, c.detail)
         } else {
             writeln!(body, "[-]{} failed: {}", c.name, c.detail)
         };

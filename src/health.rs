@@ -41,7 +41,7 @@ pub struct ConditionReport {
     pub name: &'static str,
     /// Whether the condition holds.
     pub ready: bool,
-    /// Why it does not hold (empty when ready).
+    /// Why it does not hold; when it holds, a note on how (or empty).
     pub detail: String,
 }
 
@@ -103,6 +103,11 @@ impl ReadinessCondition {
     /// Marks the condition ready; wakes waiters only if that changed something.
     pub fn set_ready(&self) {
         self.update(true, String::new());
+    }
+
+    /// Marks the condition ready with a note on how it holds (shown by `/readyz?verbose`).
+    pub fn set_ready_noting(&self, note: impl Into<String>) {
+        self.update(true, note.into());
     }
 
     /// Marks the condition not ready, saying why (shown by `/readyz`).

@@ -218,6 +218,19 @@ t=$(now)
 bash tests/cri-lab.sh install
 phase "install packages" "$t"
 
+# kubectl for the swap tests (tests/integration/swap.rs): Debian unstable's package, fetched by
+# apt into the run's directory, nothing installed; KRUISED_DEBIAN_KUBECTL=0 leaves them skipped
+if [ "${KRUISED_DEBIAN_KUBECTL:-1}" = 1 ]; then
+  t=$(now)
+  KRUISED_KUBECTL=$(bash tests/kubectl.sh "$RUN/kubectl") || die "tests/kubectl.sh could not fetch Debian's kubectl"
+  export KRUISED_KUBECTL KRUISED_REQUIRE_KUBECTL=1
+  layer "kubectl (swap tests)" "$(cat "$RUN/kubectl/kubectl.source")"
+  phase "kubectl (Debian unstable)" "$t"
+else
+  skip "the swap tests with kubectl" "KRUISED_DEBIAN_KUBECTL=0"
+  unset KRUISED_KUBECTL KRUISED_REQUIRE_KUBECTL
+fi
+
 # the binaries of containerd 2.x (provided, or Debian unstable's package), CRI-O and crictl
 # (provided), put once where every lab finds them
 export CRI_LAB_BIN=$RUN/bin

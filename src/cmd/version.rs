@@ -1,11 +1,18 @@
-//! `kruised version`: our version, then the runtime's in crictl's format.
+//! `kruised version`: our version, then the runtime's in crictl's format, and which runtime is
+//! the primary one, and why (the kubelet's, as its Node reports it, where several answer).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 
 use crate::config::RuntimeArgs;
 use crate::cri::Runtimes;
+use crate::k8s::client::{self, ClientSettings, ServedVersions};
+
+/// How long `kruised version` waits for its Node's answer.
+const NODE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Arguments of `kruised version`.
 #[derive(Debug, Args)]
@@ -16,6 +23,14 @@ pub struct VersionArgs {
     /// Print only kruised's own version; do not contact the runtime.
     #[arg(long)]
     pub client_only: bool,
+    /// The node whose Node says which runtime the kubelet uses, where several answer (in the
+    /// DaemonSet's pod: the NODE_NAME env).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// kubeconfig file to read that Node with; default: KUBECONFIG, then in-cluster, then
+    /// ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// kruised's own version.
@@ -28,18 +43,55 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
     }
     let rt = args.runtime.resolve()?;
     match Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await {
-        Ok(runtimes) => {
+        Ok(mut runtimes) => {
+            if runtimes.several() {
+                runtimes.choose_primary(node_runtime(&args).await);
+            }
             for (v, remote) in runtimes.all() {
                 println!("RuntimeEndpoint:  {}", remote.endpoint());
                 println!("RuntimeName:  {}", v.runtime_name);
                 println!("RuntimeVersion:  {}", v.runtime_version);
                 println!("RuntimeApiVersion:  {}", v.runtime_api_version);
             }
+            println!(
+                "PrimaryRuntime:  {}",
+                runtimes.primary_version().runtime_name
+            );
+            println!("PrimaryBecause:  {}", runtimes.primary_reason());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             eprintln!("error: {e}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// The kubelet's runtime as the Node reports it, asked once (the daemon's question), or why
+/// there is no answer.
+async fn node_runtime(args: &VersionArgs) -> Result<String, String> {
+    let Some(node) = args.node_name.as_deref().filter(|n| !n.is_empty()) else {
+        return Err("no --node-name (NODE_NAME) to ask its Node with".into());
+    };
+    let settings = ClientSettings {
+        kubeconfig: args.kubeconfig.clone(),
+        qps: 5.0,
+        burst: 10,
+        versions: ServedVersions::new(),
+    };
+    let client = client::build(&settings)
+        .await
+        .map_err(|e| format!("cannot ask Node {node}: {e}"))?;
+    match tokio::time::timeout(
+        NODE_TIMEOUT,
+        crate::k8s::node::kubelets_runtime(&client, node),
+    )
+    .await
+    {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => Err(format!("asking Node {node}: {e}")),
+        Err(_) => Err(format!(
+            "Node {node} not read within {NODE_TIMEOUT:?} (the API server does not answer)"
+        )),
     }
 }

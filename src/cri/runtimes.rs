@@ -1,5 +1,8 @@
 //! Every CRI runtime found on the node, keyed by the runtime name that prefixes the kubelet's
-//! container IDs (`containerd://…`, `cri-o://…`, `docker://…`).
+//! container IDs (`containerd://…`, `cri-o://…`, `docker://…`), and which of them is the
+//! primary one: the kubelet's, as its Node reports it (`status.nodeInfo.containerRuntimeVersion`,
+//! `cri-o://1.36.3`), where more than one answers (kruise #1825: kruise-daemon took the first
+//! found, and pulled images into a runtime the kubelet does not use).
 
 use std::fmt;
 
@@ -54,12 +57,55 @@ impl fmt::Display for DiscoveryError {
 
 impl std::error::Error for DiscoveryError {}
 
-/// The runtimes of this node. The first one found is the primary: it serves images and anything
-/// not tied to a container ID.
+/// The runtimes of this node. The primary one serves images and anything not tied to a
+/// container ID: the only one, the one the Node reports ([`Runtimes::choose_primary`]), or else
+/// the first found; [`Runtimes::primary_reason`] says which of these.
 #[derive(Clone, Debug)]
 pub struct Runtimes {
     found: Vec<(RuntimeVersion, RemoteRuntime)>,
+    reason: PrimaryReason,
 }
+
+/// Why the primary runtime is the one it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrimaryReason {
+    /// It is the only runtime that answers.
+    Only,
+    /// The Node reports it as the kubelet's: `status.nodeInfo.containerRuntimeVersion` (this
+    /// value).
+    NodeReports(String),
+    /// More than one answers and the Node could not say which the kubelet uses (why): the
+    /// first found.
+    FirstFound(String),
+}
+
+impl PrimaryReason {
+    /// Whether the choice is a fallback: several runtimes answer and the kubelet's is unknown.
+    pub fn is_fallback(&self) -> bool {
+        matches!(self, PrimaryReason::FirstFound(_))
+    }
+}
+
+impl fmt::Display for PrimaryReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrimaryReason::Only => write!(f, "the only runtime that answers"),
+            PrimaryReason::NodeReports(v) => write!(
+                f,
+                "the kubelet's: the Node reports {v} (status.nodeInfo.containerRuntimeVersion)"
+            ),
+            PrimaryReason::FirstFound(why) => write!(
+                f,
+                "the first that answers, of several: {why}, so the kubelet's runtime is unknown"
+            ),
+        }
+    }
+}
+
+/// What the daemon learned from its Node about the kubelet's runtime: the
+/// `status.nodeInfo.containerRuntimeVersion` it reports (`containerd://2.1.9`), or why it has
+/// none ("kruised may not read Node n1").
+pub type NodeRuntime = Result<String, String>;
 
 impl Runtimes {
     /// The same runtimes, accepting `ExecSync` answers of at most `bytes` from each
@@ -71,6 +117,7 @@ impl Runtimes {
                 .into_iter()
                 .map(|(v, rt)| (v, rt.with_exec_output_limit(bytes)))
                 .collect(),
+            reason: self.reason,
         }
     }
 
@@ -129,14 +176,75 @@ impl Runtimes {
                 probes: tried,
             });
         }
-        Ok(Runtimes { found })
+        let reason = if found.len() == 1 {
+            PrimaryReason::Only
+        } else {
+            PrimaryReason::FirstFound("its Node was not asked".into())
+        };
+        Ok(Runtimes { found, reason })
     }
 
     /// A set holding one runtime, already known to answer.
     pub fn single(version: RuntimeVersion, runtime: RemoteRuntime) -> Self {
         Runtimes {
             found: vec![(version, runtime)],
+            reason: PrimaryReason::Only,
         }
+    }
+
+    /// Whether more than one runtime answers: which is the kubelet's then takes its Node.
+    pub fn several(&self) -> bool {
+        self.found.len() > 1
+    }
+
+    /// Makes the runtime the Node reports the primary one (`node`: its
+    /// `containerRuntimeVersion`, whose scheme is the runtime's name in `Version`, or why there
+    /// is none). With one runtime, or when the Node names none that answers here, the primary
+    /// stays the first found; [`Runtimes::primary_reason`] says which and why.
+    pub fn choose_primary(&mut self, node: NodeRuntime) {
+        if !self.several() {
+            self.reason = PrimaryReason::Only;
+            return;
+        }
+        let reported = match node {
+            Ok(v) => v,
+            Err(why) => {
+                self.reason = PrimaryReason::FirstFound(why);
+                return;
+            }
+        };
+        let name = match split_container_id(&reported) {
+            (name, _) if !name.is_empty() => name,
+            _ => {
+                self.reason = PrimaryReason::FirstFound(format!(
+                    "its Node reports containerRuntimeVersion {reported:?}, which names no runtime"
+                ));
+                return;
+            }
+        };
+        match self.found.iter().position(|(v, _)| v.runtime_name == name) {
+            Some(i) => {
+                let kubelets = self.found.remove(i);
+                self.found.insert(0, kubelets);
+                self.reason = PrimaryReason::NodeReports(reported);
+            }
+            None => {
+                let here: Vec<&str> = self
+                    .found
+                    .iter()
+                    .map(|(v, _)| v.runtime_name.as_str())
+                    .collect();
+                self.reason = PrimaryReason::FirstFound(format!(
+                    "its Node reports {reported}, and no {name} answers here (only {})",
+                    here.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// Why the primary runtime is the one it is.
+    pub fn primary_reason(&self) -> &PrimaryReason {
+        &self.reason
     }
 
     /// The primary runtime.
@@ -234,13 +342,14 @@ mod tests {
         (version, rt)
     }
 
-    /// A node with containerd (primary) and CRI-O.
+    /// A node with containerd (found first) and CRI-O.
     fn both() -> Runtimes {
         Runtimes {
             found: vec![
                 runtime("containerd", "/run/containerd/containerd.sock"),
                 runtime("cri-o", "/run/crio/crio.sock"),
             ],
+            reason: PrimaryReason::FirstFound("its Node was not asked".into()),
         }
     }
 
@@ -337,5 +446,71 @@ mod tests {
             e.to_string(),
             "not found runtime service for containerd://b in daemon"
         );
+    }
+
+    // The Node's status.nodeInfo.containerRuntimeVersion is `<Version's runtimeName>://<its
+    // runtimeVersion>`, as the kubelet writes it from CRI Version (`fmt.Sprintf("%s://%s",
+    // runtimeType, runtimeVersion)`, kubernetes pkg/kubelet/nodestatus/setters.go
+    // `VersionInfo`): `containerd://2.1.9`, `cri-o://1.36.3`, the same names as the kubelet's
+    // container IDs. kruise #1825: kruise-daemon took the first runtime found.
+
+    #[tokio::test]
+    async fn the_runtime_the_node_reports_becomes_the_primary_and_says_why() {
+        let mut r = both();
+        r.choose_primary(Ok("cri-o://1.36.3".into()));
+        assert_eq!(r.primary_version().runtime_name, "cri-o");
+        assert_eq!(socket(r.primary()), "unix:///run/crio/crio.sock");
+        assert_eq!(
+            r.primary_reason(),
+            &PrimaryReason::NodeReports("cri-o://1.36.3".into())
+        );
+        assert!(r.primary_reason().to_string().contains("cri-o://1.36.3"));
+        let names: Vec<&str> = r.all().map(|(v, _)| v.runtime_name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cri-o", "containerd"],
+            "the other one is still there"
+        );
+        let (rt, name) = r.for_containers([]).expect("no ID yet: the primary");
+        assert_eq!(
+            (socket(rt).as_str(), name.as_str()),
+            ("unix:///run/crio/crio.sock", "cri-o")
+        );
+        assert!(r.for_container_id("containerd://a").is_some());
+    }
+
+    #[tokio::test]
+    async fn without_word_from_the_node_the_first_found_stays_primary_and_the_reason_says_why() {
+        let mut r = both();
+        r.choose_primary(Err("kruised may not read Node n1".into()));
+        assert_eq!(r.primary_version().runtime_name, "containerd");
+        assert!(r.primary_reason().is_fallback());
+        assert!(
+            r.primary_reason()
+                .to_string()
+                .contains("kruised may not read Node n1")
+        );
+        let mut r = both();
+        r.choose_primary(Ok("docker://27.0.1".into()));
+        assert_eq!(r.primary_version().runtime_name, "containerd");
+        assert_eq!(
+            r.primary_reason(),
+            &PrimaryReason::FirstFound(
+                "its Node reports docker://27.0.1, and no docker answers here (only containerd, cri-o)"
+                    .into()
+            )
+        );
+        let mut r = both();
+        r.choose_primary(Ok(String::new()));
+        assert!(r.primary_reason().is_fallback(), "{}", r.primary_reason());
+    }
+
+    #[tokio::test]
+    async fn one_runtime_is_the_primary_whatever_the_node_says() {
+        let mut r = crio_only();
+        r.choose_primary(Ok("containerd://2.1.9".into()));
+        assert_eq!(r.primary_version().runtime_name, "cri-o");
+        assert_eq!(r.primary_reason(), &PrimaryReason::Only);
+        assert!(!r.several());
     }
 }

@@ -5,6 +5,7 @@ pub mod client;
 pub mod crd;
 pub mod events;
 pub mod keys;
+pub mod node;
 pub mod watch;
 pub mod write;
 

@@ -448,3 +448,123 @@ async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_i
         }
     }
 }
+
+/// A credential provider plugin that answers for `registry` only when `$HOME/.aws/config`
+/// exists, as ECR's reads its credentials from `$HOME/.aws`, and writes down each HOME it was
+/// run with (`homes` beside it).
+fn write_home_plugin(dir: &std::path::Path, registry: &str, user: &str, password: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let answer = json!({
+        "kind": "CredentialProviderResponse",
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "cacheKeyType": "Registry", "cacheDuration": "0s",
+        "auth": {registry: {"username": user, "password": password}}
+    });
+    let script = format!(
+        "#!/bin/sh\ncat > /dev/null\necho \"$HOME\" >> {homes}\n\
+         [ -f \"$HOME/.aws/config\" ] || {{ echo \"no $HOME/.aws/config\" >&2; exit 1; }}\n\
+         cat <<'JSON'\n{answer}\nJSON\n",
+        homes = dir.join("homes").display()
+    );
+    let path = dir.join("aws-login");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+// Field report: ECR's and other plugins look for `$HOME/.aws`, kruise's chart mounts the AWS
+// credentials at /root/.aws, and kruised's image set no HOME (the runtime gives a user without a
+// passwd entry `/`: the plugins looked in /.aws). kruised runs a plugin with its own environment,
+// as the kubelet does (the provider's `env` on top); the image and deploy/daemonset.yaml set
+// HOME=/root. Here kruised's HOME is a directory of the test's, standing for /root. The image
+// stays on the node (the other plugin test removes it; a pull without credentials fails at the
+// registry either way), so the two tests can run at once.
+#[tokio::test]
+async fn a_credential_provider_plugin_finds_its_credentials_under_the_home_kruised_runs_it_with() {
+    let Some(lab) = Lab::get() else { return };
+    let (user, password) = lab.auth_credentials();
+    let name = format!("{}/secure/plugin", lab.auth_registry);
+    let plane = Plane::start().await;
+    let (api, dir) = (&plane.api, &plane.dir);
+    let bin = dir.path().join("plugins");
+    std::fs::create_dir(&bin).unwrap();
+    write_home_plugin(&bin, &lab.auth_registry, &user, &password);
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let config = dir.path().join("CredentialProviderPlugin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: aws-login\n  matchImages: [\"{}\"]\n  defaultCacheDuration: 1m\n  \
+             apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            lab.auth_registry
+        ),
+    )
+    .unwrap();
+    pull_support::create_node_image(
+        api,
+        json!({ &name: {"tags": [{"tag": "v1", "version": 1, "pullPolicy": {"backoffLimit": 0}}]}}),
+        None,
+    );
+    let admin = support::daemon::free_addr().to_string();
+    let mut args: Vec<String> = [
+        "--log-format",
+        "json",
+        "run",
+        "--node-name",
+        NODE,
+        "--addr",
+        &admin,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(support::daemon_args(
+        &plane.kubeconfig(),
+        &lab.endpoint().to_string(),
+    ));
+    args.extend([
+        "--plugin-config-file".to_string(),
+        config.display().to_string(),
+        "--plugin-bin-dir".to_string(),
+        bin.display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let home_text = home.display().to_string();
+    let mut d = support::daemon::Daemon::start_exe(
+        &support::daemon::kruised_bin(),
+        &args,
+        &[("HOME", home_text.as_str())],
+    );
+    d.wait_for_log("credential provider plugins registered", LIMIT)
+        .await;
+
+    // nothing under $HOME/.aws yet: the plugin has no answer, the registry refuses the pull
+    let s = pull_support::wait_status(api, "Failed without credentials", |s| s.failed == 1).await;
+    let message = tag(&s, &name, "v1").message.to_lowercase();
+    assert!(
+        lab.runtime.says_unauthorized(&message),
+        "an authentication error: {message}"
+    );
+    d.wait_for_log("credential provider plugin failed", LIMIT)
+        .await;
+
+    // the credentials where the chart mounts them for kruised: $HOME/.aws
+    std::fs::create_dir(home.join(".aws")).unwrap();
+    std::fs::write(home.join(".aws/config"), "[default]\nregion = eu-west-1\n").unwrap();
+    api.modify("nodeimages", "", NODE, |o| {
+        o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
+    })
+    .unwrap();
+    pull_support::wait_status(api, "Succeeded with the plugin's answer", |s| {
+        s.succeeded == 1
+    })
+    .await;
+    let homes = std::fs::read_to_string(bin.join("homes")).unwrap();
+    assert!(
+        homes.lines().count() >= 2 && homes.lines().all(|h| h == home_text),
+        "the plugin ran with kruised's HOME each time: {homes}"
+    );
+    d.terminate();
+    assert!(d.wait_exit(Duration::from_secs(10)).await.success());
+}

@@ -524,12 +524,19 @@ fn deploy_ships_a_network_policy_that_selects_kruiseds_pods_and_admits_only_name
 /// objects on kube-apiserver v1.36.2): the chart's DaemonSet kept its name, ServiceAccount,
 /// container and command, and its pod became Ready running kruised. It keeps the chart's
 /// host network, `:10221` and whole `/var/run` too (what `deploy/` narrows; docs/security.md).
+/// The overlay is a strategic-merge patch of the chart's DaemonSet (tests/integration/swap.rs
+/// sends it with kubectl); merged here by the API-server double's strategic merge.
 #[test]
 fn the_swap_overlay_keeps_the_charts_daemonset_and_runs_kruised_as_kruise_daemon() {
     let k = &docs("deploy/overlays/swap-kruise-daemon/kustomization.yaml")[0];
-    assert_eq!(strings(&k["resources"]), ["daemonset.yaml"]);
-    let ours = daemonset("deploy/overlays/swap-kruise-daemon/daemonset.yaml");
+    assert_eq!(strings(&k["resources"]), ["patch.yaml"]);
     let chart = daemonset("tests/fixtures/kruise-chart/daemon.yaml");
+    let mut ours = chart.clone();
+    apiserver_double::strategic_merge(
+        &mut ours,
+        &daemonset("deploy/overlays/swap-kruise-daemon/patch.yaml"),
+    )
+    .expect("patch.yaml is a strategic-merge patch");
     for path in [
         "/metadata/name",
         "/metadata/namespace",

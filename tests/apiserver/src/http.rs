@@ -282,6 +282,10 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         return error_response(&e);
     }
     control.record(record);
+    let held = crate::hold::lock(&shared.holds).request(&verb, &resource, &body);
+    if let Some(released) = held {
+        crate::hold::until_released(released).await;
+    }
     let (delay, fault) = control.fault_for(&verb, &resource);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;

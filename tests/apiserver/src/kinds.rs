@@ -212,7 +212,7 @@ impl KindInfo {
 }
 
 /// The kinds served by default: core pods, events, secrets, namespaces, nodes,
-/// serviceaccounts, `events.k8s.io/v1` events, RBAC's four kinds and OpenKruise's custom resources as the real
+/// serviceaccounts, `events.k8s.io/v1` events, `apps/v1` DaemonSets, RBAC's four kinds and OpenKruise's custom resources as the real
 /// cluster serves them with kruise's CRDs installed ([`kruise_kinds`]).
 pub fn default_kinds() -> Vec<KindInfo> {
     let mut kinds = core_kinds();
@@ -290,6 +290,17 @@ fn core_kinds() -> Vec<KindInfo> {
                 .with_field("type", "type", "")
                 .with_short_names(&["ev"])
         },
+        // apps/v1 DaemonSets: what an operator's `kubectl apply` or `kubectl patch` changes when
+        // kruised is swapped into kruise's Helm-made DaemonSet (tests/integration/swap.rs).
+        // Strategic merge by the pod template's merge keys ([`crate::patch::merge_key`]:
+        // containers, env and volumes by name, volumeMounts by mountPath, args replaced whole);
+        // no defaulting, no validation, no controller: no pods, no ControllerRevisions
+        KindInfo {
+            tracks_generation: true,
+            ..KindInfo::core("apps", "v1", "daemonsets", "DaemonSet", true)
+        }
+        .with_status_subresource(true)
+        .with_short_names(&["ds"]),
         // RBAC (`rbac.authorization.k8s.io/v1`): what the authorizer reads when RBAC is on
         // (`Config::rbac`), served whether it is on or not, as on a real server
         KindInfo::core(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", false),

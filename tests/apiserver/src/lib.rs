@@ -8,8 +8,9 @@
 //!
 //! * core `v1` pods, events, secrets, namespaces, nodes, serviceaccounts;
 //!   `events.k8s.io/v1` events (shared storage with core events, converted like
-//!   the real server); `rbac.authorization.k8s.io/v1` ClusterRoles, Roles and
-//!   their bindings;
+//!   the real server); `apps/v1` DaemonSets (stored and patched only: no
+//!   controller, no ControllerRevisions, no pods); `rbac.authorization.k8s.io/v1`
+//!   ClusterRoles, Roles and their bindings;
 //!   OpenKruise's custom resources as its CRDs serve them ([`kruise_kinds`]):
 //!   NodeImage, ContainerRecreateRequest and ImagePullJob at `v1beta1`
 //!   (storage) and `v1alpha1`, NodePodProbe and PodProbeMarker at `v1alpha1`,
@@ -37,7 +38,8 @@
 //!   stored, able to change the object or refuse it with the real server's
 //!   denial (`admission webhook "<name>" denied the request: <message>`);
 //! * a test control API ([`Control`], also under `/_double/` over HTTP) to
-//!   seed objects, compact, drop watches, inject faults and delays, count and
+//!   seed objects, compact, drop watches, inject faults and delays, hold a
+//!   request or a resource's watch events until released ([`Hold`]), count and
 //!   log requests, and wait for conditions without sleeping: what a real
 //!   server cannot do on demand.
 //!
@@ -90,6 +92,7 @@ mod admission;
 mod auth;
 mod control;
 mod discovery;
+mod hold;
 mod http;
 mod kinds;
 mod list;
@@ -107,11 +110,12 @@ mod watch;
 pub use admission::{AdmissionRequest, Denial, MutatingFn, Operation, ValidatingFn};
 pub use auth::{AUTHENTICATED, DEFAULT_TOKEN, MASTERS, UNAUTHENTICATED, UserInfo};
 pub use control::{Control, Fault, RequestLog, RequestRecord, WaitTimeout};
+pub use hold::Hold;
 pub use kinds::{
     Conversion, FieldKey, KindInfo, StatusOnCreate, default_kinds, default_kinds_v1alpha1_only,
     kruise_kinds, kruise_kinds_v1alpha1_only,
 };
-pub use patch::{ListStrategy, PatchType, merge_key};
+pub use patch::{ListStrategy, PatchType, merge_key, strategic_merge};
 pub use schema::{Cause, Schema, kruise_schema};
 pub use selectors::{FieldSelector, LabelSelector, Selectors};
 pub use server::{ApiServer, Config, Handle, kubeconfig_for, kubeconfig_with_token};

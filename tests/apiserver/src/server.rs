@@ -20,6 +20,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::auth::{AuthState, DEFAULT_TOKEN, UserInfo};
 use crate::control::{Control, Faults, RequestLog};
+use crate::hold::Holds;
 use crate::kinds::{KindInfo, Kinds, default_kinds};
 use crate::ops::{self, Origin};
 use crate::store::{State, Store};
@@ -93,6 +94,7 @@ pub(crate) struct Shared {
     pub shutdown_rx: watch::Receiver<bool>,
     pub open_watches: Arc<AtomicUsize>,
     pub auth: RwLock<AuthState>,
+    pub holds: Arc<Mutex<Holds>>,
 }
 
 impl Shared {
@@ -102,6 +104,7 @@ impl Shared {
             drop_rx: self.drop_tx.subscribe(),
             shutdown_rx: self.shutdown_rx.clone(),
             bookmark_interval: self.config.bookmark_interval,
+            holds: self.holds.clone(),
         }
     }
 }
@@ -162,6 +165,7 @@ impl ApiServer {
             shutdown_rx: shutdown_rx.clone(),
             open_watches: Arc::new(AtomicUsize::new(0)),
             auth,
+            holds: Arc::new(Mutex::new(Holds::default())),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
         tracing::info!(%addr, "apiserver double listening");

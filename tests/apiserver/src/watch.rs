@@ -19,8 +19,8 @@
 //! (a pod's has `spec: {containers: null}, status: {}`).
 
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::hold::{self, Holds};
 use crate::kinds::{KindInfo, from_storage};
 use crate::selectors::Selectors;
 use crate::status::ApiError;
@@ -61,6 +62,8 @@ pub(crate) struct WatchCtx {
     pub drop_rx: watch::Receiver<u64>,
     pub shutdown_rx: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
+    /// Watch events held by the test ([`crate::Hold`]).
+    pub holds: Arc<Mutex<Holds>>,
 }
 
 /// How long before the end of a watch the real server sends its last bookmark.
@@ -242,7 +245,14 @@ pub(crate) async fn run(
             let _ = send(too_old(last, compacted)).await;
             return;
         };
+        // a held event stops the stream before it, until the test releases it
+        let mut held = None;
         for ev in events.iter().filter(|e| e.sidx == sidx) {
+            if let Some(released) = hold::lock(&ctx.holds).watch_event(sidx, ev.rv) {
+                last = ev.rv - 1;
+                held = Some(released);
+                break;
+            }
             if let Some((etype, obj)) = req.transform(&kind, ev) {
                 if !send(line(etype.as_str(), &obj)).await {
                     return;
@@ -251,7 +261,9 @@ pub(crate) async fn run(
             }
         }
         // a watch from an RV ahead of the store waits for it
-        last = last.max(now_rv);
+        if held.is_none() {
+            last = last.max(now_rv);
+        }
         if bookmark_due && req.bookmarks && last > reported {
             if !send(bookmark(&kind, last, false)).await {
                 return;
@@ -273,6 +285,12 @@ pub(crate) async fn run(
                 bookmark_due = true;
             }
             _ = ticker.tick(), if req.bookmarks => bookmark_due = true,
+            () = async {
+                match held {
+                    Some(released) => hold::until_released(released).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
             changed = rv_rx.changed() => {
                 if changed.is_err() {
                     return;

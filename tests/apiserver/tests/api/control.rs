@@ -136,6 +136,96 @@ async fn set_delay_delays_every_response() {
 }
 
 #[tokio::test]
+async fn a_held_request_waits_unserved_in_the_log_until_released_and_others_go_on() {
+    let (s, c) = start().await;
+    c.post(PODS, &pod("a", "n1", json!({}))).await;
+    let hold = s.hold_requests("patch", "pods/status", "held");
+    let path = format!("{PODS}/a/status");
+    let held = tokio::spawn(async move {
+        c.patch(
+            &path,
+            "application/merge-patch+json",
+            &json!({"status": {"message": "held"}}),
+        )
+        .await
+    });
+    bounded(
+        "the held patch in the request log",
+        s.wait_for_requests(T, |log| log.count("patch", "pods/status") == 1),
+    )
+    .await
+    .unwrap();
+    let other = c
+        .patch(
+            &format!("{PODS}/a/status"),
+            "application/merge-patch+json",
+            &json!({"status": {"reason": "other"}}),
+        )
+        .await;
+    assert_eq!(
+        other.status, 200,
+        "a request the hold does not match goes on"
+    );
+    assert!(
+        s.get("pods", "default", "a").unwrap()["status"]
+            .get("message")
+            .is_none(),
+        "the held write has not happened"
+    );
+    assert!(!held.is_finished(), "the held request has no answer yet");
+    hold.release();
+    let r = bounded("the released patch's answer", held).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        s.get("pods", "default", "a").unwrap()["status"]["message"],
+        "held"
+    );
+}
+
+#[tokio::test]
+async fn held_watch_events_come_after_release_in_order_while_reads_see_the_writes() {
+    let (s, c) = start().await;
+    let from = s.resource_version();
+    let mut w = c
+        .watch(&format!(
+            "{PODS}?watch=true&allowWatchBookmarks=true&resourceVersion={from}"
+        ))
+        .await;
+    s.create("pods", pod("before", "n1", json!({}))).unwrap();
+    assert_eq!(
+        ev(&w.next("the write before the hold").await),
+        ("ADDED".into(), "before".into())
+    );
+    let hold = s.hold_watch_events("pods").unwrap();
+    let other_write = rv(&s.create("nodeimages", node_image("n1")).unwrap());
+    let a = s.create("pods", pod("a", "n1", json!({}))).unwrap();
+    s.create("pods", pod("b", "n1", json!({}))).unwrap();
+    assert_eq!(c.get(PODS).await.body["items"].as_array().unwrap().len(), 3);
+    // the watch goes on (its next bookmark, every 200 ms here) up to the held event, not past it
+    let progress = w.next("a bookmark while the events are held").await;
+    assert_eq!(progress["type"], "BOOKMARK", "not a held event: {progress}");
+    assert_eq!(rv(&progress["object"]), other_write);
+    assert!(other_write < rv(&a));
+    let mut other = c
+        .watch(&format!("{NODEIMAGES}?watch=true&resourceVersion={from}"))
+        .await;
+    assert_eq!(
+        ev(&other.next("another resource's event").await),
+        ("ADDED".into(), "n1".into()),
+        "only the held resource's events wait"
+    );
+    hold.release();
+    assert_eq!(
+        ev(&w.next_non_bookmark("the first held event").await),
+        ("ADDED".into(), "a".into())
+    );
+    assert_eq!(
+        ev(&w.next_non_bookmark("the second held event").await),
+        ("ADDED".into(), "b".into())
+    );
+}
+
+#[tokio::test]
 async fn request_counts_track_verb_and_resource_and_can_be_reset() {
     let (s, c) = start().await;
     c.post(PODS, &pod("a", "n1", json!({}))).await;

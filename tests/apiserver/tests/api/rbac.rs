@@ -537,12 +537,12 @@ kind: ServiceAccount
 metadata: {name: a, namespace: default}
 ---
 apiVersion: apps/v1
-kind: DaemonSet
+kind: Deployment
 metadata: {name: d, namespace: default}
 ",
         )
         .unwrap_err();
-    assert!(e.message.contains("DaemonSet"), "{e}");
+    assert!(e.message.contains("Deployment"), "{e}");
     assert_eq!(s.list("serviceaccounts", None).len(), before);
 }
 
