@@ -64,6 +64,21 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     let readiness = Readiness::new();
     let liveness = Liveness::new();
     let mut registry = metrics::new_registry();
+    if !config.unknown_flags.is_empty() {
+        tracing::warn!(
+            unknown = ?config.unknown_flags,
+            "flags unknown to kruised accepted because it runs as kruise-daemon (a newer kruise \
+             chart's, or a typo); they have no effect"
+        );
+    }
+    let unknown_flags = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+    unknown_flags.set(i64::try_from(config.unknown_flags.len()).unwrap_or(i64::MAX));
+    metrics::kruised(&mut registry).register(
+        "unknown_flags",
+        "Flags unknown to kruised given on its command line, accepted because it runs as \
+         kruise-daemon (see the start log's warning for their names)",
+        unknown_flags,
+    );
 
     // bound early, like kruise-daemon: a taken port is a configuration error, reported at once
     let listener = tokio::net::TcpListener::bind(config.addr)
@@ -71,9 +86,23 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("--addr {}: cannot listen: {e}", config.addr))?;
     let runtime_ready = readiness.condition("runtime");
     let (runtimes_tx, runtimes) = watch::channel(None);
+
+    let versions = client::ServedVersions::new();
+    let client = client::build_with_metrics(
+        &client::ClientSettings {
+            kubeconfig: config.kubeconfig.clone(),
+            qps: config.qps,
+            burst: config.burst,
+            versions: versions.clone(),
+        },
+        &client::RestClientMetrics::register(&mut registry),
+    )
+    .await?;
+    tracing::info!(api = %client.default_namespace(), "Kubernetes client ready");
     tracker.spawn(
         runtime_loop(
             config.clone(),
+            client.clone(),
             runtime_ready,
             runtimes_tx,
             liveness.clone(),
@@ -81,16 +110,6 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         )
         .instrument(tracing::info_span!("runtime")),
     );
-
-    let versions = client::ServedVersions::new();
-    let client = client::build(&client::ClientSettings {
-        kubeconfig: config.kubeconfig.clone(),
-        qps: config.qps,
-        burst: config.burst,
-        versions: versions.clone(),
-    })
-    .await?;
-    tracing::info!(api = %client.default_namespace(), "Kubernetes client ready");
     tracker.spawn(
         discover_versions(client.clone(), versions.clone(), cancel.clone())
             .instrument(tracing::info_span!("discovery")),
@@ -160,7 +179,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         tracker: tracker.clone(),
         liveness: liveness.clone(),
     };
-    crate::controller::start(&ctx, &mut registry);
+    // client-go's work queue families under client-go's names, on the unprefixed root
+    let queues = crate::controller::queue::QueueMetrics::register(&mut registry);
+    crate::controller::start(&ctx, metrics::kruised(&mut registry), &queues);
 
     let admin_state = AdminState {
         readiness: readiness.clone(),
@@ -309,10 +330,13 @@ async fn discover_versions(
     }
 }
 
-/// Finds the runtime (retrying with jittered backoff, logging each distinct failure once),
-/// publishes it, and keeps readiness honest with a `Version` probe.
+/// Finds the runtimes (retrying with jittered backoff, logging each distinct failure once), makes
+/// the kubelet's the primary one where several answer ([`kubelets_runtime`]), publishes them,
+/// and keeps readiness honest with a `Version` probe. `/readyz?verbose` says which runtime is
+/// primary, and why.
 async fn runtime_loop(
     config: Arc<DaemonConfig>,
+    client: kube::Client,
     ready: ReadinessCondition,
     publish: watch::Sender<Option<Runtimes>>,
     liveness: Liveness,
@@ -323,7 +347,7 @@ async fn runtime_loop(
     ready.set_not_ready("looking for the container runtime");
     let mut backoff = Backoff::new(RUNTIME_RETRY_MIN, RUNTIME_RETRY_MAX);
     let mut last_error = String::new();
-    let runtimes = loop {
+    let mut runtimes = loop {
         heartbeat.beat();
         match Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await {
             Ok(r) => break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT),
@@ -341,8 +365,21 @@ async fn runtime_loop(
             () = tokio::time::sleep(backoff.pause()) => {}
         }
     };
-    ready.set_ready();
+    if runtimes.several() {
+        let asked = kubelets_runtime(&client, &config.node_name, &ready, &heartbeat, &cancel);
+        let Some(node) = asked.await else { return };
+        runtimes.choose_primary(node);
+    }
     let primary = runtimes.primary().clone();
+    let name = runtimes.primary_version().runtime_name.clone();
+    let reason = runtimes.primary_reason().clone();
+    let note = format!("{name} at {}, {reason}", primary.endpoint());
+    if reason.is_fallback() {
+        tracing::warn!(runtime = %name, endpoint = %primary.endpoint(), %reason, "primary container runtime: the first found, not known to be the kubelet's");
+    } else {
+        tracing::info!(runtime = %name, endpoint = %primary.endpoint(), %reason, "primary container runtime");
+    }
+    ready.set_ready_noting(note.clone());
     let _ = publish.send(Some(runtimes));
     let mut was_up = true;
     loop {
@@ -359,7 +396,7 @@ async fn runtime_loop(
         match primary.version().await {
             Ok(_) if !was_up => {
                 tracing::info!(endpoint = %primary.endpoint(), "container runtime is back");
-                ready.set_ready();
+                ready.set_ready_noting(note.clone());
                 was_up = true;
             }
             Ok(_) => {}
@@ -370,6 +407,42 @@ async fn runtime_loop(
                 ready.set_not_ready(e.to_string());
                 was_up = false;
             }
+        }
+    }
+}
+
+/// What the node's Node says of the kubelet's runtime (`status.nodeInfo.
+/// containerRuntimeVersion`), asked where more than one runtime answers. Retries (not ready
+/// meanwhile) while the API server does not answer; a refusal (kruise's chart grants no `get`
+/// on nodes), a missing Node or an empty field is an answer: the first runtime found then.
+/// `None`: cancelled.
+async fn kubelets_runtime(
+    client: &kube::Client,
+    node: &str,
+    ready: &ReadinessCondition,
+    heartbeat: &crate::health::Heartbeat,
+    cancel: &CancellationToken,
+) -> Option<Result<String, String>> {
+    let mut backoff = Backoff::new(RUNTIME_RETRY_MIN, RUNTIME_RETRY_MAX);
+    let mut last_error = String::new();
+    loop {
+        heartbeat.beat();
+        match crate::k8s::node::kubelets_runtime(client, node).await {
+            Ok(answer) => return Some(answer),
+            Err(e) => {
+                let text = format!(
+                    "several container runtimes answer; asking Node {node} which the kubelet uses: {e}"
+                );
+                if text != last_error {
+                    tracing::warn!("{text}; retrying");
+                    last_error = text.clone();
+                }
+                ready.set_not_ready(text);
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return None,
+            () = tokio::time::sleep(backoff.pause()) => {}
         }
     }
 }

@@ -1,8 +1,12 @@
 //! `kruised explain <namespace>/<pod>`: per container, what the daemon sees and decides: spec
 //! image against what runs, the kubelet hash recorded by the runtime against both formulas of
 //! the spec, the expected, current and annotated env-from-metadata hashes, the in-place update
-//! state, and whether a restart is due, blocked, or not needed, and why.
+//! state, and whether a restart is due, blocked, or not needed, and why; and its last restarts
+//! and why each happened ([`restarts`]): the stops kruised recorded on the pod
+//! ([`crate::controller::provenance`]) matched to the restarts the kubelet counted, so that one
+//! kruised did not make shows as such (a crash, an OOM kill, the kubelet).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,7 +22,8 @@ use crate::controller::containermeta::{
     decide::{self, Observation, Step, Verdict},
 };
 use crate::controller::containers_of_pod;
-use crate::cri::Runtimes;
+use crate::controller::provenance::{self, NOT_BY_KRUISED, Restart};
+use crate::cri::{ContainerState, RemoteRuntime, RuntimeService, Runtimes};
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
 use crate::k8s::{client, keys};
@@ -65,6 +70,166 @@ pub struct ContainerView {
     pub annotated_env_hash: Option<u64>,
     /// The decision and its reason.
     pub decision: String,
+    /// The kubelet's restart count.
+    pub restart_count: u32,
+    /// The last restarts, the newest first, and why each happened.
+    pub restarts: Vec<RestartView>,
+}
+
+/// One restart of a container and why it happened.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestartView {
+    /// The kubelet's restart count this restart reached; `None` for a stop of kruised's whose
+    /// restart the kubelet has not counted yet.
+    pub restart: Option<u32>,
+    /// The container stopped, as the kubelet writes its ID, where still known.
+    pub stopped: Option<String>,
+    /// Whether kruised stopped it (its record on the pod says so).
+    pub by_kruised: bool,
+    /// kruised's reason, or why it is not one of kruised's.
+    pub reason: String,
+    /// What kruised's reason concerns (the env that changed, the request).
+    pub detail: Option<String>,
+    /// When kruised stopped it.
+    pub time: Option<String>,
+    /// How the stopped container ended (exit code, the runtime's reason), where known.
+    pub exit: Option<String>,
+}
+
+/// A container of one attempt, as explain knows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempt {
+    /// Its ID as the kubelet writes it (`containerd://<id>`).
+    pub kubelet_id: String,
+    /// How it ended, if it did and the runtime or the kubelet says.
+    pub exit: Option<String>,
+}
+
+/// What a restart with no record is.
+const NOT_RECORDED: &str = "unknown: the runtime no longer holds the stopped container";
+
+/// The last restarts of a container (at most [`provenance::MAX_ENTRIES`], the newest first): the
+/// restarts the kubelet counted (`restart_count`; restart `k` replaced the container of attempt
+/// `k - 1`, which the runtime may still hold in `attempts`, and the kubelet's `last_terminated` is
+/// the last one's), each matched to kruised's record of the stop (`records`, this container's);
+/// and a stop of kruised's whose restart the kubelet has not counted yet.
+pub fn restarts(
+    restart_count: u32,
+    attempts: &BTreeMap<u32, Attempt>,
+    last_terminated: Option<&Attempt>,
+    records: &[Restart],
+) -> Vec<RestartView> {
+    let record_of = |id: &str| {
+        let raw = id.split_once("://").map_or(id, |(_, raw)| raw);
+        records.iter().rev().find(|r| r.runtime_id() == raw)
+    };
+    let view = |restart: Option<u32>, stopped: Option<&Attempt>| {
+        let record = stopped.and_then(|a| record_of(&a.kubelet_id));
+        let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        RestartView {
+            restart,
+            stopped: stopped.map(|a| a.kubelet_id.clone()),
+            by_kruised: record.is_some(),
+            reason: match (record, stopped) {
+                (Some(r), _) => r.reason.clone(),
+                (None, Some(_)) => NOT_BY_KRUISED.to_string(),
+                (None, None) => NOT_RECORDED.to_string(),
+            },
+            detail: record.and_then(|r| nonempty(&r.detail)),
+            time: record.and_then(|r| nonempty(&r.time)),
+            exit: stopped.and_then(|a| a.exit.clone()),
+        }
+    };
+    let mut out = Vec::new();
+    // a stop of the current container the kubelet has not followed with a restart yet
+    if let Some(current) = attempts.get(&restart_count)
+        && record_of(&current.kubelet_id).is_some()
+    {
+        out.push(view(None, Some(current)));
+    }
+    let shown = u32::try_from(provenance::MAX_ENTRIES).unwrap_or(u32::MAX);
+    for k in (restart_count.saturating_sub(shown - 1).max(1)..=restart_count).rev() {
+        let stopped = attempts
+            .get(&(k - 1))
+            .or(last_terminated.filter(|_| k == restart_count));
+        out.push(view(Some(k), stopped));
+    }
+    out.truncate(provenance::MAX_ENTRIES);
+    out
+}
+
+/// The containers of `name` in `containers` by attempt, with how the ended ones ended (asked of
+/// the runtime for the attempts [`restarts`] can show).
+async fn attempts_of(
+    runtime: &RemoteRuntime,
+    runtime_name: &str,
+    containers: &[crate::cri::Container],
+    name: &str,
+    restart_count: u32,
+) -> BTreeMap<u32, Attempt> {
+    let shown = u32::try_from(provenance::MAX_ENTRIES).unwrap_or(u32::MAX);
+    let mut out = BTreeMap::new();
+    for c in containers.iter().filter(|c| c.metadata.name == name) {
+        let exit = if c.state == ContainerState::Exited
+            && c.metadata.attempt.saturating_add(shown) >= restart_count
+        {
+            runtime
+                .container_status(&c.id, false)
+                .await
+                .ok()
+                .map(|s| exit_text(s.exit_code, &s.reason))
+        } else {
+            None
+        };
+        out.insert(
+            c.metadata.attempt,
+            Attempt {
+                kubelet_id: format!("{runtime_name}://{}", c.id),
+                exit,
+            },
+        );
+    }
+    out
+}
+
+fn exit_text(code: i32, reason: &str) -> String {
+    if reason.is_empty() {
+        format!("exit code {code}")
+    } else {
+        format!("exit code {code} ({})", bounded_reason(reason))
+    }
+}
+
+/// A reason written by the runtime or the kubelet, fit for one line.
+fn bounded_reason(reason: &str) -> String {
+    crate::controller::bounded_text(reason.as_bytes(), 64)
+}
+
+/// The kubelet's count and last termination of container `name`.
+fn kubelet_view(pod: &Pod, name: &str) -> (u32, Option<Attempt>) {
+    let Some(status) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|s| s.iter().find(|c| c.name == name))
+    else {
+        return (0, None);
+    };
+    let last = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| {
+            Some(Attempt {
+                kubelet_id: t.container_id.clone().filter(|id| !id.is_empty())?,
+                exit: Some(exit_text(
+                    t.exit_code,
+                    t.reason.as_deref().unwrap_or_default(),
+                )),
+            })
+        });
+    (u32::try_from(status.restart_count).unwrap_or(0), last)
 }
 
 /// What `kruised explain` prints.
@@ -124,6 +289,7 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
         .cloned();
     let (labels, annotations) = decide::metadata_maps(pod);
     let (meta, _) = decide::build_meta(pod, &runtime_name, &newest, annotated.as_ref(), true);
+    let records = provenance::of_pod(pod.annotations());
     let mut views = Vec::new();
     for spec in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         let running = newest.get(spec.name.as_str()).copied();
@@ -159,6 +325,20 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
             }
             _ => "no running container".into(),
         };
+        let (restart_count, last_terminated) = kubelet_view(pod, &spec.name);
+        let attempts = attempts_of(
+            &runtime,
+            &runtime_name,
+            &containers,
+            &spec.name,
+            restart_count,
+        )
+        .await;
+        let own: Vec<Restart> = records
+            .iter()
+            .filter(|r| r.container == spec.name)
+            .cloned()
+            .collect();
         views.push(ContainerView {
             name: spec.name.clone(),
             spec_image: spec.image.clone().unwrap_or_default(),
@@ -178,6 +358,8 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
                 .and_then(|a| a.container(&spec.name))
                 .map(|m| m.hashes.extracted_env_from_metadata_hash),
             decision,
+            restart_count,
+            restarts: restarts(restart_count, &attempts, last_terminated.as_ref(), &own),
         });
     }
     PodView {
@@ -217,8 +399,45 @@ pub fn render(v: &PodView) -> String {
             opt(c.annotated_env_hash),
             c.decision
         ));
+        out.push_str(&format!(
+            "  restarts:     {} (the kubelet's count)\n",
+            c.restart_count
+        ));
+        for r in &c.restarts {
+            out.push_str(&format!("    {}\n", restart_line(r)));
+        }
     }
     out
+}
+
+/// One restart as a line: `#2  env-from-metadata: ROLE (annotation role), at <time>;
+/// containerd://abc, exit code 137`.
+fn restart_line(r: &RestartView) -> String {
+    let number = r
+        .restart
+        .map_or_else(|| "next".to_string(), |n| format!("#{n}"));
+    let mut line = format!("{number:<5} ");
+    if r.by_kruised {
+        line.push_str(&format!("stopped by kruised: {}", r.reason));
+    } else {
+        line.push_str(&r.reason);
+    }
+    if let Some(d) = &r.detail {
+        line.push_str(&format!(" ({d})"));
+    }
+    if let Some(t) = &r.time {
+        line.push_str(&format!(" at {t}"));
+    }
+    if r.restart.is_none() {
+        line.push_str("; the kubelet has not counted the restart yet");
+    }
+    if let Some(id) = &r.stopped {
+        line.push_str(&format!("; {id}"));
+    }
+    if let Some(e) = &r.exit {
+        line.push_str(&format!(", {e}"));
+    }
+    line
 }
 
 pub(crate) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
@@ -245,4 +464,129 @@ pub(crate) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&view)?),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(id: &str, exit: Option<&str>) -> Attempt {
+        Attempt {
+            kubelet_id: format!("containerd://{id}"),
+            exit: exit.map(str::to_string),
+        }
+    }
+
+    fn record(id: &str, reason: &str, detail: &str) -> Restart {
+        Restart {
+            container: "main".into(),
+            container_id: format!("containerd://{id}"),
+            reason: reason.into(),
+            detail: detail.into(),
+            time: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn each_restart_the_kubelet_counted_is_matched_to_kruiseds_record_or_called_not_kruiseds() {
+        // kruise #910, #1044: in-place restarts, recreate requests and crashes look alike
+        // afterwards; the record on the pod tells kruised's stops from the rest
+        let attempts: BTreeMap<u32, Attempt> = [
+            (0, attempt("a0", Some("exit code 137"))),
+            (1, attempt("a1", Some("exit code 1 (Error)"))),
+            (2, attempt("a2", Some("exit code 137"))),
+            (3, attempt("a3", None)),
+        ]
+        .into();
+        let records = [
+            record("a0", "env-from-metadata", "ROLE (annotation role)"),
+            record("a2", RECREATE, "crr-1"),
+        ];
+        let got = restarts(3, &attempts, None, &records);
+        let summary: Vec<(Option<u32>, bool, &str)> = got
+            .iter()
+            .map(|r| (r.restart, r.by_kruised, r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (Some(3), true, RECREATE),
+                (Some(2), false, NOT_BY_KRUISED),
+                (Some(1), true, "env-from-metadata"),
+            ]
+        );
+        assert_eq!(got[0].detail.as_deref(), Some("crr-1"));
+        assert_eq!(got[1].exit.as_deref(), Some("exit code 1 (Error)"));
+        assert_eq!(got[1].stopped.as_deref(), Some("containerd://a1"));
+        assert_eq!(got[2].detail.as_deref(), Some("ROLE (annotation role)"));
+    }
+
+    const RECREATE: &str = provenance::RECREATE_REQUEST;
+
+    #[test]
+    fn the_kubelets_last_termination_stands_in_for_a_container_the_runtime_removed() {
+        // the kubelet keeps one dead container per container (its GC) and reports the last one
+        // in lastState.terminated
+        let attempts: BTreeMap<u32, Attempt> = [(7, attempt("a7", None))].into();
+        let last = attempt("a6", Some("exit code 137 (OOMKilled)"));
+        let got = restarts(7, &attempts, Some(&last), &[]);
+        assert_eq!(got.len(), provenance::MAX_ENTRIES, "the last five only");
+        assert_eq!(got[0].restart, Some(7));
+        assert_eq!(got[0].reason, NOT_BY_KRUISED);
+        assert_eq!(got[0].exit.as_deref(), Some("exit code 137 (OOMKilled)"));
+        assert_eq!(got[1].restart, Some(6));
+        assert_eq!(got[1].stopped, None);
+        assert_eq!(got[1].reason, NOT_RECORDED);
+        assert_eq!(got[4].restart, Some(3));
+        assert!(
+            restarts(0, &attempts, None, &[]).is_empty(),
+            "never restarted"
+        );
+    }
+
+    #[test]
+    fn a_stop_the_kubelet_has_not_counted_yet_comes_first() {
+        let attempts: BTreeMap<u32, Attempt> = [
+            (0, attempt("a0", Some("exit code 0"))),
+            (1, attempt("a1", Some("exit code 137"))),
+        ]
+        .into();
+        let got = restarts(1, &attempts, None, &[record("a1", "stale-recreation", "")]);
+        assert_eq!(got[0].restart, None);
+        assert!(got[0].by_kruised);
+        assert_eq!(got[0].detail, None, "an empty detail is none");
+        assert_eq!(got[1].restart, Some(1));
+        assert_eq!(got[1].reason, NOT_BY_KRUISED);
+        assert!(restart_line(&got[0]).contains("not counted the restart yet"));
+    }
+
+    #[test]
+    fn a_record_that_names_no_container_of_the_pod_explains_nothing() {
+        // the pod's author can write the annotation: a record is shown only where it names
+        // the very container the kubelet restarted
+        let attempts: BTreeMap<u32, Attempt> = [(0, attempt("a0", Some("exit code 1")))].into();
+        let forged = [record("someone-elses", RECREATE, "forged")];
+        let got = restarts(1, &attempts, None, &forged);
+        assert_eq!(got.len(), 1);
+        assert!(!got[0].by_kruised);
+        assert_eq!(got[0].reason, NOT_BY_KRUISED);
+    }
+
+    #[test]
+    fn a_restart_line_says_who_why_when_and_how_it_ended() {
+        let line = restart_line(&RestartView {
+            restart: Some(2),
+            stopped: Some("containerd://abc".into()),
+            by_kruised: true,
+            reason: "env-from-metadata".into(),
+            detail: Some("ROLE (annotation role)".into()),
+            time: Some("2026-01-01T00:00:00Z".into()),
+            exit: Some("exit code 137".into()),
+        });
+        assert_eq!(
+            line,
+            "#2    stopped by kruised: env-from-metadata (ROLE (annotation role)) at \
+             2026-01-01T00:00:00Z; containerd://abc, exit code 137"
+        );
+    }
 }

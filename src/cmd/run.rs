@@ -1,6 +1,8 @@
 //! `kruised run`: the daemon's flags (kruise-daemon's names where they mean the same, and
 //! every other flag of kruise-daemon accepted and ignored, so kruise's Helm chart runs kruised
-//! unchanged), validated into a [`DaemonConfig`] for [`crate::daemon::run`].
+//! unchanged), validated into a [`DaemonConfig`] for [`crate::daemon::run`]. Flags unknown to
+//! kruised are refused here; under the name `kruise-daemon` they were taken out before parsing
+//! (`super::take_unknown_flags`) and arrive in [`RunArgs::unknown_flags`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,8 +11,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::{
-    ConfigError, DEFAULT_BURST, DEFAULT_QPS, DaemonConfig, FeatureGates, RestartDelay, RuntimeArgs,
-    parse_duration, parse_go_bool, parse_size,
+    ConfigError, DEFAULT_BURST, DEFAULT_CONTAINERMETA_WORKERS, DEFAULT_QPS, DaemonConfig,
+    FeatureGates, MAX_CONTAINERMETA_WORKERS, RestartDelay, RuntimeArgs, parse_duration,
+    parse_go_bool, parse_size,
 };
 
 /// Runs the daemon until it is told to stop.
@@ -65,6 +68,10 @@ pub struct RunArgs {
     /// (kruise-daemon waits 1s; `0s` stops at once, for benchmarks).
     #[arg(long, default_value = "auto")]
     pub env_restart_delay: RestartDelay,
+    /// Pods container meta reconciles at once (kruise-daemon's flag from kruise PR #2423, whose
+    /// default is 5; kruised's is 4).
+    #[arg(long, allow_negative_numbers = true)]
+    pub containermeta_workers: Option<i64>,
     /// How to reach the container runtime.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -79,6 +86,10 @@ pub struct RunArgs {
     /// kruised unchanged, logged once as ignored.
     #[command(flatten)]
     pub compat: KruiseDaemonCompat,
+    /// Flags kruised does not know, taken out of the command line because the binary runs as
+    /// `kruise-daemon` (never filled by the parser itself): logged as a warning at start.
+    #[arg(skip)]
+    pub unknown_flags: Vec<String>,
 }
 
 /// kruise's default credential provider config file.
@@ -87,9 +98,10 @@ pub const DEFAULT_PLUGIN_CONFIG_FILE: &str = "/kruise/CredentialProviderPlugin.y
 pub const DEFAULT_PLUGIN_BIN_DIR: &str = "/kruise/plugins";
 
 /// Every flag kruise-daemon accepts (v1.9 and HEAD: `cmd/daemon/main.go`, klog v2's flag set,
-/// and the manager flags its imports register) that means nothing to kruised. Booleans take
-/// `--x` or `--x=<bool>` and never the next argument, as in Go's pflag; values take `--x v` or
-/// `--x=v`.
+/// and the manager flags its imports register; the spec's §6.1 at kruise 07169cf), and those
+/// of kruise pull requests a chart may pass first (#2423), that mean nothing to kruised.
+/// Booleans take `--x` or `--x=<bool>` and never the next argument, as in Go's pflag; values
+/// take `--x v` or `--x=v`.
 #[derive(Clone, Debug, Default, Args)]
 #[command(next_help_heading = "kruise-daemon compatibility (accepted, ignored)")]
 pub struct KruiseDaemonCompat {
@@ -146,6 +158,10 @@ pub struct KruiseDaemonCompat {
     rate_limiter_qps: Option<String>,
     #[arg(long, hide = true)]
     rate_limiter_bucket_size: Option<String>,
+    /// kruise PR #2423: workers of kruise-daemon's container restart queue. kruised has no such
+    /// pool: each stop runs on a task of its own, so no number of workers limits or delays it.
+    #[arg(long, hide = true)]
+    containermeta_restart_workers: Option<String>,
     /// Arguments that are no flag (Go's pflag collects them and kruise-daemon ignores them,
     /// e.g. the `false` of `--enable-pprof false`).
     #[arg(hide = true)]
@@ -199,6 +215,10 @@ impl KruiseDaemonCompat {
             "rate-limiter-bucket-size",
             self.rate_limiter_bucket_size.is_some(),
         );
+        seen(
+            "containermeta-restart-workers",
+            self.containermeta_restart_workers.is_some(),
+        );
         out
     }
 }
@@ -248,6 +268,18 @@ impl RunArgs {
         if self.relist_interval < Duration::from_secs(1) {
             return Err(invalid("--relist-interval", "must be at least 1s".into()));
         }
+        let containermeta_workers = match self.containermeta_workers {
+            None => DEFAULT_CONTAINERMETA_WORKERS,
+            Some(n) => usize::try_from(n)
+                .ok()
+                .filter(|n| (1..=MAX_CONTAINERMETA_WORKERS).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        "--containermeta-workers",
+                        format!("{n}: must be from 1 to {MAX_CONTAINERMETA_WORKERS}"),
+                    )
+                })?,
+        };
         Ok(DaemonConfig {
             node_name,
             addr,
@@ -261,12 +293,14 @@ impl RunArgs {
             relist_interval: self.relist_interval,
             drain_timeout: self.drain_timeout,
             env_restart_delay: self.env_restart_delay,
+            containermeta_workers,
             credential_providers: (self.plugin_config_file.clone(), self.plugin_bin_dir.clone()),
             ignored: {
                 let mut ignored = self.compat.given();
                 ignored.extend(self.compat.positional.iter().map(|a| format!("{a:?}")));
                 ignored
             },
+            unknown_flags: self.unknown_flags.clone(),
             runtime: self.runtime.resolve()?,
         })
     }

@@ -104,10 +104,15 @@ pub struct DaemonConfig {
     pub drain_timeout: Duration,
     /// When stale-env restarts happen.
     pub env_restart_delay: RestartDelay,
+    /// Pods container meta reconciles at once.
+    pub containermeta_workers: usize,
     /// Credential provider plugin config file (used if it exists) and plugin directory.
     pub credential_providers: (PathBuf, PathBuf),
     /// kruise-daemon flags given that mean nothing here, and stray arguments (logged once).
     pub ignored: Vec<String>,
+    /// Flags unknown to kruised, accepted because it runs as `kruise-daemon` (`--name` each;
+    /// logged as a warning and counted in `kruised_unknown_flags`).
+    pub unknown_flags: Vec<String>,
     /// The runtime.
     pub runtime: RuntimeConfig,
 }
@@ -116,6 +121,11 @@ pub struct DaemonConfig {
 pub const DEFAULT_QPS: f64 = 20.0;
 /// Default client-side burst.
 pub const DEFAULT_BURST: u32 = 30;
+/// Pods container meta reconciles at once unless `--containermeta-workers` says otherwise
+/// (kruised's number since it began; kruise-daemon's is 5).
+pub const DEFAULT_CONTAINERMETA_WORKERS: usize = 4;
+/// The most `--containermeta-workers` may ask for: far more than a node's pods need at once.
+pub const MAX_CONTAINERMETA_WORKERS: usize = 256;
 
 /// Parses a size: bytes, or with a unit `Ki` `Mi` `Gi` `Ti` (powers of 1024) or `K` `M` `G` `T`
 /// (powers of 1000), as Kubernetes quantities write them.

@@ -7,6 +7,7 @@ pub mod httpget;
 pub mod imagepull;
 pub mod kill;
 pub mod podprobe;
+pub mod provenance;
 pub mod queue;
 pub mod recreate;
 pub mod target;
@@ -28,11 +29,24 @@ use crate::k8s::keys;
 use crate::k8s::watch as kwatch;
 use crate::k8s::write::EventSink;
 
-/// Starts every enabled controller on the daemon's tasks.
-pub fn start(ctx: &Context, registry: &mut Registry) {
-    containermeta::start(ctx, registry.sub_registry_with_prefix("containermeta"));
+/// Starts every enabled controller on the daemon's tasks: their metrics on `registry`
+/// (kruised's, `kruised_` prefixed), their queues' on `queues` (client-go's work queue families,
+/// which the caller registered on its unprefixed root: [`queue::QueueMetrics::register`]).
+pub fn start(ctx: &Context, registry: &mut Registry, queues: &queue::QueueMetrics) {
+    let stops = provenance::Book::register(registry);
+    containermeta::start(
+        ctx,
+        registry.sub_registry_with_prefix("containermeta"),
+        queues,
+        &stops,
+    );
     imagepull::start(ctx, registry.sub_registry_with_prefix("imagepull"));
-    recreate::start(ctx, registry.sub_registry_with_prefix("recreate"));
+    recreate::start(
+        ctx,
+        registry.sub_registry_with_prefix("recreate"),
+        queues,
+        &stops,
+    );
     podprobe::start(ctx, registry.sub_registry_with_prefix("podprobe"));
 }
 

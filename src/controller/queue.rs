@@ -4,19 +4,27 @@
 //! waiting once (the earlier time wins, as in client-go's delaying queue): a retry storm adds no
 //! task per retry. [`WorkQueue::run_worker`] survives a pass that panics: the key is released,
 //! retried later, and the worker goes on; the key worked on longest is what liveness checks.
+//! A queue made [`WorkQueue::with_metrics`] reports client-go's work queue metrics
+//! ([`metrics`]), counted as client-go counts them.
+
+mod metrics;
+
+pub use self::metrics::{CONTAINER_META_QUEUE, QueueMetrics, RECREATE_QUEUE};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::FutureExt as _;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use self::metrics::QueueSeries;
 
 struct Inner<K> {
     queue: VecDeque<K>,
@@ -28,6 +36,9 @@ struct Inner<K> {
     waiting: HashMap<K, Instant>,
     /// Whether the timer task runs.
     timer: bool,
+    /// When each key waiting to be taken (queued, or added while in work) was added, for
+    /// `workqueue_queue_duration_seconds`; kept only where the queue has metrics.
+    added_at: HashMap<K, Instant>,
 }
 
 /// A deduplicating work queue shared by the event handlers and the workers.
@@ -38,6 +49,8 @@ pub struct WorkQueue<K> {
     wake_timer: Arc<Notify>,
     /// Passes that panicked.
     panics: Arc<AtomicU64>,
+    /// The queue's series of client-go's work queue metrics, if it reports them.
+    series: Option<Arc<QueueSeries>>,
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -47,6 +60,7 @@ impl<K> Clone for WorkQueue<K> {
             notify: self.notify.clone(),
             wake_timer: self.wake_timer.clone(),
             panics: self.panics.clone(),
+            series: self.series.clone(),
         }
     }
 }
@@ -62,12 +76,15 @@ impl<K: Clone + Eq + Hash + Send + 'static> Default for WorkQueue<K> {
 pub enum Pass {
     /// Done until the key is added again.
     Done,
-    /// Again after this long.
+    /// Again after this long, as planned (a poll, a grace period running out): not a retry.
     After(Duration),
+    /// The pass failed: again after this long, counted in `workqueue_retries_total` (as
+    /// controller-runtime counts a reconcile that returned an error).
+    Retry(Duration),
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
-    /// An empty queue.
+    /// An empty queue that reports no metrics.
     pub fn new() -> Self {
         WorkQueue {
             inner: Arc::new(Mutex::new(Inner {
@@ -77,11 +94,31 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 dirty: HashSet::new(),
                 waiting: HashMap::new(),
                 timer: false,
+                added_at: HashMap::new(),
             })),
             notify: Arc::new(Notify::new()),
             wake_timer: Arc::new(Notify::new()),
             panics: Arc::new(AtomicU64::new(0)),
+            series: None,
         }
+    }
+
+    /// An empty queue reporting client-go's work queue metrics as the queue `name` (kruise-daemon's
+    /// queue names: [`CONTAINER_META_QUEUE`], [`RECREATE_QUEUE`]).
+    pub fn with_metrics(name: &'static str, metrics: &QueueMetrics) -> Self {
+        let mut q = Self::new();
+        let inner: Weak<Mutex<Inner<K>>> = Arc::downgrade(&q.inner);
+        let in_work = Box::new(move || {
+            let inner = inner.upgrade()?;
+            let q = crate::sync::lock(&inner);
+            let now = Instant::now();
+            Some(q.active.values().fold((0.0, 0.0), |(sum, longest), since| {
+                let secs = now.saturating_duration_since(*since).as_secs_f64();
+                (sum + secs, f64::max(longest, secs))
+            }))
+        });
+        q.series = Some(Arc::new(metrics.queue(name, in_work)));
+        q
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K>> {
@@ -92,14 +129,36 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     pub fn add(&self, key: K) {
         let mut q = self.lock();
         if q.active.contains_key(&key) {
-            q.dirty.insert(key);
+            if q.dirty.insert(key.clone()) {
+                self.count_add(&mut q, key);
+            }
             return;
         }
         if q.queued.insert(key.clone()) {
+            self.count_add(&mut q, key.clone());
             q.queue.push_back(key);
             drop(q);
             self.notify.notify_one();
         }
+    }
+
+    /// Counts a key that now waits to be taken (client-go's `metrics.add`: the adds, the depth,
+    /// and the time it was added unless it waits already).
+    fn count_add(&self, q: &mut Inner<K>, key: K) {
+        if let Some(s) = &self.series {
+            s.adds.inc();
+            s.depth.inc();
+            q.added_at.entry(key).or_insert_with(Instant::now);
+        }
+    }
+
+    /// Adds `key` after `delay` as the retry of a failed pass, counted in
+    /// `workqueue_retries_total` (client-go's `AddRateLimited`).
+    pub fn retry_after(&self, key: K, delay: Duration, cancel: &CancellationToken) {
+        if let Some(s) = &self.series {
+            s.retries.inc();
+        }
+        self.add_after(key, delay, cancel);
     }
 
     /// Adds `key` after `delay` (for retries and planned passes), unless `cancel` fires first.
@@ -166,7 +225,15 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 let mut q = self.lock();
                 if let Some(key) = q.queue.pop_front() {
                     q.queued.remove(&key);
-                    q.active.insert(key.clone(), Instant::now());
+                    let now = Instant::now();
+                    if let Some(s) = &self.series {
+                        s.depth.dec();
+                        if let Some(added) = q.added_at.remove(&key) {
+                            s.queue_duration
+                                .observe(now.saturating_duration_since(added).as_secs_f64());
+                        }
+                    }
+                    q.active.insert(key.clone(), now);
                     let more = !q.queue.is_empty();
                     drop(q);
                     if more {
@@ -185,7 +252,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Marks `key` done; if it was added meanwhile, queues it again.
     pub fn done(&self, key: &K) {
         let mut q = self.lock();
-        q.active.remove(key);
+        if let (Some(since), Some(s)) = (q.active.remove(key), &self.series) {
+            s.work_duration.observe(since.elapsed().as_secs_f64());
+        }
         if q.dirty.remove(key) && q.queued.insert(key.clone()) {
             q.queue.push_back(key.clone());
             drop(q);
@@ -224,8 +293,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// One worker: takes keys until `cancel`, runs `pass` on each (never two passes of one key
     /// at once), marks it done and requeues it as the pass asks. A pass that panics costs only
-    /// its key: it is released, logged and tried again after `after_panic`, and the worker takes
-    /// the next key (a panic is a bug; another pass may still get the key's work done).
+    /// its key: it is released, logged and tried again after `after_panic` (a retry), and the
+    /// worker takes the next key (a panic is a bug; another pass may still get the key's work
+    /// done).
     pub async fn run_worker<F, Fut>(
         &self,
         what: &'static str,
@@ -244,6 +314,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             match outcome {
                 Ok(Pass::Done) => {}
                 Ok(Pass::After(delay)) => self.add_after(key.clone(), delay, &cancel),
+                Ok(Pass::Retry(delay)) => self.retry_after(key.clone(), delay, &cancel),
                 Err(panic) => {
                     let message = panic
                         .downcast_ref::<&str>()
@@ -253,7 +324,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     tracing::error!(queue = what, key = ?key, panic = %message, retry_in = ?after_panic,
                         "a pass panicked (a bug): its key is released and tried again later");
                     self.panics.fetch_add(1, Ordering::Relaxed);
-                    self.add_after(key.clone(), after_panic, &cancel);
+                    self.retry_after(key.clone(), after_panic, &cancel);
                 }
             }
             self.done(&key);
@@ -401,6 +472,210 @@ mod tests {
         assert_eq!(
             tokio::time::timeout(LIMIT, q.next(&cancel)).await.unwrap(),
             Some("x")
+        );
+    }
+
+    // === the work queue metrics ===
+
+    /// The exposition of `registry`, and the value of the series `series` in it.
+    fn scrape(registry: &prometheus_client::registry::Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.parse().unwrap())
+    }
+
+    const CRR: &str = r#"{name="crr",controller="crr"}"#;
+
+    #[tokio::test(start_paused = true)]
+    async fn client_gos_work_queue_families_are_exported_under_its_names_labelled_by_queue() {
+        // the names and labels kruise-daemon's /metrics has (controller-runtime v0.20.2
+        // pkg/internal/metrics/workqueue.go; spec 6.2), so its dashboards keep working
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = QueueMetrics::register(&mut registry);
+        let crr = WorkQueue::with_metrics(RECREATE_QUEUE, &metrics);
+        let meta = WorkQueue::with_metrics(CONTAINER_META_QUEUE, &metrics);
+        crr.add("a");
+        crr.add("b");
+        crr.add("a");
+        meta.add("p");
+        let text = scrape(&registry);
+        assert_eq!(
+            value(&text, &format!("workqueue_depth{CRR}")),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(&text, &format!("workqueue_adds_total{CRR}")),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, &format!("workqueue_retries_total{CRR}")),
+            Some(0.0)
+        );
+        let meta_labels = r#"{name="runtime_container_meta",controller="runtime_container_meta"}"#;
+        assert_eq!(
+            value(&text, &format!("workqueue_depth{meta_labels}")),
+            Some(1.0)
+        );
+        for family in [
+            "workqueue_queue_duration_seconds_count",
+            "workqueue_work_duration_seconds_count",
+            "workqueue_unfinished_work_seconds",
+            "workqueue_longest_running_processor_seconds",
+        ] {
+            assert!(
+                value(&text, &format!("{family}{CRR}")).is_some(),
+                "{family} missing: {text}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_is_measured_from_add_to_take_and_from_take_to_done_and_work_in_progress_is_seen()
+    {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = QueueMetrics::register(&mut registry);
+        let q = WorkQueue::with_metrics(RECREATE_QUEUE, &metrics);
+        let cancel = CancellationToken::new();
+        q.add("a");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let k = q.next(&cancel).await.unwrap();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let text = scrape(&registry);
+        assert_eq!(value(&text, &format!("workqueue_depth{CRR}")), Some(0.0));
+        assert_eq!(
+            value(&text, &format!("workqueue_queue_duration_seconds_sum{CRR}")),
+            Some(3.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(&text, &format!("workqueue_unfinished_work_seconds{CRR}")),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("workqueue_longest_running_processor_seconds{CRR}")
+            ),
+            Some(2.0)
+        );
+        q.done(&k);
+        let text = scrape(&registry);
+        assert_eq!(
+            value(&text, &format!("workqueue_work_duration_seconds_sum{CRR}")),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(&text, &format!("workqueue_unfinished_work_seconds{CRR}")),
+            Some(0.0)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_while_in_work_is_one_add_and_waits_in_the_depth_until_taken_again() {
+        // client-go counts a key added during its processing at once (it is dirty), and not
+        // again when Done puts it back in the queue
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = QueueMetrics::register(&mut registry);
+        let q = WorkQueue::with_metrics(RECREATE_QUEUE, &metrics);
+        let cancel = CancellationToken::new();
+        q.add("a");
+        let k = q.next(&cancel).await.unwrap();
+        q.add("a");
+        q.add("a");
+        let text = scrape(&registry);
+        assert_eq!(
+            value(&text, &format!("workqueue_adds_total{CRR}")),
+            Some(2.0)
+        );
+        assert_eq!(value(&text, &format!("workqueue_depth{CRR}")), Some(1.0));
+        q.done(&k);
+        assert_eq!(
+            value(&scrape(&registry), &format!("workqueue_depth{CRR}")),
+            Some(1.0)
+        );
+        assert_eq!(q.next(&cancel).await, Some("a"));
+        let text = scrape(&registry);
+        assert_eq!(value(&text, &format!("workqueue_depth{CRR}")), Some(0.0));
+        assert_eq!(
+            value(&text, &format!("workqueue_adds_total{CRR}")),
+            Some(2.0)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_or_panicking_pass_is_a_retry_and_a_planned_requeue_is_not() {
+        // controller-runtime counts AddRateLimited (a reconcile error) as a retry, and not
+        // AddAfter (RequeueAfter of a successful reconcile): containermeta's and recreate's
+        // failures are Pass::Retry, recreate's polls Pass::After
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = QueueMetrics::register(&mut registry);
+        let q = WorkQueue::with_metrics(RECREATE_QUEUE, &metrics);
+        let cancel = CancellationToken::new();
+        let passes = Arc::new(AtomicU64::new(0));
+        let worker = {
+            let (q, cancel, passes) = (q.clone(), cancel.clone(), passes.clone());
+            tokio::spawn(async move {
+                let stop = cancel.clone();
+                q.run_worker(
+                    "test",
+                    cancel,
+                    Duration::from_secs(600),
+                    |k: &'static str| {
+                        let (passes, stop) = (passes.clone(), stop.clone());
+                        async move {
+                            // the worker ends once the last key's outcome is handled
+                            if passes.fetch_add(1, Ordering::Relaxed) == 2 {
+                                stop.cancel();
+                            }
+                            match k {
+                                "planned" => Pass::After(Duration::from_secs(600)),
+                                "failed" => Pass::Retry(Duration::from_secs(600)),
+                                _ => panic!("boom"),
+                            }
+                        }
+                    },
+                )
+                .await;
+            })
+        };
+        for k in ["planned", "failed", "panics"] {
+            q.add(k);
+        }
+        tokio::time::timeout(LIMIT, worker)
+            .await
+            .expect("the worker did not pass over the three keys")
+            .unwrap();
+        assert_eq!(passes.load(Ordering::Relaxed), 3);
+        let text = scrape(&registry);
+        assert_eq!(
+            value(&text, &format!("workqueue_retries_total{CRR}")),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(&text, &format!("workqueue_adds_total{CRR}")),
+            Some(3.0)
+        );
+    }
+
+    #[test]
+    fn a_dropped_queue_is_no_longer_read_for_its_work_in_progress() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = QueueMetrics::register(&mut registry);
+        drop(WorkQueue::<&str>::with_metrics(RECREATE_QUEUE, &metrics));
+        let text = scrape(&registry);
+        assert_eq!(
+            value(&text, &format!("workqueue_unfinished_work_seconds{CRR}")),
+            None,
+            "{text}"
         );
     }
 }

@@ -99,6 +99,13 @@ pub const CRR_UNREADY_ACQUIRED: &str = "crr.apps.kruise.io/unready-acquired";
 /// `lastTransitionTime` is the unready time.
 pub const CRR_PRE_RECREATE_GRACE: &str = "PreRecreateGrace";
 
+// === kruised's own keys ===
+
+/// Pod annotation written by kruised: the last container stops it made on the pod, each with its
+/// reason (`controller::provenance`: the JSON list, bounded, and its lenient parser). The pod's
+/// author can write it too: it is read for display (`kruised explain`), never for a decision.
+pub const LAST_RESTARTS: &str = "kruised.io/last-restarts";
+
 /// Annotation the daemon adds to the sandbox config of every CRI PullImage call.
 pub const PULLING_IMAGE_BY: &str = "apps.kruise.io/pulling-image-by";
 /// The value of [`PULLING_IMAGE_BY`] (kept as kruise-daemon's for runtimes and tools that look

@@ -1,4 +1,5 @@
-//! The command line as an operator meets it: no runtime around, bad flags.
+//! The command line as an operator meets it: no runtime around, bad flags, and kruise's chart's
+//! flags under the name `kruise-daemon`.
 
 use std::process::Command;
 
@@ -126,4 +127,86 @@ fn hash_of_a_file_that_is_not_a_pod_says_which_file() {
     let out = kruised().arg("hash").arg(&f).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("junk.yaml"));
+}
+
+// === flags unknown to kruised (field report: kruise's chart gains daemon flags over time, open
+// PR #2423 adds `--containermeta-workers` and `--containermeta-restart-workers`, and a kruised
+// that refused them would crash-loop under the next chart that passes one) ===
+
+/// The chart runs the image's `/kruise-daemon`, kruised under that name (tests/integration/
+/// dropin.rs runs the chart's arguments the same way).
+#[tokio::test]
+async fn as_kruise_daemon_a_newer_charts_unknown_flags_start_the_daemon_with_a_warning_naming_them()
+{
+    use crate::support::daemon::{Daemon, free_addr, http_get, kruised_bin};
+    use crate::support::node::{FakeNode, NODE};
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+    let node = FakeNode::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("kruise-daemon");
+    std::os::unix::fs::symlink(kruised_bin(), &exe).unwrap();
+    let addr = free_addr();
+    let (addr_flag, kubeconfig, endpoint) = (
+        format!("--addr={addr}"),
+        format!("--kubeconfig={}", node.kubeconfig().display()),
+        format!("--runtime-endpoint={}", node.endpoint()),
+    );
+    let mut d = Daemon::start_exe(
+        &exe,
+        &[
+            &addr_flag,
+            &kubeconfig,
+            &endpoint,
+            "--a-future-flag=on",
+            "--another-future-flag",
+            "its-value",
+            "--containermeta-workers=2",
+            "--containermeta-restart-workers=20",
+        ],
+        &[("NODE_NAME", NODE), ("KRUISED_LOG_FORMAT", "json")],
+    );
+    d.wait_for_log("daemon ready", LIMIT).await;
+    let warning = d.wait_for_log("flags unknown to kruised", LIMIT).await;
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    let unknown = warning["unknown"].as_str().unwrap_or_default();
+    assert_eq!(
+        unknown, r#"["--a-future-flag", "--another-future-flag"]"#,
+        "named, without their values: {warning}"
+    );
+    let ignored = d.wait_for_log("no effect here", LIMIT).await["ignored"].to_string();
+    assert!(
+        ignored.contains("--containermeta-restart-workers") && !ignored.contains("its-value"),
+        "PR #2423's restart workers named as without effect, the unknown flag's value taken \
+         with it: {ignored}"
+    );
+    let (status, metrics) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("\nkruised_unknown_flags 2\n"), "{metrics}");
+    // and what kruise-daemon's /metrics had for its queues is there under the same names
+    // (client-go's work queue families, labelled by kruise-daemon's queue names: spec 6.2)
+    for queue in ["crr", "runtime_container_meta"] {
+        for family in [
+            "workqueue_depth",
+            "workqueue_adds_total",
+            "workqueue_retries_total",
+        ] {
+            let series = format!("\n{family}{{name=\"{queue}\",controller=\"{queue}\"}} ");
+            assert!(metrics.contains(&series), "{series:?} in {metrics}");
+        }
+    }
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+#[test]
+fn kruised_run_refuses_an_unknown_flag_at_once_and_names_it() {
+    // an operator's typo (`--adr` for `--addr`) fails fast where kruised runs under its own name
+    let out = kruised()
+        .args(["run", "--node-name", "n1", "--adr=:10221"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--adr"), "{stderr}");
 }

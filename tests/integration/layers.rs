@@ -58,7 +58,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("cmd::run", &["addr", "config", "daemon"]),
-    ("cmd::version", &["build_info", "config", "cri"]),
+    // which runtime is the kubelet's: its Node says (k8s::node, through k8s::client)
+    ("cmd::version", &["build_info", "config", "cri", "k8s"]),
     (
         "cmd::explain",
         &["config", "controller", "cri", "hash", "k8s"],

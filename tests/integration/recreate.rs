@@ -169,3 +169,120 @@ async fn a_request_without_a_manager_snapshot_never_succeeds_and_one_with_it_com
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }
+
+/// The value of the sample `name` (with its labels, as exposed) on the daemon's `/metrics`.
+async fn metric(d: &Daemon, name: &str) -> Option<f64> {
+    let (code, body) = crate::support::daemon::http_get(d.admin, "/metrics").await;
+    assert_eq!(code, 200, "/metrics: {body}");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The PATCHes of `name`'s status that set phase Completed.
+fn completions<'a>(
+    records: impl Iterator<Item = &'a apiserver_double::RequestRecord>,
+    name: &str,
+) -> usize {
+    records
+        .filter(|r| r.verb == "patch" && r.resource == "containerrecreaterequests/status")
+        .filter(|r| r.name.as_deref() == Some(name))
+        .filter(|r| r.json()["status"]["phase"] == "Completed")
+        .count()
+}
+
+// Seen on CRI-O in CI (e2e recreate::an_ordered_request_recreates_both_containers_in_order_once
+// _each_after_the_prestop_hook): `kruised_recreate_requests_total{result="succeeded"} 2` and
+// `kruised_recreate_duration_seconds_count 2` for one request. A pass completed it, and another
+// pass, on a watched copy that did not show Completed yet, completed and counted it again. Here
+// that interleaving is forced: the completion's PATCH is held while an event of the request
+// (the manager's write) reaches the daemon, and the completion's own watch event is held after
+// it, so the next pass runs on the copy before the completion.
+#[tokio::test]
+async fn a_pass_on_a_copy_older_than_the_completion_does_not_complete_and_count_the_request_again()
+{
+    let mut node = FakeNode::start().await;
+    node.add_pod("web-0", containers(), json!({}), true);
+    let mut d = start(&node).await;
+    node.api
+        .create(
+            "containerrecreaterequests",
+            request(&node, "r", "web-0", None),
+        )
+        .unwrap();
+    wait_crr(&node, "r", "main killed", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.container_recreate_states
+                .iter()
+                .any(|c| c.name == "main" && c.is_killed)
+        })
+    })
+    .await;
+    let new_id = node.recreate("web-0", "main");
+    wait_crr(&node, "r", "main Recreating", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.container_recreate_states
+                .iter()
+                .any(|c| c.name == "main" && c.phase == Phase::Recreating)
+        })
+    })
+    .await;
+
+    // the completion's PATCH waits unanswered in the double
+    let completing =
+        node.api
+            .hold_requests("patch", "containerrecreaterequests/status", "\"Completed\"");
+    node.api
+        .modify("containerrecreaterequests", "default", "r", |o| {
+            o["status"]["containerStatusSnapshot"] = json!([{"name": "main", "ready": true,
+                "restartCount": 1, "containerID": format!("containerd://{new_id}")}]);
+        })
+        .unwrap();
+    node.api
+        .wait_for_requests(LIMIT, |log| completions(log.records(), "r") == 1)
+        .await
+        .expect("the daemon sends the completion");
+    // while it waits, the manager writes the request: its event brings the pod's next pass,
+    // and comes before the completion's own event, which no watch gets until the end
+    node.api
+        .modify("containerrecreaterequests", "default", "r", |o| {
+            o["metadata"]["annotations"] = json!({"manager-was-here": "true"});
+        })
+        .unwrap();
+    let lagging = node
+        .api
+        .hold_watch_events("containerrecreaterequests")
+        .unwrap();
+    completing.release();
+    // the next pass sees the copy before the completion: it completes again, or knows better
+    let api = node.api.control();
+    tokio::select! {
+        () = async {
+            let twice = api
+                .wait_for_requests(LIMIT, |log| completions(log.records(), "r") >= 2)
+                .await;
+            if twice.is_err() {
+                // the other branch fails with the daemon's log
+                std::future::pending::<()>().await;
+            }
+        } => {}
+        _ = d.wait_for_log("completed here; waiting for the watch to show it", LIMIT) => {}
+    }
+    assert_eq!(
+        completions(node.api.requests().iter(), "r"),
+        1,
+        "one Completed write"
+    );
+    drop(lagging);
+    d.wait_for_log("the watch shows the completion", LIMIT)
+        .await;
+    assert_eq!(
+        metric(&d, "kruised_recreate_requests_total{result=\"succeeded\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&d, "kruised_recreate_duration_seconds_count").await,
+        Some(1.0)
+    );
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}

@@ -4,7 +4,8 @@
 //!
 //! Triggers are the pod watch (no fixed enqueue delay, unlike kruise-daemon's 1 s), the
 //! runtime's container events where it offers them, and a relist as fallback. Decisions are the
-//! pure functions of [`decide`]; this module does the I/O.
+//! pure functions of [`decide`]; this module does the I/O. Every stop is recorded on the pod
+//! with its reason ([`super::provenance`]), in the patch that writes the annotation.
 
 pub mod decide;
 pub mod env;
@@ -34,17 +35,16 @@ use self::pods::{NowOrNever, Start, StartVersions, relist, watch_pods};
 pub use self::restart::{image_id_matches, image_matches};
 use self::restart::{restarts_due, spawn_kill};
 use self::settle::{RestartDelay, Timeline};
-use super::queue::{Pass, WorkQueue};
+use super::provenance::{self, Book, PodId};
+use super::queue::{CONTAINER_META_QUEUE, Pass, QueueMetrics, WorkQueue};
 use crate::controller::{Context, containers_of_pod};
 use crate::cri::{CriError, RemoteRuntime, RuntimeLookupError, Runtimes};
 use crate::hash::env::current_env_hash;
 use crate::k8s::keys;
 use crate::k8s::watch::Watched;
-use crate::k8s::write::{self, EventSink};
+use crate::k8s::write::EventSink;
 use crate::sync::lock;
 
-/// Pods reconciled at once.
-const WORKERS: usize = 4;
 /// Pause before retrying a pod whose reconcile failed.
 const RETRY_DELAY: Duration = Duration::from_secs(3);
 /// How long a container the daemon stopped is remembered (so it is never stopped twice).
@@ -81,12 +81,15 @@ struct Shared {
     restart_delay: RestartDelay,
     events: EventSink,
     metrics: Metrics,
+    /// The stops this daemon made lately (shared with recreate requests), for the annotation.
+    book: Book,
     cancel: tokio_util::sync::CancellationToken,
     tracker: tokio_util::task::TaskTracker,
 }
 
-/// Starts the controller when pods are watched.
-pub fn start(ctx: &Context, registry: &mut Registry) {
+/// Starts the controller when pods are watched: its own metrics on `registry`, its queue's on
+/// `queues` (kruise-daemon's queue name), its stops recorded in `book`.
+pub fn start(ctx: &Context, registry: &mut Registry, queues: &QueueMetrics, book: &Book) {
     let Some(pods) = ctx.pods.clone() else {
         return;
     };
@@ -95,7 +98,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         pods,
         client: ctx.client.clone(),
         runtimes: ctx.runtimes.clone(),
-        queue: WorkQueue::new(),
+        queue: WorkQueue::with_metrics(CONTAINER_META_QUEUE, queues),
         with_env: ctx.config.gates.in_place_update_env_from_metadata,
         seen_at_start: Mutex::new(StartVersions::default()),
         sandbox_pods: Mutex::new(HashMap::new()),
@@ -107,6 +110,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         restart_delay: ctx.config.env_restart_delay,
         events,
         metrics: Metrics::register(registry),
+        book: book.clone(),
         cancel: ctx.cancel.clone(),
         tracker: ctx.tracker.clone(),
     });
@@ -126,7 +130,8 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         runtime_events(shared.clone(), ctx.config.relist_interval).instrument(span.clone()),
     );
     ctx.watch_queue("containermeta", &shared.queue);
-    for _ in 0..WORKERS {
+    // `--containermeta-workers` (kruise PR #2423's flag), 4 unless given
+    for _ in 0..ctx.config.containermeta_workers {
         ctx.spawn(
             "containermeta worker",
             worker(shared.clone()).instrument(span.clone()),
@@ -159,6 +164,7 @@ impl Shared {
         lock(&self.timelines).remove(uid);
         self.lag.forget(uid);
         lock(&self.last_stops).retain(|(u, _), _| u != uid);
+        self.book.forget(uid);
     }
 
     /// The event filter: should this version of the pod (the store's) be reconciled? A pod
@@ -168,6 +174,14 @@ impl Shared {
     fn wants(&self, pod: &Pod, start: Start<'_>) -> bool {
         if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(pod) {
             return false;
+        }
+        // a stop of ours the pod does not show (a write from an older copy took it out)
+        if self
+            .book
+            .update(&PodId::of(pod), pod.annotations())
+            .is_some()
+        {
+            return true;
         }
         let annotations = pod.metadata.annotations.as_ref();
         let has_meta = annotations.is_some_and(|a| a.contains_key(keys::RUNTIME_CONTAINERS_META));
@@ -216,7 +230,7 @@ async fn worker(shared: Arc<Shared>) {
                     Ok(_) => Pass::Done,
                     Err(e) => {
                         tracing::warn!(pod = %key, error = %e, "reconcile failed; retrying");
-                        Pass::After(RETRY_DELAY)
+                        Pass::Retry(RETRY_DELAY)
                     }
                 }
             }
@@ -313,23 +327,33 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
 
     if shared.with_env {
         for stop in restarts_due(shared, key, &runtime, &pod, &set, &newest).await {
-            spawn_kill(shared, &runtime, &pod, stop);
+            spawn_kill(shared, &runtime, &runtime_name, &pod, stop);
         }
     }
-    if old.as_ref() != Some(&set) && !set.containers.is_empty() {
+    let meta = (old.as_ref() != Some(&set) && !set.containers.is_empty())
+        .then(|| set.to_annotation_value());
+    // the stops this daemon made that the pod does not show yet ride along
+    let pod_id = PodId::of(&pod);
+    let stops = shared.book.update(&pod_id, annotations);
+    if meta.is_some() || stops.is_some() {
         let api: Api<Pod> =
             Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
-        let value = set.to_annotation_value();
-        let result = write::patch_pod_annotation(
-            &api,
-            &pod.name_any(),
-            keys::RUNTIME_CONTAINERS_META,
-            Some(&value),
-        )
-        .await;
-        shared.metrics.patched(result.is_ok());
+        let written: Vec<(&str, &str)> = [
+            (keys::RUNTIME_CONTAINERS_META, meta.as_deref()),
+            (keys::LAST_RESTARTS, stops.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+        let result = provenance::patch_annotations(&api, &pod.name_any(), &written).await;
+        if meta.is_some() {
+            shared.metrics.patched(result.is_ok());
+        }
         result?;
-        tracing::debug!(meta = %value, "annotation updated");
+        if let Some(value) = &stops {
+            shared.book.written(&pod_id, value);
+        }
+        tracing::debug!(meta = ?meta, stops = ?stops, "annotation updated");
     }
     env_error.map_or(Ok(()), Err)
 }

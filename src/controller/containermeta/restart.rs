@@ -1,5 +1,6 @@
 //! Stopping a container whose env from metadata went stale: when it is due and safe
-//! ([`super::settle`]), and the stop itself, kubelet-style ([`super::super::kill`]).
+//! ([`super::settle`]), and the stop itself, kubelet-style ([`super::super::kill`]), recorded
+//! with its reason and the env that changed ([`super::super::provenance`]).
 
 use std::time::Duration;
 
@@ -10,10 +11,11 @@ use tracing::Instrument;
 
 use super::decide::{self, Observation, PreviousStop, RestartReason, Step, Verdict};
 use super::lag::ContainerChange;
-use super::{Key, Shared, lock};
+use super::{Key, Shared, env, lock};
 use crate::controller::kill;
-use crate::cri::{Container, ImageService, RemoteRuntime};
-use crate::hash::env::expected_env_hash;
+use crate::controller::provenance::{PodId, Restart};
+use crate::cri::{Container, ImageService, RemoteRuntime, RuntimeService};
+use crate::hash::env::{MetaRef, env_meta_refs, expected_env_hash};
 use crate::k8s::keys::{self, RuntimeContainerMetaSet};
 use crate::k8s::write::{self, EventSpec};
 
@@ -138,7 +140,64 @@ pub async fn image_matches(
     }
 }
 
-pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, stop: Stop) {
+/// Each env from metadata of `spec` with the value the pod's metadata gives it now.
+fn env_from_metadata(pod: &Pod, spec_name: &str) -> Vec<(String, MetaRef, String)> {
+    let Some(spec) = decide::spec_of(pod, spec_name) else {
+        return Vec::new();
+    };
+    let (labels, annotations) = decide::metadata_maps(pod);
+    env_meta_refs(spec)
+        .into_iter()
+        .map(|(name, r)| {
+            let value = match &r {
+                MetaRef::Label(k) => labels.get(k),
+                MetaRef::Annotation(k) => annotations.get(k),
+            };
+            let value = value.cloned().unwrap_or_default();
+            (name, r, value)
+        })
+        .collect()
+}
+
+/// The env from metadata of the running container `id` whose value differs from `wanted` (the
+/// pod's metadata now), as `NAME (annotation key)`, for the record of the stop. Read from the
+/// runtime's verbose status only (containerd and CRI-O include the OCI spec): no exec, so the
+/// stop never waits on one; empty where the runtime does not say.
+pub(super) async fn changed_env<R: RuntimeService>(
+    runtime: &R,
+    id: &str,
+    wanted: &[(String, MetaRef, String)],
+) -> String {
+    if wanted.is_empty() {
+        return String::new();
+    }
+    let Ok(status) = runtime.container_status(id, true).await else {
+        return String::new();
+    };
+    let Some(running) = env::env_from_info(&status.info) else {
+        return String::new();
+    };
+    wanted
+        .iter()
+        .filter(|(name, _, value)| running.get(name) != Some(value))
+        .map(|(name, r, _)| {
+            let kind = match r {
+                MetaRef::Label(_) => "label",
+                MetaRef::Annotation(_) => "annotation",
+            };
+            format!("{name} ({kind} {})", r.key())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn spawn_kill(
+    shared: &Shared,
+    runtime: &RemoteRuntime,
+    runtime_name: &str,
+    pod: &Pod,
+    stop: Stop,
+) {
     let Stop {
         container: c,
         reason,
@@ -158,6 +217,14 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
     let runtime = runtime.clone();
     let events = shared.events.clone();
     let metrics = shared.metrics.clone();
+    let (book, queue, key) = (
+        shared.book.clone(),
+        shared.queue.clone(),
+        kube::runtime::reflector::ObjectRef::from_obj(pod),
+    );
+    let pod_id = PodId::of(pod);
+    let kubelet_id = format!("{runtime_name}://{}", c.id);
+    let wanted = env_from_metadata(pod, &name);
     let stopped = shared.stopped.clone();
     let lag = shared.lag.clone();
     let pod_uid = pod.uid().unwrap_or_default();
@@ -194,16 +261,25 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
                 &status_ips,
             )
             .await;
+            let changed = changed_env(&runtime, &c.id, &wanted).await;
             if warning {
-                tracing::warn!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
+                tracing::warn!(container = %name, id = %c.id, reason = reason.as_str(), %changed, "stopping container: {why}");
             } else {
-                tracing::info!(container = %name, id = %c.id, reason = reason.as_str(), "stopping container: {why}");
+                tracing::info!(container = %name, id = %c.id, reason = reason.as_str(), %changed, "stopping container: {why}");
             }
+            let changed_note = if changed.is_empty() {
+                String::new()
+            } else {
+                format!(" (changed: {changed})")
+            };
             events.record(EventSpec {
                 regarding: regarding.clone(),
                 warning,
                 reason: "Killing".into(),
-                note: format!("Stopping container {name} (containerID {}): {why}", c.id),
+                note: format!(
+                    "Stopping container {name} (containerID {}): {why}{changed_note}",
+                    c.id
+                ),
                 action: "Restart".into(),
             });
             let spec = kill::KillSpec::from_kubelet_annotations(&c);
@@ -211,6 +287,12 @@ pub(super) fn spawn_kill(shared: &Shared, runtime: &RemoteRuntime, pod: &Pod, st
                 Ok(outcome) => {
                     lag.expect(&c.id, &pod_uid, &name, ContainerChange::Stopped, Instant::now());
                     metrics.restarted(reason.as_str());
+                    // recorded on the pod by the next pass's patch, which comes at once
+                    book.record(
+                        pod_id,
+                        Restart::now(&name, kubelet_id, reason.as_str(), &changed),
+                    );
+                    queue.add(key);
                     if let Some(event) = outcome.failed_hook_event(&regarding, &name) {
                         events.record(event);
                     }

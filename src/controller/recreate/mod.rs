@@ -3,20 +3,24 @@
 //! `crr.apps.kruise.io/node-name=<node>` and `active=true`), one pod at a time (the work queue
 //! key is the pod, so requests for one pod run one after the other and the others wait in
 //! phase Pending), phase `Recreating` first, the unready grace, one kill per pass through the
-//! shared kill path ([`super::kill`]), per-container states, and `Completed` at the end.
+//! shared kill path ([`super::kill`]), per-container states, and `Completed` at the end. Each
+//! stop is recorded on the pod with the request's name ([`record`], [`super::provenance`]).
 //!
 //! Decisions are the pure functions of [`decide`]; this module does the I/O. Status writes are
 //! JSON merge patches of the changed fields only. What was done is read back from the
 //! request's status and the runtime: a container about to be killed is recorded as killed
 //! first, so a daemon restart in the middle never kills it twice. The daemon also remembers its
 //! own kills until the request ends, because the watched copy of a request can be older than
-//! its last write, and a status written from that copy must not take `isKilled` back. When the
-//! manager ends a request (completion, deletion), a kill in progress for it is called off.
+//! its last write, and a status written from that copy must not take `isKilled` back. For the
+//! same reason it remembers the requests it completed until the watch shows them completed or
+//! gone: a pass on a copy older than the completion would complete (and count) it again. When
+//! the manager ends a request (completion, deletion), a kill in progress for it is called off.
 
 pub mod decide;
 mod metrics;
+mod record;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,7 +35,8 @@ use tracing::Instrument;
 use self::decide::{Observed, Step};
 pub use self::metrics::Metrics;
 use super::kill::{self, KillSpec};
-use super::queue::{Pass, WorkQueue};
+use super::provenance::{Book, PodId, RECREATE_REQUEST, Restart};
+use super::queue::{Pass, QueueMetrics, RECREATE_QUEUE, WorkQueue};
 use super::{Context, containers_of_pod};
 use crate::cri::{RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes};
 use crate::k8s::crd::{
@@ -77,24 +82,35 @@ struct Shared {
     /// The pod of each request seen active, by request UID: a request that leaves the watch
     /// is gone from the store, and its pod must still be looked at again.
     pod_of: Mutex<HashMap<String, Key>>,
+    /// The requests this daemon completed, by UID, until the watch shows them completed or
+    /// gone: a pass on a watched copy older than the completion skips them. Without it such a
+    /// pass completed a request twice, counted twice (seen on CRI-O in CI: the e2e ordered
+    /// recreate counted `result="succeeded"` 2 for one request).
+    completed: Mutex<HashSet<String>>,
+    /// The stops this daemon made lately (shared with container meta), for the pods'
+    /// annotation ([`record`]).
+    book: Book,
     cancel: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
 }
 
-/// Starts the controller (kruise runs it always: no gate).
-pub fn start(ctx: &Context, registry: &mut Registry) {
+/// Starts the controller (kruise runs it always: no gate): its own metrics on `registry`, its
+/// queue's on `queues` (kruise-daemon's queue name), its stops recorded in `book`.
+pub fn start(ctx: &Context, registry: &mut Registry, queues: &QueueMetrics, book: &Book) {
     let events = ctx.event_sink(EVENT_COMPONENT);
     let shared = Arc::new(Shared {
         requests: ctx.recreate_requests.clone(),
         client: ctx.client.clone(),
         runtimes: ctx.runtimes.clone(),
-        queue: WorkQueue::new(),
+        queue: WorkQueue::with_metrics(RECREATE_QUEUE, queues),
         events,
         metrics: Metrics::register(registry),
         inflight: Mutex::new(HashMap::new()),
         killed: Mutex::new(HashMap::new()),
         pods: ctx.pods.clone(),
         pod_of: Mutex::new(HashMap::new()),
+        completed: Mutex::new(HashSet::new()),
+        book: book.clone(),
         cancel: ctx.cancel.clone(),
         tracker: ctx.tracker.clone(),
     });
@@ -137,6 +153,7 @@ impl Shared {
         if r.metadata.deletion_timestamp.is_some() || r.is_completed() {
             self.call_off(&uid);
             lock(&self.pod_of).remove(&uid);
+            self.forget_completion(&uid);
         } else {
             lock(&self.pod_of).insert(uid, key_of(r));
         }
@@ -147,9 +164,24 @@ impl Shared {
     /// off a completed one): its pod is looked at again, for the same reason.
     fn on_gone(&self, uid: &str) {
         self.call_off(uid);
+        self.forget_completion(uid);
         if let Some(key) = lock(&self.pod_of).remove(uid) {
             self.queue.add(key);
         }
+    }
+
+    /// The watch shows a request this daemon completed as completed (or gone): its copies are
+    /// no longer older than the completion.
+    fn forget_completion(&self, uid: &str) {
+        if lock(&self.completed).remove(uid) {
+            tracing::debug!(request = uid, "the watch shows the completion");
+        }
+    }
+
+    /// Whether this daemon completed the request and the watch does not show it yet.
+    fn completed_here(&self, r: &ContainerRecreateRequest) -> bool {
+        r.uid()
+            .is_some_and(|uid| lock(&self.completed).contains(&uid))
     }
 }
 
@@ -201,7 +233,7 @@ async fn worker(shared: Arc<Shared>) {
                     Ok(None) => Pass::Done,
                     Err(e) => {
                         tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "recreate request pass failed; retrying");
-                        Pass::After(match e {
+                        Pass::Retry(match e {
                             PassError::Runtime(_) => RUNTIME_RETRY_DELAY,
                             PassError::Api(_) => RETRY_DELAY,
                         })
@@ -291,12 +323,17 @@ fn now_rfc3339() -> String {
 
 /// One pass over the requests of a pod. `Some(d)`: look again after `d`.
 async fn sync_pod(shared: &Arc<Shared>, key: &Key) -> Result<Option<Duration>, PassError> {
-    let requests: Vec<Arc<ContainerRecreateRequest>> = shared
+    // the stops recorded for the pod are written first; a write that fails holds up no request
+    record::write_stops_or_retry(shared, key).await;
+    let (requests, done): (Vec<Arc<ContainerRecreateRequest>>, Vec<_>) = shared
         .requests
         .state()
         .into_iter()
         .filter(|r| key_of(r) == *key)
-        .collect();
+        .partition(|r| !shared.completed_here(r));
+    for r in done {
+        tracing::debug!(request = %r.name_any(), "completed here; waiting for the watch to show it");
+    }
     let (picked, to_pending) = decide::pick(&requests);
     for r in to_pending {
         tracing::info!(request = %r.name_any(), "another request of the pod runs first: Pending");
@@ -474,7 +511,8 @@ async fn manage(
             ))
         }
         Step::Kill(container) => {
-            kill_one(shared, r, &runtime, &container, &uid, &mut states, &newest).await?;
+            let runtime = (&runtime, runtime_name.as_str());
+            kill_one(shared, r, runtime, &container, &uid, &mut states, &newest).await?;
             Ok(Some(RECREATING_POLL))
         }
     }
@@ -488,7 +526,7 @@ async fn manage(
 async fn kill_one(
     shared: &Arc<Shared>,
     r: &Arc<ContainerRecreateRequest>,
-    runtime: &RemoteRuntime,
+    (runtime, runtime_name): (&RemoteRuntime, &str),
     container: &str,
     pod_uid: &str,
     states: &mut [State],
@@ -554,6 +592,12 @@ async fn kill_one(
         regarding,
         token,
         status_ips,
+        pod: PodId {
+            namespace: r.namespace().unwrap_or_default(),
+            name: r.spec.pod_name.clone(),
+            uid: pod_uid.to_string(),
+        },
+        kubelet_id: format!("{runtime_name}://{}", running.id),
     };
     shared.tracker.spawn(task.run().in_current_span());
     Ok(())
@@ -579,6 +623,10 @@ struct KillTask {
     regarding: ObjectReference,
     token: CancellationToken,
     status_ips: Vec<String>,
+    /// The pod, for the record of the stop.
+    pod: PodId,
+    /// The container stopped, as the kubelet writes its ID.
+    kubelet_id: String,
 }
 
 impl KillTask {
@@ -610,6 +658,16 @@ impl KillTask {
         let again = match outcome {
             Ok(o) => {
                 shared.metrics.killed();
+                // written on the pod by its next pass, which the add below brings at once
+                shared.book.record(
+                    self.pod.clone(),
+                    Restart::now(
+                        container,
+                        self.kubelet_id.clone(),
+                        RECREATE_REQUEST,
+                        &r.name_any(),
+                    ),
+                );
                 if let Some(event) = o.failed_hook_event(&self.regarding, container) {
                     shared.events.record(event);
                 }
@@ -648,7 +706,7 @@ impl KillTask {
             }
         };
         match again {
-            Some(after) => shared.queue.add_after(key, after, &shared.cancel),
+            Some(after) => shared.queue.retry_after(key, after, &shared.cancel),
             None => shared.queue.add(key),
         }
     }
@@ -663,8 +721,14 @@ async fn complete(
     states: &[State],
 ) -> Result<(), PassError> {
     let message = (!message.is_empty()).then_some(message);
-    patch(shared, r, StatusPatch::completed(message)).await?;
-    lock(&shared.killed).remove(&r.uid().unwrap_or_default());
+    let uid = r.uid().unwrap_or_default();
+    // before the write: its watch event may come before its answer, and forgets it then
+    lock(&shared.completed).insert(uid.clone());
+    if let Err(e) = patch(shared, r, StatusPatch::completed(message)).await {
+        lock(&shared.completed).remove(&uid);
+        return Err(e.into());
+    }
+    lock(&shared.killed).remove(&uid);
     let failed = message.is_some() || states.iter().any(|s| s.phase == Phase::Failed);
     let took = r
         .metadata
