@@ -370,23 +370,50 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
     let admin = lab.admin().await;
     // an OpenKruise install: the chart's daemon objects and RBAC (its image cannot be pulled
     // here, as on a cluster whose nodes cannot reach Docker Hub; the swap replaces it)
-    cluster::apply_yaml(&admin, CHART_DAEMON_YAML).await;
-    cluster::apply_yaml(&admin, CHART_RBAC_YAML).await;
-    let image = push_image(&lab);
+    // the lab's install of the chart: the lab's socket directory as the host's run directory, a
+    // free admin port, the API server's address (no kube-proxy here); the swap keeps all three
     let port = free_addr().port();
+    let (host, api_port) = api_server(&lab);
+    let chart = CHART_DAEMON_YAML
+        .replace("path: /var/run", &format!("path: {}", run_dir(&lab)))
+        .replace("--addr=:10221", &format!("--addr=:{port}"))
+        .replace("port: 10221", &format!("port: {port}"))
+        .replace(
+            "        env:\n",
+            &format!(
+                "        env:\n        - name: KUBERNETES_SERVICE_HOST\n          value: \"{host}\"\n\
+                 \x20       - name: KUBERNETES_SERVICE_PORT\n          value: \"{api_port}\"\n"
+            ),
+        );
+    cluster::apply_yaml(&admin, &chart).await;
+    cluster::apply_yaml(&admin, CHART_RBAC_YAML).await;
+    let sets: Api<DaemonSet> = Api::namespaced(admin.clone(), NAMESPACE);
+    let installed_args = sets
+        .get("kruise-daemon")
+        .await
+        .expect("the chart's DaemonSet")
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec")
+        .containers[0]
+        .args
+        .clone();
+    let image = push_image(&lab);
+    // the documented swap: the overlay rendered (the lab's image, the probe on the lab's port)
+    // and sent as a strategic-merge patch
     let overlay = LabOverlay::new(
         "deploy/overlays/swap-kruise-daemon",
         "kruise-daemon",
         &image,
         &format!(
-            "- {{op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: {dir}}}\n\
-             - {{op: replace, path: /spec/template/spec/containers/0/args/2, value: \"--addr=:{port}\"}}\n\
-             - {{op: replace, path: /spec/template/spec/containers/0/livenessProbe/httpGet/port, value: {port}}}\n\
-             - {{op: replace, path: /spec/template/spec/containers/0/readinessProbe/httpGet/port, value: {port}}}\n{env}",
-            dir = run_dir(&lab),
-            env = in_cluster_env(&lab)
+            "- {{op: replace, path: /spec/template/spec/containers/0/readinessProbe/httpGet/port, value: {port}}}"
         ),
     );
+    let rendered = kubectl(&lab, &["kustomize", &overlay.path().display().to_string()]);
+    let patch = overlay.path().join("swap.yaml");
+    std::fs::write(&patch, rendered).expect("write the rendered patch");
     let selector = "control-plane=daemon";
     let since = Instant::now();
     let installed = Installed {
@@ -395,12 +422,26 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
     };
     kubectl(
         &lab,
-        &["apply", "-k", &overlay.path().display().to_string()],
+        &[
+            "-n",
+            NAMESPACE,
+            "patch",
+            "daemonset",
+            "kruise-daemon",
+            "--type",
+            "strategic",
+            "--patch-file",
+            &patch.display().to_string(),
+        ],
     );
     let (pod, took) = rolled_out(&admin, "kruise-daemon", selector, &image, since).await;
     eprintln!("swap-kruise-daemon over the chart's DaemonSet: pod Ready {took:?} after the apply");
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.service_account_name.as_deref(), Some("kruise-daemon"));
+    assert_eq!(
+        spec.containers[0].args, installed_args,
+        "the install's arguments kept"
+    );
     assert_eq!(spec.containers[0].name, "daemon");
     assert_eq!(
         spec.containers[0].command.as_deref(),
