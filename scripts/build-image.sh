@@ -86,7 +86,7 @@ if [ -z "$binary" ]; then
   # no local paths in the binary (panic locations): the same source builds the same bytes anywhere
   flags="-C target-feature=+crt-static --remap-path-prefix=$ROOT=/kruised --remap-path-prefix=$cargo_home=/cargo"
   t0=$(date +%s)
-  RUSTFLAGS=$flags cargo build --locked --profile dist --target "$target" --bin kruised
+  KRUISED_COMMIT=$revision RUSTFLAGS=$flags cargo build --locked --profile dist --target "$target" --bin kruised
   log "built in $(($(date +%s) - t0))s ($target)"
   binary=$ROOT/target/$target/dist/kruised
 fi

@@ -27,7 +27,7 @@ pub const PREFIX: &str = "kruised";
 const USER_HZ: f64 = 100.0;
 
 /// Label set of `kruised_build_info`: one series per process, so bounded.
-type BuildLabels = [(&'static str, &'static str); 1];
+type BuildLabels = [(&'static str, &'static str); 2];
 
 /// Creates the daemon's root registry: unprefixed, with `kruised_build_info` registered in its
 /// [`kruised`] sub-registry. Register kruised's own metrics through [`kruised`], never on the
@@ -36,11 +36,14 @@ pub fn new_registry() -> Registry {
     let mut root = Registry::default();
     let build_info = Family::<BuildLabels, Gauge>::default();
     build_info
-        .get_or_create(&[("version", crate::build_info::VERSION)])
+        .get_or_create(&[
+            ("version", crate::build_info::VERSION),
+            ("commit", crate::build_info::COMMIT),
+        ])
         .set(1);
     kruised(&mut root).register(
         "build_info",
-        "A metric with a constant '1' value labeled by the version kruised was built from",
+        "A metric with a constant '1' value labeled by the version and commit kruised was built from",
         build_info,
     );
     root
@@ -389,8 +392,9 @@ mod tests {
     fn registry_exports_build_info_with_the_kruised_prefix() {
         let text = exposition(&new_registry());
         let expected = format!(
-            "kruised_build_info{{version=\"{}\"}} 1\n",
-            crate::build_info::VERSION
+            "kruised_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+            crate::build_info::VERSION,
+            crate::build_info::COMMIT
         );
         assert!(text.contains(&expected), "{text}");
         assert!(text.contains("# TYPE kruised_build_info gauge\n"), "{text}");

@@ -262,6 +262,9 @@ t_image=$(now)
   unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
   digest=$(bash scripts/build-image.sh)
   target/dist/kruised version --client-only
+  # the commit the shipped binary reports is the one it was built from (build.rs)
+  target/dist/kruised version --client-only | grep -qx "Commit:  $(git rev-parse HEAD)\(-dirty\)\?" ||
+    { echo "ERROR: the shipped binary does not report the commit it was built from"; exit 1; }
   touch "$RUN/shipped-binary"
   [ "$(bash scripts/build-image.sh 2> /dev/null)" = "$digest" ] ||
     { echo "ERROR: the image's digest changed on a rebuild of the same source"; exit 1; }

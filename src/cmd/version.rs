@@ -38,6 +38,7 @@ pub use crate::build_info::VERSION;
 
 pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
     println!("Version:  {VERSION}");
+    println!("Commit:  {}", crate::build_info::COMMIT);
     if args.client_only {
         return Ok(ExitCode::SUCCESS);
     }

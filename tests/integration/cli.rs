@@ -82,15 +82,22 @@ fn contradictory_runtime_flags_are_refused_by_name() {
 }
 
 #[test]
-fn client_only_version_needs_no_runtime() {
+fn client_only_version_prints_the_version_and_the_commit_and_needs_no_runtime() {
     let out = kruised()
         .args(["version", "--client-only"])
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("Version:  {}", env!("CARGO_PKG_VERSION"))
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0], format!("Version:  {}", env!("CARGO_PKG_VERSION")));
+    // a git checkout's commit (tests/run.sh checks the shipped binary's is HEAD), or `unknown`
+    let commit = lines[1].strip_prefix("Commit:  ").expect("a Commit line");
+    let sha = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        sha == "unknown" || (sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{stdout}"
     );
 }
 
