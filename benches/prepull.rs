@@ -4,7 +4,7 @@
 //! real lab (containerd + registry from `tests/cri-lab.sh`). Images are removed before every
 //! run, so each run fetches their layers again; the two ways alternate their order each round.
 //!
-//! Run (with a lab started as in TESTING.md):
+//! Run (with a lab started by `tests/cri-lab.sh`, as the README's Tests section shows):
 //!
 //! ```sh
 //! KRUISED_LAB=/tmp/kruised-lab cargo bench --bench prepull

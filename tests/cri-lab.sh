@@ -553,7 +553,7 @@ crio_config() { # $1 instance (crio, crio-noevents) $2 enable_pod_events
   } > "$d/registries.conf"
   printf '[storage]\ndriver = "overlay"\ngraphroot = "%s/root"\nrunroot = "%s/runroot"\n' "$d" "$d" > "$d/storage.conf"
   cat > "$d/crio.conf" <<EOF
-# every path under $d; see tests/cri-lab.sh (and ../shared/runtimes/README.md) for why each is set
+# every path under $d, so that nothing of the host's CRI-O (or a second instance) is shared
 [crio]
 root = "$d/root"
 runroot = "$d/runroot"

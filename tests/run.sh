@@ -448,7 +448,7 @@ wait_for_image() { # the image job is not this subshell's child: it writes its l
   grep -q '^image sha256:' "$RUN/image.log" || { cat "$RUN/image.log"; return 1; }
 }
 
-# kruise-manager out of the cluster, as ../shared/kruise/README.md runs it: its webhooks on
+# kruise-manager out of the cluster, as its developers run it: its webhooks on
 # loopback with certificates of its own, every feature gate the node daemon serves. Its objects
 # first (the namespaces, the webhook configurations it rewrites to its address; created, never
 # applied again) and stand-ins for the CRDs of the kinds no test uses (without them it waits

@@ -2,10 +2,11 @@
 //! place, and typed parsers for the values that carry structure.
 //!
 //! Kubelet keys are what the kubelet puts on CRI sandboxes and containers
-//! (`k8s.io/kubelet/pkg/types` and `pkg/kubelet/kuberuntime/labels.go`). Kruise keys are those of
-//! kruise-compat.md §3.1 and §2.3. The parsers take an object's annotation map (kube's
-//! `ResourceExt::annotations()`), return `Ok(None)` when the key is absent and a [`KeyError`] naming
-//! the key when the value is malformed; like Go's `encoding/json` they ignore unknown fields.
+//! (`k8s.io/kubelet/pkg/types` and `pkg/kubelet/kuberuntime/labels.go`). Kruise keys are those
+//! of `docs/kruise-wire.md` (annotations and labels; recreate requests). The parsers take an
+//! object's annotation map (kube's `ResourceExt::annotations()`), return `Ok(None)` when the key
+//! is absent and a [`KeyError`] naming the key when the value is malformed; like Go's
+//! `encoding/json` they ignore unknown fields.
 
 use std::collections::BTreeMap;
 
@@ -58,7 +59,7 @@ pub const KUBELET_CONTAINER_TYPE: &str = "io.kubernetes.container.type";
 /// kubectl's copy of the last applied object; often the largest annotation, never read here.
 pub const LAST_APPLIED_CONFIGURATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-// === kruise keys (kruise-compat.md §3.1, §2.3) ===
+// === kruise keys (docs/kruise-wire.md) ===
 
 /// Pod annotation written by the daemon: JSON [`RuntimeContainerMetaSet`], the runtime container
 /// IDs and hashes the manager uses to decide that an in-place update has finished.
@@ -383,7 +384,7 @@ mod tests {
             .collect()
     }
 
-    /// kruise-compat.md §3.1's example, with the elided container ID written out.
+    /// The annotation as kruise-daemon writes it (`docs/kruise-wire.md`), with a container ID.
     const GO_META: &str = r#"{"containers":[{"name":"main","containerID":"containerd://4f1c2a","restartCount":0,"hashes":{"plainHash":2386938832,"extractedEnvFromMetadataHash":2053173458}}]}"#;
 
     #[test]

@@ -82,7 +82,7 @@ async fn run(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> String {
 
 /// The chart's DaemonSet (tests/fixtures/kruise-chart/daemon.yaml) as a user's values make it:
 /// more feature gates, CRI-O's socket, a credential provider with its config, plugins and AWS
-/// credentials (the chart's `daemon.credentialProvider` values: kruise-compat §1.4), a proxy
+/// credentials (the chart's `daemon.credentialProvider` values: docs/kruise-wire.md), a proxy
 /// (`daemon.extraEnvs`) and more memory.
 fn users_chart_daemonset() -> Value {
     let mut ds = serde_saphyr::from_multiple::<Value>(CHART_DAEMON_YAML)
@@ -484,7 +484,7 @@ fn image_env(binary: &Path, out: &Path) -> Vec<String> {
 }
 
 // Field report: ECR's and other credential plugins read `$HOME/.aws`; kruise's chart mounts the
-// host's AWS credentials at /root/.aws (kruise-compat §1.4, the daemon's optional volumes), and
+// host's AWS credentials at /root/.aws (docs/kruise-wire.md, the daemon's optional volumes), and
 // with no HOME in the image the runtime gives a user without a passwd entry HOME=/ (runc's
 // default), so the plugins looked in /.aws. The swap leaves the chart's env as it is: the
 // image's HOME is what kruised, and the plugins it runs, get there.

@@ -105,7 +105,7 @@ impl LabRuntime {
     }
 }
 
-/// A real runtime + registry started by `tests/cri-lab.sh` (see TESTING.md).
+/// A real runtime + registry started by `tests/cri-lab.sh` (the README's Tests section).
 #[derive(Clone, Debug)]
 pub struct Lab {
     /// The lab's directory (`$LAB`).

@@ -1,5 +1,5 @@
 //! Image pre-pull: the NodeImage named after the node, and the images of pods' next in-place
-//! batches. Wire behaviour follows kruise-daemon's image puller (kruise-compat.md §2.1); where
+//! batches. Wire behaviour follows kruise-daemon's image puller (docs/kruise-wire.md); where
 //! kruised does more or differs, the module that does it says so:
 //!
 //! | module | what |

@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_pull_specs_debug_shows_no_credential() {
-        // as AuthConfig's Debug in src/cri (TESTING.md: "Give AuthConfig a redacting Debug")
+        // as AuthConfig's Debug in src/cri, which redacts its secrets
         let spec = PullSpec {
             image: "r.io/app:v1".into(),
             key: "r.io/app:v1".into(),

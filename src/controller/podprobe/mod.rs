@@ -1,6 +1,6 @@
 //! NodePodProbe: runs the custom probes kruise-manager lists for the node's pods (from
 //! PodProbeMarkers) and reports their results in the NodePodProbe's status, which the manager
-//! turns into pod conditions, labels and annotations (kruise-compat.md §2.4).
+//! turns into pod conditions, labels and annotations (docs/kruise-wire.md).
 //!
 //! - One task per (pod, probe): kubelet semantics (initial delay, period, timeout, success and
 //!   failure thresholds, each at least 1), started, updated in place or stopped as the spec

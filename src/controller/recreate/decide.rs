@@ -2,7 +2,7 @@
 //! containers and the time: which request of a pod runs, the state of each of its containers,
 //! and the next step (wait, kill one container, complete).
 //!
-//! kruise-daemon's rules (`crr_daemon_util.go`, kruise-compat.md §2.3), with these differences:
+//! kruise-daemon's rules (`crr_daemon_util.go`, docs/kruise-wire.md), with these differences:
 //! a container that does not exist on the node fails (kruise leaves it Pending until the
 //! manager's deadline); a request without any `statusContext` uses the node's runtime (kruise
 //! completes it with "failed to find runtime service"); and the kill is recorded in the status

@@ -1,5 +1,5 @@
 //! ContainerRecreateRequest: recreates the named containers of a pod on request, the way
-//! kruise-daemon does (kruise-compat.md §2.3): the node's active requests (labels
+//! kruise-daemon does (docs/kruise-wire.md): the node's active requests (labels
 //! `crr.apps.kruise.io/node-name=<node>` and `active=true`), one pod at a time (the work queue
 //! key is the pod, so requests for one pod run one after the other and the others wait in
 //! phase Pending), phase `Recreating` first, the unready grace, one kill per pass through the

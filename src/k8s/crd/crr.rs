@@ -2,7 +2,7 @@
 //! containers of one pod, executed by the daemon on the pod's node.
 //!
 //! Go source: `apis/apps/v1alpha1/containerrecreaterequest_types.go`; semantics in
-//! kruise-compat.md §2.3. The v1alpha1 annotations that carry the manager's container-status
+//! docs/kruise-wire.md. The v1alpha1 annotations that carry the manager's container-status
 //! snapshot and unready time are parsed in [`crate::k8s::keys`].
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `NodeImage` (cluster-scoped, one per node, named after the node): the images kruise-manager
 //! wants pre-pulled on the node, and the daemon's report of each pull task.
 //!
-//! Go source: `apis/apps/v1alpha1/nodeimage_types.go`; status semantics in kruise-compat.md §2.1.
+//! Go source: `apis/apps/v1alpha1/nodeimage_types.go`; status semantics in docs/kruise-wire.md.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `NodePodProbe` (cluster-scoped, one per node, named after the node): custom container probes
 //! (from PodProbeMarkers) the daemon runs on the node, and their results.
 //!
-//! Go source: `apis/apps/v1alpha1/node_pod_probe_types.go`; semantics in kruise-compat.md §2.4.
+//! Go source: `apis/apps/v1alpha1/node_pod_probe_types.go`; semantics in docs/kruise-wire.md.
 
 use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

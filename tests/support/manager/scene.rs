@@ -34,7 +34,7 @@ pub struct Scene {
 
 impl Timing {
     /// As the cluster lab ran the manager: NodeImages made at once
-    /// (`--nodeimage-creation-delay=0s`, ../shared/kruise/README.md), the rest kruise's defaults.
+    /// (`--nodeimage-creation-delay=0s`, as tests/run.sh starts it), the rest kruise's defaults.
     pub fn as_in_the_cluster_lab() -> Timing {
         Timing {
             node_image_creation_delay: Duration::ZERO,
