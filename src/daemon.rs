@@ -96,6 +96,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             versions: versions.clone(),
         },
         &client::RestClientMetrics::register(&mut registry),
+        config.api_request_timeout,
     )
     .await?;
     tracing::info!(api = %client.default_namespace(), "Kubernetes client ready");

@@ -40,6 +40,11 @@ pub struct RunArgs {
     /// Client-side burst of API requests (0: the default, 30).
     #[arg(long, default_value_t = 0)]
     pub rest_config_burst: u32,
+    /// Time limit of each API request but watches, answer included (kubectl's
+    /// --request-timeout): a call past it fails and is retried, on a new connection where the
+    /// old one went silent.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub api_request_timeout: Duration,
     /// Most image pulls at once; 0 or less: no limit (kruise-daemon's default is -1).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub max_workers_for_pull_image: i32,
@@ -257,6 +262,12 @@ impl RunArgs {
         } else {
             self.rest_config_burst
         };
+        if self.api_request_timeout < Duration::from_secs(1) {
+            return Err(invalid(
+                "--api-request-timeout",
+                "must be at least 1s".into(),
+            ));
+        }
         // as kruise: only a positive number limits, 0 and negative mean no limit
         let max_pull_workers = usize::try_from(self.max_workers_for_pull_image)
             .ok()
@@ -286,6 +297,7 @@ impl RunArgs {
             kubeconfig: self.kubeconfig.clone(),
             qps,
             burst,
+            api_request_timeout: self.api_request_timeout,
             max_pull_workers,
             gates,
             config_namespace: self.config_namespace.clone(),
@@ -340,5 +352,25 @@ mod tests {
             r.runtime.crictl_config = Some(empty.path().to_path_buf());
             assert_eq!(r.resolve().unwrap().max_pull_workers, limit, "{n}");
         }
+    }
+
+    #[test]
+    fn api_calls_are_limited_to_30s_unless_told_and_never_below_a_second() {
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        let mut r = run_args();
+        r.runtime.crictl_config = Some(empty.path().to_path_buf());
+        // k8s::client::CALL_TIMEOUT, which this layer may not name
+        assert_eq!(
+            r.resolve().unwrap().api_request_timeout,
+            Duration::from_secs(30)
+        );
+        r.api_request_timeout = Duration::from_secs(5);
+        assert_eq!(
+            r.resolve().unwrap().api_request_timeout,
+            Duration::from_secs(5)
+        );
+        r.api_request_timeout = Duration::from_millis(500);
+        let err = r.resolve().unwrap_err().to_string();
+        assert!(err.contains("--api-request-timeout"), "{err}");
     }
 }

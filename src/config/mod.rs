@@ -90,6 +90,8 @@ pub struct DaemonConfig {
     pub qps: f64,
     /// Client-side burst.
     pub burst: u32,
+    /// Time limit of each API call but watches.
+    pub api_request_timeout: Duration,
     /// Most pulls at once; `None`: unlimited.
     pub max_pull_workers: Option<usize>,
     /// Feature gates in effect.

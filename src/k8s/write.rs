@@ -27,14 +27,21 @@ use super::events::{Correlator, Write};
 const MAX_CONFLICT_ATTEMPTS: u32 = 5;
 
 /// Whether an API error may go away by itself: conflicts (retry on fresh data), throttling,
-/// server errors, timeouts and connection failures. Everything else (forbidden, not found,
-/// invalid) needs someone to change something first.
+/// server errors, timeouts (a call past its limit, [`is_timeout`]: the connection it went out
+/// on may be dead, and the retry goes out on a live one) and connection failures. Everything
+/// else (forbidden, not found, invalid) needs someone to change something first.
 pub fn is_retryable(err: &kube::Error) -> bool {
     match err {
         kube::Error::Api(status) => matches!(status.code, 409 | 429 | 500..=599),
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        _ => false,
+        other => is_timeout(other),
     }
+}
+
+/// Whether the call ran past its time limit (`k8s::client::limit`): the API server did not
+/// answer in time, or the connection it went out on went silent.
+pub fn is_timeout(err: &kube::Error) -> bool {
+    super::client::limit::is_call_timeout(err)
 }
 
 /// Whether the error is a `409 Conflict`.
@@ -143,6 +150,27 @@ pub struct EventSink {
 
 /// Events waiting to be published before new ones are dropped.
 const EVENT_QUEUE: usize = 256;
+/// How often an event is tried before it is given up (client-go's `maxTriesPerEvent`).
+const EVENT_TRIES: u32 = 12;
+/// The pause between two tries of an event (client-go's `sleepDuration`); the first is a random
+/// part of it, so that a node's daemons do not all come back at once when the API server does.
+const EVENT_RETRY_PAUSE: Duration = Duration::from_secs(10);
+
+/// Whether an event whose write failed with `err` is tried again: as client-go's recorder,
+/// only when the API server did not answer (a connection failure, a call past its limit); an
+/// answer, even an error, is final.
+fn event_write_is_retried(err: &kube::Error) -> bool {
+    !matches!(err, kube::Error::Api(_)) && is_retryable(err)
+}
+
+/// The pause before try `tries + 1` of an event; `random` in `[0, 1)`.
+fn event_retry_pause(tries: u32, random: f64) -> Duration {
+    if tries == 1 {
+        EVENT_RETRY_PAUSE.mul_f64(random)
+    } else {
+        EVENT_RETRY_PAUSE
+    }
+}
 
 impl EventSink {
     /// Starts the publishing task for `component` (kruise's names:
@@ -169,8 +197,22 @@ impl EventSink {
                     tracing::debug!(reason = %spec.reason, "event dropped by the spam filter");
                     continue;
                 };
-                if let Err(e) = write_event(&client, write).await {
-                    tracing::warn!(error = %e, reason = %spec.reason, "could not record event");
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let Err(e) = write_event(&client, write.clone()).await else {
+                        break;
+                    };
+                    if !event_write_is_retried(&e) || tries >= EVENT_TRIES {
+                        tracing::warn!(error = %e, reason = %spec.reason, tries, "could not record event");
+                        break;
+                    }
+                    let pause = event_retry_pause(tries, rand::random::<f64>());
+                    tracing::debug!(error = %e, reason = %spec.reason, tries, retry_in = ?pause, "event not recorded; trying again");
+                    tokio::select! {
+                        () = cancel.cancelled() => break,
+                        () = tokio::time::sleep(pause) => {}
+                    }
                 }
             }
         });
@@ -256,5 +298,55 @@ mod tests {
         }
         assert!(is_conflict(&api_error(409)) && !is_conflict(&api_error(500)));
         assert!(is_not_found(&api_error(404)));
+    }
+
+    fn timed_out() -> crate::k8s::client::CallTimedOut {
+        crate::k8s::client::CallTimedOut {
+            method: http::Method::PATCH,
+            path: "/api/v1/namespaces/ns/pods/p/status".into(),
+            limit: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn a_call_past_its_limit_is_a_retryable_timeout_however_kube_wraps_it() {
+        // as the request's future fails (kube's `Client::send`) and as its body does
+        let sent = kube::Error::Service(Box::new(timed_out()));
+        let body = kube::Error::ReadEvents(std::io::Error::other(kube::Error::Service(Box::new(
+            timed_out(),
+        ))));
+        for e in [sent, body] {
+            assert!(is_timeout(&e), "{e}");
+            assert!(is_retryable(&e), "{e}");
+        }
+        assert!(
+            !is_timeout(&api_error(504)),
+            "a server's own timeout is an answer"
+        );
+        assert!(!is_timeout(&kube::Error::Service(
+            "connection refused".into()
+        )));
+    }
+
+    #[test]
+    fn an_event_is_tried_again_only_when_the_server_did_not_answer() {
+        assert!(event_write_is_retried(&kube::Error::Service(Box::new(
+            timed_out()
+        ))));
+        assert!(event_write_is_retried(&kube::Error::Service(
+            "connection refused".into()
+        )));
+        for code in [409, 422, 429, 500] {
+            assert!(!event_write_is_retried(&api_error(code)), "{code}");
+        }
+    }
+
+    #[test]
+    fn events_are_retried_ten_seconds_apart_after_a_random_first_pause() {
+        assert_eq!(event_retry_pause(1, 0.25), Duration::from_millis(2500));
+        assert_eq!(event_retry_pause(1, 0.0), Duration::ZERO);
+        for tries in 2..EVENT_TRIES {
+            assert_eq!(event_retry_pause(tries, 0.25), EVENT_RETRY_PAUSE);
+        }
     }
 }

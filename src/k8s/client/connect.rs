@@ -1,8 +1,10 @@
 //! The API client's transport, built from public pieces instead of kube's default builder:
 //! kruised's own TCP connector (keepalive probes that find a dead peer in about a minute,
 //! `TCP_USER_TIMEOUT`, a connect timeout), the proxy hop as client-go takes it (`CONNECT` or
-//! absolute-form through an HTTP(S) proxy, SOCKS5), TLS from the kubeconfig as kube builds it,
-//! and hyper's pooled client over them.
+//! absolute-form through an HTTP(S) proxy, SOCKS5), TLS from the kubeconfig as kube builds it
+//! with ALPN `h2` then `http/1.1`, and hyper's pooled client over them: HTTP/2 with pings where
+//! an https server agrees to it (one connection for every request, a silent one found within
+//! [`H2_DEAD_AFTER`]), HTTP/1.1 elsewhere.
 
 use std::io;
 use std::pin::Pin;
@@ -16,7 +18,7 @@ use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use tower::util::BoxCloneService;
 use tower::{BoxError, Service, ServiceExt};
@@ -35,6 +37,35 @@ pub const KEEPALIVE_PROBES: u32 = 3;
 /// a request was being written is found as soon as one that vanished while idle.
 pub const USER_TIMEOUT: Duration =
     Duration::from_secs(KEEPALIVE_IDLE.as_secs() + KEEPALIVE_INTERVAL.as_secs() * 3);
+
+/// How long an HTTP/2 connection may go without receiving a frame before kruised pings the
+/// server (client-go's `ReadIdleTimeout` is 30 s). Pings are sent only when nothing was read
+/// for this long, idle connections included: one 17-byte PING and its ACK per 15 s on a quiet
+/// connection.
+pub const H2_PING_INTERVAL: Duration = Duration::from_secs(15);
+/// How long a ping may go unanswered before the connection is closed and every request on it
+/// fails (client-go's `PingTimeout` is 15 s). A live kube-apiserver answers a PING from its
+/// read loop, before any handler runs: 10 s allows for a loaded server, a GC pause and a slow
+/// link, and is still far below the minute keepalive needs.
+pub const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest an HTTP/2 connection that receives nothing stays in use: a ping is sent
+/// [`H2_PING_INTERVAL`] after the last frame read and its answer awaited [`H2_PING_TIMEOUT`].
+/// Where the peer still acknowledges TCP (a relay or load balancer that forgot the server),
+/// keepalive and `TCP_USER_TIMEOUT` never fire, and this is what finds the connection dead
+/// (client-go: about 45 s, kubernetes #48638).
+pub const H2_DEAD_AFTER: Duration =
+    Duration::from_secs(H2_PING_INTERVAL.as_secs() + H2_PING_TIMEOUT.as_secs());
+/// The longest `timeoutSeconds` a watch of kruised asks for (`k8s::watch`): the server ends a
+/// healthy watch by then.
+pub const LONGEST_WATCH: Duration = Duration::from_secs(15 * 60);
+/// The read limit of an HTTP/1.1 connection (an `http://` server, or an https one that does
+/// not speak HTTP/2): a connection that delivers no byte for this long is closed. It bounds
+/// what pings bound on HTTP/2, so it must outlast the quietest healthy watch, which may
+/// receive nothing until the server ends it after [`LONGEST_WATCH`]; a minute more covers the
+/// server's own lateness. HTTP/2 connections have no read limit: their pings say whether the
+/// server is there. (kube 5 sets no read limit at all; its watcher gives up on a watch that
+/// delivered nothing for its `timeoutSeconds` + 5 s.)
+pub const HTTP1_READ_TIMEOUT: Duration = Duration::from_secs(LONGEST_WATCH.as_secs() + 60);
 
 /// The hyper client under the tower stack, whichever route it takes.
 pub type Transport = BoxCloneService<Request<Body>, Response<Incoming>, BoxError>;
@@ -151,7 +182,10 @@ pub fn transport(
     }
 }
 
-/// hyper's pooled HTTP/1 client over `connector`, with kube's connect, read and write timeouts.
+/// hyper's pooled client over `connector`: HTTP/2 where TLS negotiated it (one connection
+/// shared by every request, pinged after [`H2_PING_INTERVAL`] without a frame, closed after
+/// [`H2_PING_TIMEOUT`] without an answer, idle or not), else HTTP/1.1 with a read limit of
+/// [`HTTP1_READ_TIMEOUT`]; kube's connect and write timeouts on both.
 fn hyper_client<C>(connector: C, config: &kube::Config) -> Transport
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
@@ -161,22 +195,42 @@ where
 {
     let mut connector = TimeoutConnector::new(connector);
     connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
+    connector.set_read_timeout(Some(HTTP1_READ_TIMEOUT));
     connector.set_write_timeout(config.write_timeout);
-    connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let client =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build::<_, Body>(connector);
+    // the read limit counts from the request, not from when a pooled connection went idle
+    connector.set_reset_reader_on_write(true);
+    // an HTTP/2 connection is known once TLS is done: its pings are its liveness, and a read
+    // limit would close a connection whose watches are all quiet
+    let connector = connector.map_response(|mut io| {
+        let limit = read_limit(&io.connected());
+        io.as_mut().set_read_timeout_pinned(limit);
+        io
+    });
+    let mut builder = hyper_util::client::legacy::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(H2_PING_INTERVAL)
+        .http2_keep_alive_timeout(H2_PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true);
+    let client = builder.build::<_, Body>(connector);
     BoxCloneService::new(client.map_err(BoxError::from))
 }
 
+/// The read limit of a connection: none over HTTP/2, whose pings say whether the server is
+/// there; [`HTTP1_READ_TIMEOUT`] over HTTP/1.1.
+fn read_limit(connected: &Connected) -> Option<Duration> {
+    (!connected.is_negotiated_h2()).then_some(HTTP1_READ_TIMEOUT)
+}
+
 /// TLS to the API server: kube's rustls settings (the kubeconfig's CA, client certificate and
-/// key, exec credentials, `tls-server-name`, `insecure-skip-tls-verify`), over `inner`.
+/// key, exec credentials, `tls-server-name`, `insecure-skip-tls-verify`), over `inner`, offering
+/// `h2` then `http/1.1` (kube-apiserver serves both, and picks `h2`).
 fn cluster_tls<H>(
     config: &kube::Config,
     inner: H,
 ) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
     let peer = format!("the API server {}", config.cluster_url);
-    tls_over(config.clone(), inner, peer)
+    tls_over(config.clone(), inner, peer, Alpn::H2AndHttp1)
 }
 
 /// TLS to an https proxy: the same settings, but the proxy's own name (Go's transport dials an
@@ -189,13 +243,24 @@ fn proxy_tls<H>(
     let mut config = config.clone();
     config.tls_server_name = None;
     let peer = format!("the proxy {} ({})", redacted(&proxy.url), proxy.origin);
-    tls_over(config, inner, peer)
+    // the hop to the proxy carries a CONNECT or absolute-form requests: HTTP/1.1 only
+    tls_over(config, inner, peer, Alpn::Http1)
+}
+
+/// The protocols offered in the TLS handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Alpn {
+    /// None: HTTP/1.1, as kube's own connector does.
+    Http1,
+    /// `h2`, then `http/1.1` for a server without HTTP/2.
+    H2AndHttp1,
 }
 
 fn tls_over<H>(
     mut config: kube::Config,
     inner: H,
     peer: String,
+    alpn: Alpn,
 ) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
     if config.accept_invalid_certs && config.root_cert.is_none() {
         // nothing is verified: an empty store instead of the system's, which kube would load
@@ -203,19 +268,42 @@ fn tls_over<H>(
         config.root_cert = Some(Vec::new());
     }
     let system_roots = config.root_cert.is_none();
-    config
-        .rustls_https_connector_with_connector(inner)
-        .map_err(|e| match e {
-            kube::Error::RustlsTls(kube::client::RustlsTlsError::AddRootCertificate(_))
-                if system_roots =>
-            {
-                TransportError::NoSystemRoots {
-                    peer,
-                    reason: innermost(&e),
-                }
+    let built = match alpn {
+        Alpn::Http1 => config.rustls_https_connector_with_connector(inner),
+        Alpn::H2AndHttp1 => h2_https_connector(&config, inner),
+    };
+    built.map_err(|e| match e {
+        kube::Error::RustlsTls(kube::client::RustlsTlsError::AddRootCertificate(_))
+            if system_roots =>
+        {
+            TransportError::NoSystemRoots {
+                peer,
+                reason: innermost(&e),
             }
-            e => TransportError::Tls(e),
-        })
+        }
+        e => TransportError::Tls(e),
+    })
+}
+
+/// kube's `rustls_https_connector_with_connector`, offering `h2` and `http/1.1`: the same
+/// rustls settings (`rustls_client_config`: identity, exec identity, CA, a CA file re-read as
+/// it rotates, insecure), the same `tls-server-name`, plain http passed through.
+fn h2_https_connector<H>(
+    config: &kube::Config,
+    inner: H,
+) -> Result<hyper_rustls::HttpsConnector<H>, kube::Error> {
+    let tls = config.rustls_client_config()?;
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(kube::client::RustlsTlsError::InvalidServerName)
+            .map_err(kube::Error::RustlsTls)?;
+        builder =
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    Ok(builder.enable_all_versions().wrap_connector(inner))
 }
 
 /// The message of the last error in `e`'s chain of causes.
@@ -382,6 +470,24 @@ impl<T: Write + Unpin> Write for Proxied<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http2_pings_find_a_silent_connection_in_25s_well_before_keepalive_would() {
+        assert_eq!(H2_DEAD_AFTER, Duration::from_secs(25));
+        assert!(
+            H2_DEAD_AFTER < USER_TIMEOUT,
+            "and keepalive never would behind a relay"
+        );
+        // client-go's ReadIdleTimeout + PingTimeout
+        assert!(H2_DEAD_AFTER < Duration::from_secs(30 + 15));
+    }
+
+    #[test]
+    fn only_http1_connections_have_a_read_limit_and_it_outlasts_the_quietest_watch() {
+        assert_eq!(read_limit(&Connected::new().negotiated_h2()), None);
+        assert_eq!(read_limit(&Connected::new()), Some(HTTP1_READ_TIMEOUT));
+        assert!(HTTP1_READ_TIMEOUT >= LONGEST_WATCH + Duration::from_secs(60));
+    }
 
     #[test]
     fn keepalive_finds_a_dead_peer_within_about_a_minute() {

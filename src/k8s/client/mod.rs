@@ -1,11 +1,13 @@
 //! The Kubernetes API client: kubeconfig or in-cluster config, User-Agent `kruised/<version>`,
 //! a client-side token bucket (kruise-daemon's QPS/burst) in front of every request, the
 //! version negotiation of kruise's resources ([`ServedVersions`]), proxies as client-go takes
-//! them ([`proxy`]), kruised's own connector ([`connect`]) and client-go's request metrics
+//! them ([`proxy`]), kruised's own connector ([`connect`]: HTTP/2 with pings to https
+//! servers), a time limit on every call but watches ([`limit`]) and client-go's request metrics
 //! ([`metrics`]).
 
 pub mod bucket;
 pub mod connect;
+pub mod limit;
 pub mod metrics;
 pub mod proxy;
 
@@ -20,6 +22,7 @@ use tower::ServiceBuilder;
 use tower::retry::RetryLayer;
 
 pub use bucket::{TokenBucket, TokenBucketLayer};
+pub use limit::{CALL_TIMEOUT, CallLimitLayer, CallTimedOut};
 pub use metrics::RestClientMetrics;
 
 use crate::k8s::keys::KRUISE_GROUP;
@@ -161,22 +164,25 @@ impl From<connect::TransportError> for ClientError {
     }
 }
 
-/// Builds the client, its requests counted nowhere (see [`build_with_metrics`]). Does no I/O
-/// against the API server: an unreachable server shows up later, in the watches, which retry
-/// with backoff.
+/// Builds the client, its requests counted nowhere, each call but a watch limited to
+/// [`CALL_TIMEOUT`] (see [`build_with_metrics`]). Does no I/O against the API server: an
+/// unreachable server shows up later, in the watches, which retry with backoff.
 pub async fn build(settings: &ClientSettings) -> Result<kube::Client, ClientError> {
-    build_with_metrics(settings, &RestClientMetrics::default()).await
+    build_with_metrics(settings, &RestClientMetrics::default(), CALL_TIMEOUT).await
 }
 
-/// Builds the client, counting its requests into `metrics`.
+/// Builds the client, counting its requests into `metrics`, each call but a watch limited to
+/// `call_limit`.
 ///
-/// The stack, outermost first: User-Agent, the served-version rewrite, the token bucket, then
-/// kube's public layers as its own builder composes them (base URI, retry of 429/503/504,
-/// authentication with exec and token refresh, extra headers), the request metrics, and the
-/// transport of [`connect::transport`] (proxy, TLS, kruised's TCP connector).
+/// The stack, outermost first: User-Agent, the served-version rewrite, the token bucket, the
+/// call limit ([`limit`]), then kube's public layers as its own builder composes them (base
+/// URI, retry of 429/503/504, authentication with exec and token refresh, extra headers), the
+/// request metrics, and the transport of [`connect::transport`] (proxy, TLS with HTTP/2,
+/// kruised's TCP connector).
 pub async fn build_with_metrics(
     settings: &ClientSettings,
     metrics: &RestClientMetrics,
+    call_limit: std::time::Duration,
 ) -> Result<kube::Client, ClientError> {
     let (config, kubeconfig_proxy) = load_config(settings).await?;
     let proxy = proxy::choose(
@@ -210,6 +216,7 @@ pub async fn build_with_metrics(
     let versions = settings.versions.clone();
     Ok(
         ClientBuilder::new(service, config.default_namespace.clone())
+            .with_layer(&CallLimitLayer::new(call_limit))
             .with_layer(&TokenBucketLayer::new(settings.qps, settings.burst))
             .with_layer(&tower::util::MapRequestLayer::new(
                 move |mut req: Request<kube::client::Body>| {
