@@ -2,8 +2,37 @@
 //! (field selector `spec.nodeName`), the NodeImage and NodePodProbe named after the node, and
 //! the node's active ContainerRecreateRequests.
 //!
-//! A watch relists on `410 Gone`, backs off on errors, prunes what the daemon never reads, marks
-//! its readiness condition once the first list is in, and tells subscribers what changed.
+//! Each watch is a loop of kruised's own over `list` and `watch` requests (not kube's
+//! `watcher()`, which swallows bookmarks and says nothing when a watch request after an error
+//! was accepted, so a live watch could not be told from a dead one):
+//!
+//! - The first list reads the API server's watch cache (`resourceVersion=0`), as client-go's
+//!   informers do: a fleet's daemons starting at once never read etcd, and before Kubernetes
+//!   1.31 a consistent list of pods by `spec.nodeName` reads every pod of the cluster from etcd,
+//!   for each node. A relist (after `410 Gone`) reads the current state instead: an API server
+//!   whose cache lags must not take the store back in time.
+//! - Each watch request asks for bookmarks and for a `timeoutSeconds` drawn at random between 10
+//!   and 15 minutes ([`Renewal`]). The server ends the watch then, and the loop watches again
+//!   from the last resourceVersion it saw, an event's or a bookmark's, without a list. At rest
+//!   that is a node's only API traffic: its four watches renewed every 12.5 minutes on
+//!   average, 0.32 requests a minute (0.40 at most, were every draw 10 minutes), where
+//!   kruise-daemon's client-go renews its four every 5 to 10 minutes (0.53 a minute over a
+//!   long run). Drawn per request, so a fleet's renewals spread out.
+//! - A watch still open and silent [`Renewal::margin`] past its `timeoutSeconds` is a dead
+//!   connection (the server would have ended it): it is dropped and watched again from its
+//!   resourceVersion. The client's TCP keepalive notices a dropped connection sooner; this
+//!   notices one that stays up and carries nothing.
+//! - `410 Gone` relists (the store keeps the last state until the new list replaces it whole;
+//!   objects deleted meanwhile vanish then). Any other failure (a request refused or failed, a
+//!   stream broken, an `ERROR` event, a silent watch, a `410` on the first watch after a list)
+//!   is retried after a jittered backoff: 0.8 s doubling to 30 s, as client-go's reflector,
+//!   from the start again once 2 minutes passed without a failure.
+//! - Readiness tells the truth: not ready until the first list is in and its watch accepted;
+//!   after that, from a failure until a watch request is accepted again, not ready with the
+//!   watch's condition saying since when and why (`not live since 2026-12-03T10:00:00Z: …`).
+//!   A watch task that ends while the daemon runs fails liveness ([`Liveness::task`]).
+//! - What the daemon never reads is pruned before an object is stored; subscribers are told
+//!   what changed ([`Change`]) and a generation counter moves after every change.
 //!
 //! Objects are read one by one, leniently ([`read_lenient`]): a typed list fails whole on one
 //! object it cannot read, and a recreate request is written by any tenant (kruise's CRD does not
@@ -11,19 +40,23 @@
 //! daemon unready. Go's decoder, kruise-daemon's, reads a missing field as its zero value; so
 //! does this, and an object that still cannot be read is kept by its name alone, with a
 //! warning.
+//!
+//! [`Liveness::task`]: crate::health::Liveness::task
 
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -34,6 +67,47 @@ use crate::health::ReadinessCondition;
 /// correctness). A broadcast channel allocates all its slots up front: 4096 slots cost 512 KiB
 /// per watch, 2 MiB of the daemon's 4.8 MiB heap on a 110-pod node (massif); 256 cost 32 KiB.
 const CHANGE_BUFFER: usize = 256;
+
+/// First pause after a failure; doubles up to [`BACKOFF_MAX`] (client-go's reflector's).
+const BACKOFF_MIN: Duration = Duration::from_millis(800);
+/// Longest pause between attempts.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A failure this long after the last one starts the backoff from [`BACKOFF_MIN`] again.
+const BACKOFF_RESET: Duration = Duration::from_secs(120);
+
+/// How long each watch request asks the server to keep it open, and how long past that a
+/// silent watch is taken for a dead connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    /// The shortest `timeoutSeconds` drawn.
+    pub min: Duration,
+    /// The longest `timeoutSeconds` drawn.
+    pub max: Duration,
+    /// How long past its `timeoutSeconds` a watch may stay open and silent before it is
+    /// dropped as dead.
+    pub margin: Duration,
+}
+
+impl Renewal {
+    /// 10 to 15 minutes, 30 s of margin. Longer than client-go's 5 to 10: a renewal costs the
+    /// API server a resumed watch (8.5 ms of its CPU, `docs/PERFORMANCE.md`), and a connection
+    /// that died is noticed by the client's TCP keepalive within about a minute, not by the
+    /// watch's end. The mean, 12.5 minutes, makes the node's four watches 0.32 requests a
+    /// minute; the shortest, 0.40, kruise-daemon's measured rate.
+    pub const DEFAULT: Renewal = Renewal {
+        min: Duration::from_secs(600),
+        max: Duration::from_secs(900),
+        margin: Duration::from_secs(30),
+    };
+
+    /// A `timeoutSeconds` for the next watch request: whole seconds, uniform in
+    /// [`Renewal::min`, `Renewal::max`], at least 1.
+    pub fn draw(&self) -> u32 {
+        let secs = |d: Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1);
+        let (lo, hi) = (secs(self.min), secs(self.max));
+        rand::random_range(lo.min(hi)..=hi.max(lo))
+    }
+}
 
 /// Something that changed in a watched store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,9 +169,11 @@ where
     }
 }
 
-/// Starts a watch of `api` with `config`, once `after` is done, in a task that ends with
-/// `cancel`. `prune` drops what the daemon never reads before the object is stored. `ready`
-/// becomes ready after the first list.
+/// Starts a watch of `api` with the selectors of `config` (the rest of it is kruised's own:
+/// bookmarks, [`Renewal::DEFAULT`], unpaged lists), once `after` is done, in a task that ends
+/// with `cancel`. `prune` drops what the daemon never reads before the object is stored.
+/// `ready` becomes ready once the first list is in and its watch accepted, and says whenever
+/// the watch is not live after that.
 #[expect(
     clippy::too_many_arguments,
     reason = "each is a distinct part of the watch; the callers read best with them spelt out"
@@ -116,35 +192,82 @@ pub fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    let (reader, mut writer) = reflector::store();
+    start(
+        name,
+        api,
+        config,
+        prune,
+        ready,
+        cancel,
+        tracker,
+        liveness,
+        after,
+        Renewal::DEFAULT,
+    )
+}
+
+/// [`spawn`] with another [`Renewal`], for tests that cannot wait 10 minutes for a watch to
+/// end (only with the `test-util` feature).
+#[cfg(any(test, feature = "test-util"))]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "spawn's, and the renewal under test"
+)]
+pub fn spawn_with_renewal<K>(
+    name: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    prune: fn(&mut K),
+    ready: ReadinessCondition,
+    cancel: CancellationToken,
+    tracker: &tokio_util::task::TaskTracker,
+    liveness: &crate::health::Liveness,
+    after: impl std::future::Future<Output = ()> + Send + 'static,
+    renewal: Renewal,
+) -> Watched<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    start(
+        name, api, config, prune, ready, cancel, tracker, liveness, after, renewal,
+    )
+}
+
+#[expect(clippy::too_many_arguments, reason = "spawn's, and the renewal")]
+fn start<K>(
+    name: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    prune: fn(&mut K),
+    ready: ReadinessCondition,
+    cancel: CancellationToken,
+    tracker: &tokio_util::task::TaskTracker,
+    liveness: &crate::health::Liveness,
+    after: impl std::future::Future<Output = ()> + Send + 'static,
+    renewal: Renewal,
+) -> Watched<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
     let (changes, _) = broadcast::channel(CHANGE_BUFFER);
     let (gen_tx, generation) = watch::channel(0u64);
-    let tx = changes.clone();
     ready.set_not_ready("waiting for the first list");
-    // The first list reads the API server's watch cache (resourceVersion=0), as client-go's
-    // informers do: a fleet's daemons starting at once never read etcd, and before
-    // Kubernetes 1.31 a consistent list of pods by `spec.nodeName` reads every pod of the
-    // cluster from etcd, for each node. A relist (after 410 Gone) reads the current state
-    // instead: an API server whose cache lags must not take the store back in time.
+    // objects are read raw, then one by one ([`read_lenient`])
     let api: Api<DynamicObject> = Api::all_with(api.into_client(), &ApiResource::erase::<K>(&()));
-    let open = move |config: watcher::Config| {
-        Box::pin(
-            watcher(api.clone(), config)
-                .default_backoff()
-                .filter_map(move |e| {
-                    futures::future::ready(match e {
-                        Ok(e) => typed::<K>(e, prune).map(Ok),
-                        Err(e) => Some(Err(e)),
-                    })
-                }),
-        )
+    let mut w = WatchLoop {
+        api,
+        labels: config.label_selector,
+        fields: config.field_selector,
+        prune,
+        renewal,
+        writer,
+        changes: changes.clone(),
+        generation: gen_tx,
+        health: Health::new(ready),
+        backoff: WatchBackoff::default(),
+        cancel: cancel.clone(),
     };
-    let mut first = config.clone().any_semantic();
-    // a paged list cannot be served from the cache: kube sends no resourceVersion=0 with a
-    // limit (the cache ignores it anyway; a node's objects are few)
-    first.page_size = None;
-    let mut stream = open(first);
-    let mut relists_consistent = false;
     // a watch that ends while the daemon runs leaves its store frozen: liveness says so
     let alive = liveness.task(name, &cancel);
     tracker.spawn(
@@ -155,66 +278,7 @@ where
                 () = cancel.cancelled() => return,
                 () = after => {}
             }
-            let mut synced = false;
-            let mut last_error: Option<String> = None;
-            loop {
-                let event = tokio::select! {
-                    () = cancel.cancelled() => break,
-                    e = stream.next() => e,
-                };
-                if synced && !relists_consistent && matches!(event, Some(Ok(watcher::Event::Init)))
-                {
-                    // the first relist: from here on every list is a consistent read
-                    relists_consistent = true;
-                    stream = open(config.clone());
-                    continue;
-                }
-                if let Some(Ok(e)) = &event {
-                    writer.apply_watcher_event(e);
-                }
-                let change = match event {
-                    None => break,
-                    Some(Ok(watcher::Event::Apply(o))) => {
-                        Some(Change::Applied(ObjectRef::from_obj(&o)))
-                    }
-                    Some(Ok(watcher::Event::InitApply(o))) => Some(Change::Listed(
-                        ObjectRef::from_obj(&o),
-                        o.meta().resource_version.clone(),
-                    )),
-                    Some(Ok(watcher::Event::Delete(o))) => {
-                        Some(Change::Deleted(ObjectRef::from_obj(&o)))
-                    }
-                    Some(Ok(watcher::Event::Init)) => None,
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        if !synced {
-                            tracing::info!("synced");
-                        } else {
-                            tracing::info!("relisted");
-                        }
-                        synced = true;
-                        last_error = None;
-                        ready.set_ready();
-                        Some(Change::Resynced)
-                    }
-                    Some(Err(e)) => {
-                        // log each distinct error once; the watcher backs off by itself
-                        let text = e.to_string();
-                        if last_error.as_deref() != Some(&text) {
-                            tracing::warn!(error = %text, "watch failed; retrying with backoff");
-                            last_error = Some(text.clone());
-                        }
-                        if !synced {
-                            ready.set_not_ready(format!("not listed yet: {text}"));
-                        }
-                        None
-                    }
-                };
-                if let Some(c) = change {
-                    // no subscriber is fine
-                    let _ = tx.send(c);
-                    gen_tx.send_modify(|g| *g += 1);
-                }
-            }
+            w.run().await;
             tracing::debug!("watch stopped");
         }
         .instrument(tracing::info_span!("watch", resource = name)),
@@ -226,24 +290,330 @@ where
     }
 }
 
-/// A watch event of raw objects as one of `K`'s, each object read with [`read_lenient`] and
-/// pruned; `None` for an object that cannot be read at all (it is left out, with a warning).
-fn typed<K>(e: watcher::Event<DynamicObject>, prune: fn(&mut K)) -> Option<watcher::Event<K>>
+/// What the loop does next.
+#[derive(Debug)]
+enum Next {
+    /// A list (the first, or a relist).
+    List,
+    /// A watch from `rv`; `fresh`: `rv` is a list's and no watch from it was accepted yet.
+    Watch { rv: String, fresh: bool },
+    /// The daemon stops.
+    Stop,
+}
+
+/// One watch's loop: its requests, its store, its subscribers, its health.
+struct WatchLoop<K: Resource<DynamicType = ()> + Clone + 'static> {
+    api: Api<DynamicObject>,
+    labels: Option<String>,
+    fields: Option<String>,
+    prune: fn(&mut K),
+    renewal: Renewal,
+    writer: reflector::store::Writer<K>,
+    changes: broadcast::Sender<Change<K>>,
+    generation: watch::Sender<u64>,
+    health: Health,
+    backoff: WatchBackoff,
+    cancel: CancellationToken,
+}
+
+impl<K> WatchLoop<K>
 where
-    K: Resource<DynamicType = ()> + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    let read = |o: DynamicObject| {
+    /// Lists, then watches and renews, until cancelled.
+    async fn run(&mut self) {
+        let mut next = Next::List;
+        let mut listed = false;
+        loop {
+            let (then, failure) = match next {
+                Next::Stop => return,
+                Next::List => {
+                    let step = self.list(listed).await;
+                    listed |= matches!(step.0, Next::Watch { .. });
+                    step
+                }
+                Next::Watch { rv, fresh } => self.watch(rv, fresh).await,
+            };
+            next = then;
+            if let Some(error) = failure {
+                self.health.failed(error);
+                tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    () = tokio::time::sleep(self.backoff.pause()) => {}
+                }
+            }
+        }
+    }
+
+    /// A list, the first from the watch cache, later ones consistent: the store is refilled
+    /// from it whole.
+    async fn list(&mut self, consistent: bool) -> (Next, Option<String>) {
+        // unpaged: a paged list cannot be served from the cache (the cache ignores a limit
+        // with resourceVersion=0 anyway; a node's objects are few)
+        let params = ListParams {
+            label_selector: self.labels.clone(),
+            field_selector: self.fields.clone(),
+            resource_version: (!consistent).then(|| "0".to_string()),
+            version_match: (!consistent).then_some(VersionMatch::NotOlderThan),
+            ..ListParams::default()
+        };
+        let answer = tokio::select! {
+            () = self.cancel.cancelled() => return (Next::Stop, None),
+            a = self.api.list(&params) => a,
+        };
+        let list = match answer {
+            Ok(list) => list,
+            Err(e) => return (Next::List, Some(format!("list: {e}"))),
+        };
+        let Some(rv) = list.metadata.resource_version.filter(|v| !v.is_empty()) else {
+            return (
+                Next::List,
+                Some("list: the answer has no resourceVersion".to_string()),
+            );
+        };
+        self.writer.apply_watcher_event(&watcher::Event::Init);
+        for o in list.items {
+            let Some(k) = self.read(o) else { continue };
+            let at = k.meta().resource_version.clone();
+            let key = ObjectRef::from_obj(&k);
+            self.writer
+                .apply_watcher_event(&watcher::Event::InitApply(k));
+            self.tell(Change::Listed(key, at));
+        }
+        self.writer.apply_watcher_event(&watcher::Event::InitDone);
+        if consistent {
+            tracing::info!("relisted");
+        } else {
+            tracing::info!("synced");
+        }
+        self.health.listed();
+        self.tell(Change::Resynced);
+        (Next::Watch { rv, fresh: true }, None)
+    }
+
+    /// A watch from `rv`, followed until the server ends it (then renewed from the last
+    /// resourceVersion seen), it fails, or it is silent past its bound.
+    async fn watch(&mut self, rv: String, fresh: bool) -> (Next, Option<String>) {
+        let timeout = self.renewal.draw();
+        let params = WatchParams {
+            label_selector: self.labels.clone(),
+            field_selector: self.fields.clone(),
+            timeout: Some(timeout),
+            bookmarks: true,
+            send_initial_events: false,
+        };
+        let answer = tokio::select! {
+            () = self.cancel.cancelled() => return (Next::Stop, None),
+            a = self.api.watch(&params, &rv) => a,
+        };
+        let stream = match answer {
+            Ok(s) => s,
+            Err(kube::Error::Api(status)) if status.code == 410 => {
+                return self.gone(&status.message, fresh);
+            }
+            Err(e) => return (Next::Watch { rv, fresh }, Some(format!("watch: {e}"))),
+        };
+        // accepted: the server answered 200 and streams from here
+        let accepted = Instant::now();
+        self.health.live();
+        let ends = accepted + Duration::from_secs(u64::from(timeout));
+        let mut last_heard = accepted;
+        let mut rv = rv;
+        // still at a list's resourceVersion with nothing heard since: a 410 is a failure
+        let mut fresh = fresh;
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let dead_at = ends.max(last_heard) + self.renewal.margin;
+            let event = tokio::select! {
+                () = self.cancel.cancelled() => return (Next::Stop, None),
+                () = tokio::time::sleep_until(dead_at) => {
+                    let silent = dead_at.saturating_duration_since(last_heard);
+                    return (
+                        Next::Watch { rv, fresh: false },
+                        Some(format!(
+                            "the watch asked for timeoutSeconds={timeout} and is still open, \
+                             silent for {}s: taken for a dead connection",
+                            silent.as_secs()
+                        )),
+                    );
+                }
+                e = stream.next() => e,
+            };
+            last_heard = Instant::now();
+            match event {
+                // the server ended it (its timeout, or a clean close): renewed at once
+                None => return (Next::Watch { rv, fresh: false }, None),
+                Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => {
+                    fresh = false;
+                    rv = o.metadata.resource_version.clone().unwrap_or(rv);
+                    if let Some(k) = self.read(o) {
+                        let key = ObjectRef::from_obj(&k);
+                        self.writer.apply_watcher_event(&watcher::Event::Apply(k));
+                        self.tell(Change::Applied(key));
+                    }
+                }
+                Some(Ok(WatchEvent::Deleted(o))) => {
+                    fresh = false;
+                    rv = o.metadata.resource_version.clone().unwrap_or(rv);
+                    if let Some(k) = self.read(o) {
+                        let key = ObjectRef::from_obj(&k);
+                        self.writer.apply_watcher_event(&watcher::Event::Delete(k));
+                        self.tell(Change::Deleted(key));
+                    }
+                }
+                Some(Ok(WatchEvent::Bookmark(b))) => {
+                    fresh = false;
+                    if !b.metadata.resource_version.is_empty() {
+                        rv = b.metadata.resource_version;
+                    }
+                }
+                Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
+                    return self.gone(&status.message, fresh);
+                }
+                Some(Ok(WatchEvent::Error(status))) => {
+                    return (
+                        Next::Watch { rv, fresh: false },
+                        Some(format!(
+                            "watch: the server sent an error: {} ({})",
+                            status.message, status.code
+                        )),
+                    );
+                }
+                // a `Status` line instead of an event
+                Some(Err(kube::Error::Api(status))) if status.code == 410 => {
+                    return self.gone(&status.message, fresh);
+                }
+                Some(Err(e)) => {
+                    return (
+                        Next::Watch { rv, fresh: false },
+                        Some(format!("watch: {e}")),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `410 Gone`: the history the watch resumes from is compacted away, so a relist, at once.
+    /// On the first watch from a list's resourceVersion it cannot be that: a failure (backoff),
+    /// so a server that answers it to every watch is not asked in a loop.
+    fn gone(&self, message: &str, fresh: bool) -> (Next, Option<String>) {
+        if fresh {
+            return (
+                Next::List,
+                Some(format!(
+                    "watch: 410 Gone from the resourceVersion a list just gave: {message}"
+                )),
+            );
+        }
+        tracing::info!(reason = %message, "410 Gone: relisting");
+        (Next::List, None)
+    }
+
+    /// `o` as a `K` ([`read_lenient`]), pruned; `None` if it cannot be read at all.
+    fn read(&self, o: DynamicObject) -> Option<K> {
         let mut k = read_lenient::<K>(o)?;
-        prune(&mut k);
+        (self.prune)(&mut k);
         Some(k)
-    };
-    Some(match e {
-        watcher::Event::Apply(o) => watcher::Event::Apply(read(o)?),
-        watcher::Event::InitApply(o) => watcher::Event::InitApply(read(o)?),
-        watcher::Event::Delete(o) => watcher::Event::Delete(read(o)?),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    })
+    }
+
+    /// Tells subscribers (none is fine) and moves the generation.
+    fn tell(&self, change: Change<K>) {
+        let _ = self.changes.send(change);
+        self.generation.send_modify(|g| *g += 1);
+    }
+}
+
+/// What the watch's readiness condition says, and what the log says of it.
+struct Health {
+    ready: ReadinessCondition,
+    /// The first list is in.
+    listed: bool,
+    /// Since when the watch is not live (UTC, to the second), once it was.
+    down_since: Option<String>,
+    /// The error last logged, so a failure repeated while retrying is logged once.
+    last_logged: Option<String>,
+}
+
+impl Health {
+    fn new(ready: ReadinessCondition) -> Self {
+        Health {
+            ready,
+            listed: false,
+            down_since: None,
+            last_logged: None,
+        }
+    }
+
+    /// A list is in; ready once its watch is accepted.
+    fn listed(&mut self) {
+        if !self.listed {
+            self.listed = true;
+            self.ready.set_not_ready("listed; starting the watch");
+        }
+    }
+
+    /// A watch request was accepted: live.
+    fn live(&mut self) {
+        if !self.listed {
+            return;
+        }
+        if let Some(since) = self.down_since.take() {
+            tracing::info!(%since, "watch live again");
+        }
+        self.last_logged = None;
+        self.ready.set_ready();
+    }
+
+    /// A failure: not live from now (or since the first failure of a run of them), saying why;
+    /// readiness first, then the log (a test that waits for the log line finds `/readyz`
+    /// already saying so).
+    fn failed(&mut self, error: String) {
+        if self.listed {
+            let since = self.down_since.get_or_insert_with(now_utc);
+            self.ready
+                .set_not_ready(format!("not live since {since}: {error}"));
+        } else {
+            self.ready.set_not_ready(format!("not listed yet: {error}"));
+        }
+        if self.last_logged.as_deref() != Some(&error) {
+            tracing::warn!(%error, "watch failed; retrying with backoff");
+            self.last_logged = Some(error);
+        }
+    }
+}
+
+/// The time now, UTC, to the second (`2026-12-03T10:00:00Z`).
+fn now_utc() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Jittered exponential backoff between failed attempts: [`BACKOFF_MIN`] doubling up to
+/// [`BACKOFF_MAX`], each pause ± 20 %, from the start again after [`BACKOFF_RESET`] without a
+/// failure (client-go's reflector: 800 ms, 30 s, 2 minutes).
+#[derive(Debug, Default)]
+struct WatchBackoff {
+    attempt: u32,
+    last: Option<Instant>,
+}
+
+impl WatchBackoff {
+    fn pause(&mut self) -> Duration {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|at| now.saturating_duration_since(at) > BACKOFF_RESET)
+        {
+            self.attempt = 0;
+        }
+        self.last = Some(now);
+        let d = BACKOFF_MIN
+            .saturating_mul(2u32.saturating_pow(self.attempt.min(31)))
+            .min(BACKOFF_MAX);
+        self.attempt = self.attempt.saturating_add(1);
+        d.mul_f64(rand::random_range(0.8..1.2))
+    }
 }
 
 /// Reads `o` as a `K` the way Go's decoder would: a missing `spec` is an empty one. An object
@@ -317,6 +687,46 @@ mod tests {
 
     fn raw(v: serde_json::Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn each_watch_request_asks_for_a_timeout_drawn_between_10_and_15_minutes() {
+        let draws: Vec<u32> = (0..2000).map(|_| Renewal::DEFAULT.draw()).collect();
+        assert!(draws.iter().all(|t| (600..=900).contains(t)), "{draws:?}");
+        let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+        assert!(distinct.len() > 200, "drawn, not fixed: {distinct:?}");
+        let mean = f64::from(draws.iter().sum::<u32>()) / draws.len() as f64;
+        // 4 watches renewed every `mean` seconds: 0.32 requests a minute (0.40 at most)
+        assert!((730.0..770.0).contains(&mean), "{mean}");
+        // a renewal of a second at least, whatever a test asks
+        let tiny = Renewal {
+            min: Duration::ZERO,
+            max: Duration::ZERO,
+            margin: Duration::ZERO,
+        };
+        assert_eq!(tiny.draw(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_backoff_doubles_from_800_ms_to_30_s_and_starts_again_after_2_quiet_minutes() {
+        let mut b = WatchBackoff::default();
+        let nominal = [800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000];
+        for want in nominal {
+            let got = b.pause();
+            let want = Duration::from_millis(want);
+            assert!(
+                got >= want.mul_f64(0.8) && got <= want.mul_f64(1.2),
+                "{got:?} is not {want:?} ± 20 %"
+            );
+            tokio::time::advance(got).await;
+        }
+        // failures keep coming within 2 minutes of each other (the last pause, at most 36 s,
+        // and 80 s more): still at the cap
+        tokio::time::advance(Duration::from_secs(80)).await;
+        assert!(b.pause() >= Duration::from_secs(24));
+        // 2 quiet minutes: from the start again
+        tokio::time::advance(Duration::from_secs(121)).await;
+        assert!(b.pause() <= Duration::from_millis(960));
     }
 
     #[test]

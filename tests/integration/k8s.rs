@@ -6,7 +6,7 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use apiserver_double::ApiServer;
+use apiserver_double::{ApiServer, Config};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::admin::Readiness;
 use kruised::k8s::crd::NodeImage;
@@ -19,9 +19,13 @@ use tokio_util::task::TaskTracker;
 const LIMIT: Duration = Duration::from_secs(20);
 
 async fn double() -> (apiserver_double::Handle, kube::Client, tempfile::TempDir) {
-    let server = ApiServer::start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    double_with(Config::default()).await
+}
+
+async fn double_with(
+    config: Config,
+) -> (apiserver_double::Handle, kube::Client, tempfile::TempDir) {
+    let server = ApiServer::start_with(config).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
@@ -226,6 +230,190 @@ async fn readiness_flips_to_ready_only_after_the_first_list() {
         "ready means the cache holds the list"
     );
     assert!(server.request_count("list", "pods") >= 3);
+    cancel.cancel();
+}
+
+/// A watch of the node's pods that renews every `timeout` (both bounds) with `margin`.
+fn watch_pods_renewing(
+    client: &kube::Client,
+    readiness: &Readiness,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+    timeout: Duration,
+    margin: Duration,
+) -> kwatch::Watched<Pod> {
+    kwatch::spawn_with_renewal(
+        "pods",
+        Api::<Pod>::all(client.clone()),
+        kwatch::pods_of_node("n1"),
+        kwatch::prune_pod,
+        readiness.condition("pods"),
+        cancel.clone(),
+        tracker,
+        &kruised::health::Liveness::new(),
+        std::future::ready(()),
+        kwatch::Renewal {
+            min: timeout,
+            max: timeout,
+            margin,
+        },
+    )
+}
+
+/// `(resourceVersion, timeoutSeconds)` of each watch of pods, oldest first.
+fn pod_watches(server: &apiserver_double::Handle) -> Vec<(String, String)> {
+    let param = |q: &str, name: &str| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "watch" && r.resource == "pods")
+        .map(|r| {
+            (
+                param(&r.query, "resourceVersion"),
+                param(&r.query, "timeoutSeconds"),
+            )
+        })
+        .collect()
+}
+
+// kube's watcher used bookmarks too; kruised's own loop must not lose that: a renewal resumes
+// from the last bookmark, so it replays nothing the server already passed (checked to fail with
+// the bookmark's resourceVersion ignored)
+#[tokio::test]
+async fn a_renewed_watch_resumes_from_the_last_bookmark_not_from_the_list() {
+    let (server, client, _dir) = double_with(Config {
+        bookmark_interval: Duration::from_millis(100),
+        ..Config::default()
+    })
+    .await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    let (readiness, cancel, tracker) = watch_tasks();
+    // each watch asks for 3 s; the server ends it then, after a bookmark every 100 ms
+    let pods = watch_pods_renewing(
+        &client,
+        &readiness,
+        &cancel,
+        &tracker,
+        Duration::from_secs(3),
+        Duration::from_secs(5),
+    );
+    cache_holds(&pods, &["a"], "initial list").await;
+    let listed = server.resource_version();
+    // another node's pod: the resourceVersion moves, the watch sees no event, a bookmark says so
+    server.create("pods", pod("elsewhere", "n2")).unwrap();
+    let moved = server.resource_version();
+    assert!(moved > listed);
+    server
+        .wait_for_requests(LIMIT, |log| log.count("watch", "pods") >= 2)
+        .await
+        .expect("the watch was renewed");
+    let watches = pod_watches(&server);
+    assert_eq!(watches[0].0, listed.to_string(), "{watches:?}");
+    assert_eq!(
+        watches[1].0,
+        moved.to_string(),
+        "the renewal starts where the bookmark said: {watches:?}"
+    );
+    assert_eq!(server.request_count("list", "pods"), 1, "no relist");
+    cancel.cancel();
+}
+
+// the server ends every watch at its timeoutSeconds: one still open and silent past it is a
+// dead connection (here: a double whose watches outlive their timeout a thousandfold). Without
+// the bound the first watch never ends and no second comes.
+#[tokio::test]
+async fn a_watch_silent_past_its_timeout_is_dropped_unready_and_resumed_from_its_resource_version()
+{
+    let (server, client, _dir) = double_with(Config {
+        watch_timeout_scale: 1000.0,
+        ..Config::default()
+    })
+    .await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    let (readiness, cancel, tracker) = watch_tasks();
+    let pods = watch_pods_renewing(
+        &client,
+        &readiness,
+        &cancel,
+        &tracker,
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    );
+    support::within(LIMIT, "ready", readiness.wait_ready()).await;
+    assert_eq!(pods.state().len(), 1);
+    let listed = server.resource_version();
+    // the next watch of pods is answered only when the test says: meanwhile the old one is
+    // known dead and no new one accepted
+    let held = server.hold_requests("watch", "pods", "");
+    server
+        .wait_for_requests(LIMIT, |log| log.count("watch", "pods") >= 2)
+        .await
+        .expect("the silent watch was dropped and watched again");
+    let report = readiness.report();
+    assert!(!readiness.is_ready(), "{report:?}");
+    assert!(
+        report[0].detail.starts_with("not live since ")
+            && report[0].detail.contains("timeoutSeconds=2")
+            && report[0].detail.contains("dead connection"),
+        "{report:?}"
+    );
+    let watches = pod_watches(&server);
+    assert_eq!(
+        watches[1],
+        (listed.to_string(), "2".to_string()),
+        "resumed from its resourceVersion: {watches:?}"
+    );
+    assert_eq!(server.request_count("list", "pods"), 1, "no relist");
+    held.release();
+    support::within(
+        LIMIT,
+        "ready again once the watch is accepted",
+        readiness.wait_ready(),
+    )
+    .await;
+    cancel.cancel();
+}
+
+// 410 Gone relists at once, as the history was compacted; but from the resourceVersion a list
+// just gave it cannot be that: a failure, backed off, or a server answering 410 to every watch
+// would be asked list after watch in a tight loop (checked to fail with every 410 a relist)
+#[tokio::test]
+async fn a_410_on_the_first_watch_after_a_list_is_a_failure_backed_off_not_a_relist_loop() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    server.fail_next(1_000_000, 410, Some("watch"), Some("pods"));
+    let (readiness, cancel, tracker) = watch_tasks();
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    server
+        .wait_for_requests(LIMIT, |log| log.count("list", "pods") >= 2)
+        .await
+        .expect("listed again after the 410");
+    let report = readiness.report();
+    assert!(
+        report[0]
+            .detail
+            .contains("410 Gone from the resourceVersion a list just gave"),
+        "{report:?}"
+    );
+    server.clear_faults();
+    support::within(
+        LIMIT,
+        "ready once a watch is accepted",
+        readiness.wait_ready(),
+    )
+    .await;
+    assert_eq!(pods.state().len(), 1);
+    // 0.8 s, then 1.6 s apart at least 0.64 s each: a loop would have asked hundreds of times
+    assert!(
+        server.request_count("list", "pods") <= 4,
+        "{:?}",
+        server.request_counts()
+    );
     cancel.cancel();
 }
 

@@ -15,6 +15,7 @@ pub mod proxy;
 pub mod pull;
 pub mod rbac;
 pub mod restarts;
+pub mod tcp_relay;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -50,6 +50,12 @@ impl FakeNode {
         Self::start_with(None).await
     }
 
+    /// Like [`FakeNode::start`], the API-server double with `config` (its address ignored: a
+    /// free port on loopback).
+    pub async fn start_with_api(config: apiserver_double::Config) -> FakeNode {
+        Self::start_on_api(None, config).await
+    }
+
     /// Starts both halves, the runtime answering as `dialect`: its name in `Version` and so the
     /// kubelet's container IDs (`cri-o://…` on CRI-O), its image fields and its events.
     pub async fn start_on(dialect: Dialect) -> FakeNode {
@@ -57,10 +63,17 @@ impl FakeNode {
     }
 
     async fn start_with(dialect: Option<Dialect>) -> FakeNode {
+        Self::start_on_api(dialect, apiserver_double::Config::default()).await
+    }
+
+    async fn start_on_api(dialect: Option<Dialect>, config: apiserver_double::Config) -> FakeNode {
         let dir = tempfile::tempdir().expect("tempdir");
-        let api = ApiServer::start("127.0.0.1:0".parse().expect("addr"))
-            .await
-            .expect("start the API double");
+        let api = ApiServer::start_with(apiserver_double::Config {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            ..config
+        })
+        .await
+        .expect("start the API double");
         api.write_kubeconfig(dir.path().join("kubeconfig"))
             .expect("kubeconfig");
         let socket = dir.path().join("cri.sock");

@@ -1,7 +1,8 @@
 //! `apiserver_double`: an in-memory Kubernetes API server for kruised's tests.
 //!
 //! It speaks the subset of the kube-apiserver HTTP API a node daemon relies on,
-//! over plain HTTP on loopback, so the real `kube` client (`Client`, `Api<K>`,
+//! over plain HTTP on loopback (or, with [`Config::tls`], over TLS with HTTP/2 and HTTP/1.1
+//! as the real server serves them), so the real `kube` client (`Client`, `Api<K>`,
 //! `kube::runtime::watcher`) can talk to it unchanged. Its answers were checked
 //! against a real kube-apiserver v1.36 with OpenKruise's CRDs: `CONFORMANCE.md`
 //! lists every behaviour compared, and the tests in `tests/api` name them.
@@ -40,8 +41,9 @@
 //! * a test control API ([`Control`], also under `/_double/` over HTTP) to
 //!   seed objects, compact, drop watches, inject faults and delays, hold a
 //!   request or a resource's watch events until released ([`Hold`]), count and
-//!   log requests, and wait for conditions without sleeping: what a real
-//!   server cannot do on demand.
+//!   log requests, stop serving and serve again on the same address with the
+//!   store kept ([`Control::stop_serving`], [`Control::start_serving`]), and wait
+//!   for conditions without sleeping: what a real server cannot do on demand.
 //!
 //! Where it knowingly differs from kube-apiserver:
 //!
@@ -96,6 +98,7 @@ mod hold;
 mod http;
 mod kinds;
 mod list;
+mod listen;
 mod ops;
 mod patch;
 mod rbac;
@@ -115,9 +118,12 @@ pub use kinds::{
     Conversion, FieldKey, KindInfo, StatusOnCreate, default_kinds, default_kinds_v1alpha1_only,
     kruise_kinds, kruise_kinds_v1alpha1_only,
 };
+pub use listen::{TEST_CA_PEM, Tls};
 pub use patch::{ListStrategy, PatchType, merge_key, strategic_merge};
 pub use schema::{Cause, Schema, kruise_schema};
 pub use selectors::{FieldSelector, LabelSelector, Selectors};
-pub use server::{ApiServer, Config, Handle, kubeconfig_for, kubeconfig_with_token};
+pub use server::{
+    ApiServer, Config, Handle, kubeconfig_for, kubeconfig_with_ca, kubeconfig_with_token,
+};
 pub use status::{ApiError, reason_for_code};
 pub use store::{EventType, StoreView};

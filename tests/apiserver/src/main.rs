@@ -29,6 +29,10 @@ struct Args {
     /// Interval between watch BOOKMARK events, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     bookmark_interval_ms: u64,
+    /// A watch ends after its `timeoutSeconds` times this (below 1, a short run stands for a
+    /// long one).
+    #[arg(long, default_value_t = 1.0)]
+    watch_timeout_scale: f64,
 }
 
 #[tokio::main]
@@ -37,6 +41,7 @@ async fn main() -> std::io::Result<()> {
     let config = Config {
         addr: args.listen,
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
+        watch_timeout_scale: args.watch_timeout_scale,
         ..Config::default()
     };
     let handle = ApiServer::start_with(config).await?;

@@ -2,7 +2,6 @@
 //! the accept loop and the state shared by every connection.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,18 +9,16 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use crate::auth::{AuthState, DEFAULT_TOKEN, UserInfo};
 use crate::control::{Control, Faults, RequestLog};
 use crate::hold::Holds;
 use crate::kinds::{KindInfo, Kinds, default_kinds};
+use crate::listen::{Serving, Tls};
 use crate::ops::{self, Origin};
 use crate::store::{State, Store};
 use crate::watch::WatchCtx;
@@ -59,6 +56,16 @@ pub struct Config {
     /// discovery roles are created at start. Off by default. Without [`Config::tokens`] every
     /// request is `system:anonymous`.
     pub rbac: bool,
+    /// How long a watch lasts against the `timeoutSeconds` it asked for: it ends after
+    /// `timeoutSeconds × watch_timeout_scale` (1.0, the real server's, by default). Below 1 a
+    /// short real window stands for a long one (a test of renewals at rest: 0.01 makes a
+    /// 10-minute watch end after 6 s); above 1 a watch outlives its timeout, as behind a dead
+    /// connection. Not a positive finite number: 1.0.
+    pub watch_timeout_scale: f64,
+    /// Serve TLS instead of plain HTTP, with HTTP/2 and HTTP/1.1 as kube-apiserver does
+    /// ([`Tls::test_ca`]): [`Handle::url`] is then `https://…` and [`Handle::kubeconfig`]
+    /// carries the CA. `None` (the default): plain HTTP/1.1.
+    pub tls: Option<Tls>,
 }
 
 impl Default for Config {
@@ -77,6 +84,8 @@ impl Default for Config {
             git_version: "v1.36.2".to_string(),
             tokens: None,
             rbac: false,
+            watch_timeout_scale: 1.0,
+            tls: None,
         }
     }
 }
@@ -95,6 +104,8 @@ pub(crate) struct Shared {
     pub open_watches: Arc<AtomicUsize>,
     pub auth: RwLock<AuthState>,
     pub holds: Arc<Mutex<Holds>>,
+    /// The accept loop's commands (stop and start serving) and open connections.
+    pub serving: Serving,
 }
 
 impl Shared {
@@ -104,6 +115,7 @@ impl Shared {
             drop_rx: self.drop_tx.subscribe(),
             shutdown_rx: self.shutdown_rx.clone(),
             bookmark_interval: self.config.bookmark_interval,
+            timeout_scale: self.config.watch_timeout_scale,
             holds: self.holds.clone(),
         }
     }
@@ -124,6 +136,7 @@ impl ApiServer {
 
     /// Serve with explicit settings.
     pub async fn start_with(config: Config) -> io::Result<Handle> {
+        let tls = crate::listen::acceptor(config.tls.as_ref())?;
         let listener = TcpListener::bind(config.addr).await?;
         let addr = listener.local_addr()?;
         let kinds = Arc::new(Kinds::new(config.kinds.clone()));
@@ -153,6 +166,8 @@ impl ApiServer {
             rbac: config.rbac,
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (commands_tx, commands) = mpsc::unbounded_channel();
+        let open_connections = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             store: Arc::new(Store::new(state)),
             kinds,
@@ -166,8 +181,19 @@ impl ApiServer {
             open_watches: Arc::new(AtomicUsize::new(0)),
             auth,
             holds: Arc::new(Mutex::new(Holds::default())),
+            serving: Serving {
+                commands: commands_tx,
+                open: open_connections.clone(),
+            },
         });
-        let task = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
+        let task = tokio::spawn(crate::listen::accept_loop(
+            listener,
+            shared.clone(),
+            tls,
+            shutdown_rx,
+            commands,
+            open_connections,
+        ));
         tracing::info!(%addr, "apiserver double listening");
         Ok(Handle {
             control: Control { shared },
@@ -175,46 +201,6 @@ impl ApiServer {
             task: Some(task),
         })
     }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    break;
-                }
-            }
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    // as Go's net package does on every TCP connection, so kube-apiserver too:
-                    // with Nagle on, a watch event written while the previous one is not yet
-                    // acknowledged waits for the client's delayed ACK (up to 40 ms)
-                    if let Err(e) = stream.set_nodelay(true) {
-                        tracing::debug!(error = %e, "TCP_NODELAY refused");
-                    }
-                    let shared = shared.clone();
-                    conns.spawn(async move {
-                        let svc = service_fn(move |req| {
-                            let shared = shared.clone();
-                            async move { Ok::<_, Infallible>(crate::http::handle(shared, req).await) }
-                        });
-                        if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                    });
-                }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-    conns.shutdown().await;
 }
 
 /// A running server. Dropping it (or [`Handle::shutdown`]) stops the server and
@@ -226,9 +212,13 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://…` with [`Config::tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.control.shared.addr)
+        let scheme = match self.control.shared.config.tls {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://{}", self.control.shared.addr)
     }
 
     /// The bound address.
@@ -242,9 +232,12 @@ impl Handle {
     }
 
     /// A kubeconfig (YAML) whose current context points at this server with a
-    /// dummy bearer token and namespace `default`.
+    /// dummy bearer token and namespace `default` (and, with [`Config::tls`], its CA).
     pub fn kubeconfig(&self) -> String {
-        kubeconfig_for(&self.url())
+        match &self.control.shared.config.tls {
+            Some(tls) => kubeconfig_with_ca(&self.url(), DEFAULT_TOKEN, &tls.ca_pem),
+            None => kubeconfig_for(&self.url()),
+        }
     }
 
     /// Write [`Handle::kubeconfig`] to `path`.
@@ -284,13 +277,31 @@ pub fn kubeconfig_for(url: &str) -> String {
 /// A kubeconfig for a plain-HTTP server at `url` whose user sends `token` (one of
 /// [`Config::tokens`] when authentication is on).
 pub fn kubeconfig_with_token(url: &str, token: &str) -> String {
+    kubeconfig_yaml(url, token, "")
+}
+
+/// A kubeconfig for a TLS server at `url` (the double with [`Config::tls`], or anything that
+/// forwards to it, such as a relay on another port: the test certificate names `127.0.0.1`,
+/// `localhost` and `apiserver.test`), trusting `ca_pem` ([`TEST_CA_PEM`](crate::TEST_CA_PEM)),
+/// whose user sends `token`.
+pub fn kubeconfig_with_ca(url: &str, token: &str, ca_pem: &str) -> String {
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    kubeconfig_yaml(
+        url,
+        token,
+        &format!("\n    certificate-authority-data: {data}"),
+    )
+}
+
+fn kubeconfig_yaml(url: &str, token: &str, cluster_extra: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: apiserver-double
   cluster:
-    server: {url}
+    server: {url}{cluster_extra}
 contexts:
 - name: apiserver-double
   context:

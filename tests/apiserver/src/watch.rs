@@ -15,6 +15,8 @@
 //! every `bookmark_interval` (a minute on the real server) and once two
 //! seconds before `timeoutSeconds` ends the watch, each only if the RV moved
 //! since the last event or bookmark sent. The stream then ends without one.
+//! A watch lasts `timeoutSeconds` × [`Config::watch_timeout_scale`](crate::Config)
+//! (1.0 unless a test shortens or stretches it).
 //! A bookmark is the kind's empty object as the real server serializes it
 //! (a pod's has `spec: {containers: null}, status: {}`).
 
@@ -62,6 +64,8 @@ pub(crate) struct WatchCtx {
     pub drop_rx: watch::Receiver<u64>,
     pub shutdown_rx: watch::Receiver<bool>,
     pub bookmark_interval: Duration,
+    /// [`Config::watch_timeout_scale`](crate::Config::watch_timeout_scale).
+    pub timeout_scale: f64,
     /// Watch events held by the test ([`crate::Hold`]).
     pub holds: Arc<Mutex<Holds>>,
 }
@@ -172,6 +176,14 @@ impl WatchRequest {
     }
 }
 
+/// How long a watch that asked for `timeout` lasts ([`WatchCtx::timeout_scale`]).
+fn scaled(timeout: Duration, scale: f64) -> Duration {
+    if !(scale.is_finite() && scale > 0.0) {
+        return timeout;
+    }
+    Duration::try_from_secs_f64(timeout.as_secs_f64() * scale).unwrap_or(timeout)
+}
+
 /// Produce the watch body into `tx` until timeout, drop, shutdown or client exit.
 pub(crate) async fn run(
     ctx: WatchCtx,
@@ -185,7 +197,7 @@ pub(crate) async fn run(
     let mut shutdown_rx = ctx.shutdown_rx.clone();
     let mut rv_rx = ctx.store.subscribe();
     rv_rx.borrow_and_update();
-    let deadline = Instant::now() + req.timeout;
+    let deadline = Instant::now() + scaled(req.timeout, ctx.timeout_scale);
 
     let (kind, sidx) = ctx.store.read(|st| {
         (

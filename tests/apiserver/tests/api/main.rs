@@ -8,6 +8,7 @@ mod crud;
 mod patch;
 mod rbac;
 mod selectors;
+mod serving;
 mod status;
 mod versions;
 mod watch;

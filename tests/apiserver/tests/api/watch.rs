@@ -173,6 +173,30 @@ async fn the_last_bookmark_comes_two_seconds_before_the_timeout_and_the_stream_e
 }
 
 #[tokio::test]
+async fn a_watch_timeout_scale_ends_a_watch_after_its_timeout_seconds_times_the_scale() {
+    // 0.01: a watch that asked for 300 s ends after 3 s, cleanly, as at its timeout
+    let (s, c) = start_with(Config {
+        watch_timeout_scale: 0.01,
+        ..Config::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let mut w = c
+        .watch(&format!(
+            "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=300",
+            s.resource_version()
+        ))
+        .await;
+    let (events, end) = w.until_end("the scaled timeout").await;
+    let took = started.elapsed();
+    assert_eq!(end, End::Clean, "ended as at timeoutSeconds: {events:?}");
+    assert!(
+        took >= std::time::Duration::from_millis(2900) && took < std::time::Duration::from_secs(6),
+        "300 s x 0.01 is 3 s, took {took:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_watch_from_the_current_state_ends_the_initial_events_with_a_marked_bookmark() {
     let (_s, c) = start().await;
     c.post(PODS, &pod("a", "n1", json!({}))).await;
