@@ -3,6 +3,8 @@
 //! `k8s::write`.
 
 pub mod containermeta;
+#[cfg(feature = "test-util")]
+pub mod failpoint;
 pub mod httpget;
 pub mod imagepull;
 pub mod kill;
@@ -33,6 +35,8 @@ use crate::k8s::write::EventSink;
 /// (kruised's, `kruised_` prefixed), their queues' on `queues` (client-go's work queue families,
 /// which the caller registered on its unprefixed root: [`queue::QueueMetrics::register`]).
 pub fn start(ctx: &Context, registry: &mut Registry, queues: &queue::QueueMetrics) {
+    #[cfg(feature = "test-util")]
+    failpoint::announce();
     let stops = provenance::Book::register(registry);
     containermeta::start(
         ctx,
@@ -78,8 +82,19 @@ pub struct Context {
 
 /// How long one pass over a key may take before liveness fails: every call in a pass has its
 /// own time limit (the runtime's, the API client's) far below it, and kills run on tasks of
-/// their own, so a pass this long is stuck, and a restart is what helps.
+/// their own, so a pass this long is stuck, and a restart is what helps. A test build may
+/// shorten it ([`stuck_pass`], `failpoint`).
 pub const STUCK_PASS: Duration = Duration::from_secs(300);
+
+/// [`STUCK_PASS`], or in a test build what `KRUISED_FAILPOINT_STUCK_PASS_SECS` sets
+/// (`failpoint`).
+pub fn stuck_pass() -> Duration {
+    #[cfg(feature = "test-util")]
+    if let Some(d) = failpoint::stuck_pass() {
+        return d;
+    }
+    STUCK_PASS
+}
 
 /// Every container the runtime holds of the pod `uid` (the kubelet's pod-UID label), every
 /// attempt of each: container meta, recreate requests and `kruised explain` look them up alike.
@@ -120,15 +135,16 @@ impl Context {
         K: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static,
     {
         let queue = queue.clone();
+        let limit = stuck_pass();
         self.liveness.register_check(name, move || {
             queue
                 .longest_active()
-                .filter(|(_, d)| *d > STUCK_PASS)
+                .filter(|(_, d)| *d > limit)
                 .map(|(key, d)| {
                     format!(
                         "{name}: {key:?} in work for {}s (limit {}s)",
                         d.as_secs(),
-                        STUCK_PASS.as_secs()
+                        limit.as_secs()
                     )
                 })
         });

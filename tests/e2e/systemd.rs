@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use crate::support::daemon::{http_get, kruised_bin};
+use crate::support::daemon::{http_get, kruised_bin, kruised_test_build};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, Plane, unique, within};
 use kruised::cri::{ContainerState, RuntimeService};
@@ -153,6 +153,11 @@ fn repo() -> &'static Path {
 /// Installs kruised in the container as a node's operator would (`systemd/install.sh` with the
 /// static binary, a kubeconfig for `plane`), starts it and waits until its unit says it is ready.
 async fn install(lab: &SystemdLab, plane: &Plane) {
+    install_binary(lab, plane, &kruised_bin()).await;
+}
+
+/// [`install`] with the binary `exe`.
+async fn install_binary(lab: &SystemdLab, plane: &Plane, exe: &Path) {
     // the port the unit binds must be free on the host (the container shares its network)
     assert!(
         std::net::TcpListener::bind(ADMIN).is_ok() || lab.property("ActiveState") == "active",
@@ -164,7 +169,7 @@ async fn install(lab: &SystemdLab, plane: &Plane) {
     );
     lab.write(
         "/opt/kruised/kruised",
-        &std::fs::read(kruised_bin()).expect("the kruised binary"),
+        &std::fs::read(exe).unwrap_or_else(|e| panic!("{}: {e}", exe.display())),
     );
     for file in [
         "systemd/install.sh",
@@ -355,4 +360,139 @@ async fn the_watchdog_restarts_a_kruised_that_stopped_answering() {
     .expect("remove the drop-in");
     sd.ok(&["systemctl", "daemon-reload"]);
     sd.ok(&["systemctl", "stop", UNIT]);
+}
+
+/// A loop stuck in a running process, not a stopped one: container meta's pass over one pod
+/// never ends (a failpoint of test builds, `kruised::controller::failpoint`), so `/healthz`
+/// fails naming the queue once the pass is older than the stuck-pass limit (3 s here, by the
+/// failpoint; 300 s as shipped), kruised's own watchdog task stops pinging, and systemd kills
+/// and restarts it. The shipped binary has no failpoints: this test installs the test build
+/// cargo made beside the test binary, never `KRUISED_TEST_BIN` (the shipped one under
+/// `tests/run.sh`), and fails if the binary it installed says no failpoint is armed.
+#[tokio::test]
+async fn the_watchdog_restarts_a_kruised_whose_loop_is_stuck() {
+    let Some(mut sd) = SystemdLab::get() else {
+        return;
+    };
+    let _turn = serial().await;
+    sd.mark();
+    let plane = Plane::start().await;
+    const STUCK: &str = "test.kruised.io/stuck";
+    // the unit's 60 s watchdog shortened, and the failpoints, by a drop-in gone at the end
+    let _drop_in = DropIn::write(
+        &sd,
+        "50-test-stuck-loop.conf",
+        &format!(
+            "[Service]\nWatchdogSec=4s\nEnvironment=KRUISED_FAILPOINT_STUCK_ANNOTATION={STUCK}\n\
+             Environment=KRUISED_FAILPOINT_STUCK_PASS_SECS=3\n"
+        ),
+    );
+    install_binary(&sd, &plane, &kruised_test_build()).await;
+    assert!(
+        sd.journal().contains("test failpoints armed"),
+        "the installed kruised armed no failpoint (not a test build?):\n{}",
+        sd.journal()
+    );
+    let before: u64 = sd.property("NRestarts").parse().expect("NRestarts");
+    let pid = sd.property("MainPID");
+
+    // a kruise-managed pod with a container, new to kruised: container meta takes it, and its
+    // pass never ends (no real container needed: the failpoint comes before the runtime)
+    let name = unique("stuck");
+    plane
+        .api
+        .create(
+            "pods",
+            json!({
+                "metadata": {"name": name, "namespace": "default", "annotations": {STUCK: "yes"},
+                    "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                                         "name": "demo", "uid": "cs-1", "controller": true}]},
+                "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "main",
+                    "containerID": crate::support::kubelet_id(&"0".repeat(64)),
+                    "image": "busybox", "imageID": "sha256:x", "ready": true, "restartCount": 0}]}
+            }),
+        )
+        .expect("create the pod");
+    let admin = ADMIN.parse().expect("addr");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let body = loop {
+        let (code, body) = http_get(admin, "/healthz").await;
+        if code != 200 {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/healthz still ok {LIMIT:?} after the stuck pod was created; journal:\n{}",
+            sd.journal()
+        );
+        // liveness is asked, as the watchdog task asks it
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        body.starts_with("check containermeta failed, err: containermeta: ")
+            && body.contains(&name)
+            && body.contains("(limit 3s)"),
+        "{body}"
+    );
+    // the process still runs (not stopped: its admin server just answered); the pod goes, so
+    // the restarted kruised is not stuck on it again (the restart comes 5 s after the kill:
+    // RestartSec=)
+    plane
+        .api
+        .delete("pods", "default", &name)
+        .expect("delete the pod");
+    let v = sd
+        .wait_unit(
+            "systemd's watchdog killed and restarted the stuck kruised",
+            &["NRestarts", "ActiveState", "MainPID"],
+            LIMIT,
+            |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[2] != pid,
+        )
+        .await;
+    let journal = sd.journal();
+    assert!(
+        journal.contains("Watchdog timeout"),
+        "restarted ({v:?}) but not by the watchdog:\n{journal}"
+    );
+    assert!(
+        journal.contains("a loop stalled; no watchdog ping until it beats"),
+        "kruised said why it stopped pinging:\n{journal}"
+    );
+    sd.wait_unit(
+        "the restarted kruised ready again",
+        &["StatusText"],
+        LIMIT,
+        |v| v[0].starts_with("ready"),
+    )
+    .await;
+    let (code, body) = http_get(admin, "/healthz").await;
+    assert_eq!((code, body.as_str()), (200, "ok"), "{}", sd.journal());
+    sd.ok(&["systemctl", "stop", UNIT]);
+}
+
+/// A drop-in of the unit's, in force from [`DropIn::write`] until dropped (also when the test
+/// fails, so the next test gets the unit as shipped).
+struct DropIn<'a> {
+    lab: &'a SystemdLab,
+    path: PathBuf,
+}
+
+impl<'a> DropIn<'a> {
+    fn write(lab: &'a SystemdLab, name: &str, contents: &str) -> DropIn<'a> {
+        let rel = format!("/etc/systemd/system/{UNIT}.d/{name}");
+        lab.write(&rel, contents.as_bytes());
+        lab.ok(&["systemctl", "daemon-reload"]);
+        DropIn {
+            lab,
+            path: lab.root.join(rel.trim_start_matches('/')),
+        }
+    }
+}
+
+impl Drop for DropIn<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.lab.run(&["systemctl", "daemon-reload"]);
+    }
 }

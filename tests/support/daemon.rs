@@ -44,6 +44,13 @@ pub fn kruised_bin() -> PathBuf {
     if let Some(exe) = std::env::var_os("KRUISED_TEST_BIN") {
         return exe.into();
     }
+    kruised_test_build()
+}
+
+/// The `kruised` cargo built for the tests, beside the running test binary, whatever
+/// `KRUISED_TEST_BIN` says: a test build, with the crate's `test-util` feature, so with its
+/// failpoints (`kruised::controller::failpoint`), which the shipped binary does not have.
+pub fn kruised_test_build() -> PathBuf {
     let test_exe = std::env::current_exe().expect("the test binary's own path");
     let profile_dir = test_exe
         .parent()
@@ -61,6 +68,12 @@ pub fn kruised_bin() -> PathBuf {
 impl Daemon {
     /// Starts `kruised run` for node `node` with extra `args`, from [`kruised_bin`].
     pub fn start(node: &str, args: &[&str]) -> Daemon {
+        Self::start_with_env(node, args, &[])
+    }
+
+    /// [`Daemon::start`] with `envs` set too (a test build's failpoints:
+    /// `kruised::controller::failpoint`).
+    pub fn start_with_env(node: &str, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
         let admin = free_addr();
         let mut cmd = Command::new(kruised_bin());
         cmd.args(["--log-format", "json", "run", "--node-name", node, "--addr"])
@@ -68,7 +81,8 @@ impl Daemon {
             .args(args)
             .env("RUST_LOG", "info,kruised=debug")
             .env_remove("CONTAINER_RUNTIME_ENDPOINT")
-            .env_remove("KUBECONFIG");
+            .env_remove("KUBECONFIG")
+            .envs(envs.iter().copied());
         Self::spawn(cmd, admin)
     }
 

@@ -283,6 +283,14 @@ async fn reconcile(shared: &Shared, key: &Key) -> Result<(), ReconcileError> {
     if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(&pod) {
         return Ok(());
     }
+    // a test build's failpoint: a pass stuck on a call that never returns (until the daemon
+    // stops), for the liveness check and systemd's watchdog (`controller::failpoint`)
+    #[cfg(feature = "test-util")]
+    if crate::controller::failpoint::pass_is_stuck(&pod) {
+        tracing::warn!("failpoint: this pass never ends");
+        shared.cancel.cancelled().await;
+        return Ok(());
+    }
     let Some((runtime, runtime_name)) = runtime_of(shared, &pod)? else {
         return Ok(());
     };
