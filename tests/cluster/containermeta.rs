@@ -67,7 +67,7 @@ use kube::ResourceExt;
 
 /// The annotation is up to date with the kubelet: every container's ID matches the status and
 /// its env hash matches the pod's metadata.
-fn meta_current(p: Option<&Pod>) -> bool {
+pub fn meta_current(p: Option<&Pod>) -> bool {
     let Some(p) = p else { return false };
     let Some(m) = meta(p) else { return false };
     p.spec.as_ref().unwrap().containers.iter().all(|c| {
@@ -86,7 +86,7 @@ fn meta_current(p: Option<&Pod>) -> bool {
 }
 
 /// Waits until container `name` is no longer `old` and the annotation is up to date.
-async fn restarted(scene: &Scene, name: &str, old: &str) -> Pod {
+pub async fn restarted(scene: &Scene, name: &str, old: &str) -> Pod {
     wait_for(
         &scene.pods(),
         "web",
@@ -101,7 +101,7 @@ async fn restarted(scene: &Scene, name: &str, old: &str) -> Pod {
 
 /// The kubelet restarted container `name` `times` times in all, and it now sees `APP_CONFIG`
 /// = `value`.
-async fn assert_restarts(lab: &KubeLab, pod: &Pod, name: &str, times: i32, value: &str) {
+pub async fn assert_restarts(lab: &KubeLab, pod: &Pod, name: &str, times: i32, value: &str) {
     let status = status_of(pod, name);
     assert_eq!(status.restart_count, times, "{name}: restarts");
     assert_eq!(

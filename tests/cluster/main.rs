@@ -19,5 +19,6 @@ mod dropin;
 mod imagepull;
 mod kruise;
 mod ship;
+mod silent_api;
 
 pub use support::cluster::{Scene, meta, runtime_id, status_of};
