@@ -16,6 +16,7 @@ use kruised_test_support as support;
 
 mod containermeta;
 mod dropin;
+mod hostile;
 mod imagepull;
 mod kruise;
 mod ship;
