@@ -17,10 +17,10 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::admin::{self, AdminState};
+use crate::backoff::Backoff;
 use crate::config::DaemonConfig;
-use crate::controller::Backoff;
 use crate::controller::Context;
-use crate::cri::{RuntimeService, Runtimes};
+use crate::cri::{NodeRuntime, RuntimeHandle, RuntimeService, Runtimes};
 use crate::health::{Liveness, Readiness, ReadinessCondition};
 use crate::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe};
 use crate::k8s::{client, keys, watch as kwatch};
@@ -171,7 +171,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     let ctx = Context {
         config: config.clone(),
         client,
-        runtimes,
+        runtimes: RuntimeHandle::new(runtimes),
         pods,
         node_images,
         recreate_requests,
@@ -392,7 +392,7 @@ async fn runtime_loop(
         };
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(crate::controller::jitter(every)) => {}
+            () = tokio::time::sleep(crate::backoff::jitter(every)) => {}
         }
         match primary.version().await {
             Ok(_) if !was_up => {
@@ -423,13 +423,13 @@ async fn kubelets_runtime(
     ready: &ReadinessCondition,
     heartbeat: &crate::health::Heartbeat,
     cancel: &CancellationToken,
-) -> Option<Result<String, String>> {
+) -> Option<NodeRuntime> {
     let mut backoff = Backoff::new(RUNTIME_RETRY_MIN, RUNTIME_RETRY_MAX);
     let mut last_error = String::new();
     loop {
         heartbeat.beat();
         match crate::k8s::node::kubelets_runtime(client, node).await {
-            Ok(answer) => return Some(answer),
+            Ok(answer) => return Some(answer.into()),
             Err(e) => {
                 let text = format!(
                     "several container runtimes answer; asking Node {node} which the kubelet uses: {e}"

@@ -4,6 +4,7 @@
 
 pub mod addr;
 pub mod admin;
+pub mod backoff;
 pub mod build_info;
 pub mod cmd;
 pub mod config;

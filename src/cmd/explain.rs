@@ -19,9 +19,9 @@ use crate::config::RuntimeArgs;
 use crate::controller::containermeta::env::read_env;
 use crate::controller::containermeta::{
     self,
-    decide::{self, Observation, Step, Verdict},
+    decide::{self, Observation, RestartStep, Verdict},
 };
-use crate::controller::containers_of_pod;
+use crate::controller::containers::{containers_of_pod, newest_by_name};
 use crate::controller::provenance::{self, NOT_BY_KRUISED, Restart};
 use crate::cri::{ContainerState, RemoteRuntime, RuntimeService, Runtimes};
 use crate::hash::env::{current_env_hash, expected_env_hash};
@@ -203,7 +203,7 @@ fn exit_text(code: i32, reason: &str) -> String {
 
 /// A reason written by the runtime or the kubelet, fit for one line.
 fn bounded_reason(reason: &str) -> String {
-    crate::controller::bounded_text(reason.as_bytes(), 64)
+    crate::controller::text::bounded_text(reason.as_bytes(), 64)
 }
 
 /// The kubelet's count and last termination of container `name`.
@@ -248,20 +248,20 @@ pub struct PodView {
     pub containers: Vec<ContainerView>,
 }
 
-fn step_text(step: &Step) -> String {
+fn step_text(step: &RestartStep) -> String {
     match step {
-        Step::Stop(reason)
-        | Step::StopAt { reason, .. }
-        | Step::Nothing(Verdict::Restart(reason)) => format!(
+        RestartStep::Stop(reason)
+        | RestartStep::StopAt { reason, .. }
+        | RestartStep::Nothing(Verdict::Restart(reason)) => format!(
             "restart due ({}): env from metadata is stale",
             reason.as_str()
         ),
-        Step::KubeletRecreates { .. } | Step::Nothing(Verdict::KubeletRecreates) => {
+        RestartStep::KubeletRecreates { .. } | RestartStep::Nothing(Verdict::KubeletRecreates) => {
             "stale, but its spec changed too: the kubelet recreates it with the new env".into()
         }
-        Step::Nothing(Verdict::UpToDate) => "up to date".into(),
-        Step::Nothing(Verdict::Blocked(r)) => format!("stale, blocked: {r}"),
-        Step::Nothing(Verdict::Unknown(r)) => format!("unknown: {r}"),
+        RestartStep::Nothing(Verdict::UpToDate) => "up to date".into(),
+        RestartStep::Nothing(Verdict::Blocked(r)) => format!("stale, blocked: {r}"),
+        RestartStep::Nothing(Verdict::Unknown(r)) => format!("unknown: {r}"),
     }
 }
 
@@ -278,7 +278,7 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
         ),
     };
     let containers = containers_of_pod(&runtime, &uid).await.unwrap_or_default();
-    let newest = decide::newest_by_name(&containers);
+    let newest = newest_by_name(&containers);
     let annotated = keys::parse_runtime_containers_meta(pod.annotations())
         .ok()
         .flatten();

@@ -11,9 +11,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::{
-    ConfigError, DEFAULT_BURST, DEFAULT_CONTAINERMETA_WORKERS, DEFAULT_QPS, DaemonConfig,
-    FeatureGates, MAX_CONTAINERMETA_WORKERS, RestartDelay, RuntimeArgs, parse_duration,
-    parse_go_bool, parse_size,
+    ConfigError, CredentialProviders, DEFAULT_BURST, DEFAULT_CONTAINERMETA_WORKERS, DEFAULT_QPS,
+    DaemonConfig, FeatureGates, MAX_CONTAINERMETA_WORKERS, RestartDelay, RuntimeArgs,
+    parse_duration, parse_go_bool, parse_size,
 };
 
 /// Runs the daemon until it is told to stop.
@@ -306,7 +306,10 @@ impl RunArgs {
             drain_timeout: self.drain_timeout,
             env_restart_delay: self.env_restart_delay,
             containermeta_workers,
-            credential_providers: (self.plugin_config_file.clone(), self.plugin_bin_dir.clone()),
+            credential_providers: CredentialProviders {
+                config_file: self.plugin_config_file.clone(),
+                bin_dir: self.plugin_bin_dir.clone(),
+            },
             ignored: {
                 let mut ignored = self.compat.given();
                 ignored.extend(self.compat.positional.iter().map(|a| format!("{a:?}")));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::RuntimeArgs;
-use crate::cri::Runtimes;
+use crate::cri::{NodeRuntime, Runtimes};
 use crate::k8s::client::{self, ClientSettings, ServedVersions};
 
 /// How long `kruised version` waits for its Node's answer.
@@ -70,9 +70,9 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
 
 /// The kubelet's runtime as the Node reports it, asked once (the daemon's question), or why
 /// there is no answer.
-async fn node_runtime(args: &VersionArgs) -> Result<String, String> {
+async fn node_runtime(args: &VersionArgs) -> NodeRuntime {
     let Some(node) = args.node_name.as_deref().filter(|n| !n.is_empty()) else {
-        return Err("no --node-name (NODE_NAME) to ask its Node with".into());
+        return NodeRuntime::Unknown("no --node-name (NODE_NAME) to ask its Node with".into());
     };
     let settings = ClientSettings {
         kubeconfig: args.kubeconfig.clone(),
@@ -80,18 +80,19 @@ async fn node_runtime(args: &VersionArgs) -> Result<String, String> {
         burst: 10,
         versions: ServedVersions::new(),
     };
-    let client = client::build(&settings)
-        .await
-        .map_err(|e| format!("cannot ask Node {node}: {e}"))?;
+    let client = match client::build(&settings).await {
+        Ok(c) => c,
+        Err(e) => return NodeRuntime::Unknown(format!("cannot ask Node {node}: {e}")),
+    };
     match tokio::time::timeout(
         NODE_TIMEOUT,
         crate::k8s::node::kubelets_runtime(&client, node),
     )
     .await
     {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => Err(format!("asking Node {node}: {e}")),
-        Err(_) => Err(format!(
+        Ok(Ok(answer)) => answer.into(),
+        Ok(Err(e)) => NodeRuntime::Unknown(format!("asking Node {node}: {e}")),
+        Err(_) => NodeRuntime::Unknown(format!(
             "Node {node} not read within {NODE_TIMEOUT:?} (the API server does not answer)"
         )),
     }

@@ -108,8 +108,8 @@ pub struct DaemonConfig {
     pub env_restart_delay: RestartDelay,
     /// Pods container meta reconciles at once.
     pub containermeta_workers: usize,
-    /// Credential provider plugin config file (used if it exists) and plugin directory.
-    pub credential_providers: (PathBuf, PathBuf),
+    /// The kubelet's credential provider plugins, where they are.
+    pub credential_providers: CredentialProviders,
     /// kruise-daemon flags given that mean nothing here, and stray arguments (logged once).
     pub ignored: Vec<String>,
     /// Flags unknown to kruised, accepted because it runs as `kruise-daemon` (`--name` each;
@@ -117,6 +117,16 @@ pub struct DaemonConfig {
     pub unknown_flags: Vec<String>,
     /// The runtime.
     pub runtime: RuntimeConfig,
+}
+
+/// Where the kubelet's credential provider plugins are (`--plugin-config-file`,
+/// `--plugin-bin-dir`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CredentialProviders {
+    /// The `CredentialProviderConfig` file; no plugins when it does not exist.
+    pub config_file: PathBuf,
+    /// The directory of the plugins' executables.
+    pub bin_dir: PathBuf,
 }
 
 /// Default client-side request rate (controller-runtime 0.20's default, as kruise-daemon has).

@@ -7,9 +7,9 @@
 //! - `KRUISED_FAILPOINT_STUCK_ANNOTATION=<key>`: container meta's pass over a pod that carries
 //!   the annotation `<key>` never ends (it waits until the daemon stops): a loop stuck on a
 //!   call that never returns, in a process that still runs. Liveness fails once the pass is
-//!   older than [`super::STUCK_PASS`], naming the queue and the pod, and systemd's watchdog
+//!   older than [`super::context::STUCK_PASS`], naming the queue and the pod, and systemd's watchdog
 //!   restarts the daemon (`tests/e2e/systemd.rs`).
-//! - `KRUISED_FAILPOINT_STUCK_PASS_SECS=<n>`: [`super::STUCK_PASS`] is `n` seconds instead of
+//! - `KRUISED_FAILPOINT_STUCK_PASS_SECS=<n>`: [`super::context::STUCK_PASS`] is `n` seconds instead of
 //!   300, so a test sees a stuck pass fail liveness in seconds.
 
 use std::sync::OnceLock;
@@ -49,7 +49,7 @@ pub fn announce() {
     }
 }
 
-/// [`super::STUCK_PASS`] as `KRUISED_FAILPOINT_STUCK_PASS_SECS` sets it, if it does.
+/// [`super::context::STUCK_PASS`] as `KRUISED_FAILPOINT_STUCK_PASS_SECS` sets it, if it does.
 pub fn stuck_pass() -> Option<Duration> {
     armed().stuck_pass
 }

@@ -14,14 +14,18 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerPort, LifecycleHandler, ObjectReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::time::Instant;
 
 use crate::controller::httpget::{self, Action, Get, GetError, join_host_port};
 use crate::controller::target::{PodIps, TargetError};
 use crate::cri::{Container, CriError, RuntimeService};
 use crate::k8s::keys;
-use crate::k8s::write::EventSpec;
+use crate::k8s::write::{EventSink, EventSpec};
+
+/// The reason of the event recorded as a container is stopped (the kubelet's).
+pub const REASON_KILLING: &str = "Killing";
+/// The reason of the warning recorded when a container's preStop hook failed (the kubelet's).
+pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
 /// The `User-Agent` of HTTP hooks (the kubelet's `kube-lifecycle/<version>`).
 pub const HOOK_USER_AGENT: &str = "kube-lifecycle/1.36";
@@ -98,16 +102,11 @@ pub enum HookError {
         /// The socket's error.
         source: std::io::Error,
     },
-    /// The hook's port is no port.
-    #[error("invalid port {0}")]
-    InvalidPort(i32),
-    /// A named port the container does not have.
-    #[error("named port {0:?} not found in the container's ports")]
-    NoSuchPort(String),
     /// The grace period ended first.
     #[error("preStop hook did not finish within {0:?}")]
     TimedOut(Duration),
-    /// The hook names a host that is not the pod's, or the pod has no IP.
+    /// The hook names a host that is not the pod's, the pod has no IP, or the hook's port is
+    /// no port of the container.
     #[error("preStop hook: {0}")]
     Target(#[from] TargetError),
     /// A handler without an action.
@@ -127,11 +126,7 @@ pub struct KillOutcome {
 impl KillOutcome {
     /// The `FailedPreStopHook` warning about `container` when its hook failed (the container
     /// was stopped all the same, as by the kubelet), logged as it is returned.
-    pub fn failed_hook_event(
-        &self,
-        regarding: &ObjectReference,
-        container: &str,
-    ) -> Option<EventSpec> {
+    fn failed_hook_event(&self, regarding: &ObjectReference, container: &str) -> Option<EventSpec> {
         let Some(Err(hook)) = &self.pre_stop else {
             return None;
         };
@@ -139,7 +134,7 @@ impl KillOutcome {
         Some(EventSpec {
             regarding: regarding.clone(),
             warning: true,
-            reason: "FailedPreStopHook".into(),
+            reason: REASON_FAILED_PRE_STOP_HOOK.into(),
             note: format!("preStop hook of {container} failed: {hook}"),
             action: "PreStop".into(),
         })
@@ -174,6 +169,71 @@ pub async fn pod_ips<R: RuntimeService>(
     }
     let sandbox = runtime.pod_sandbox_status(sandbox_id, false).await.ok();
     PodIps::of(sandbox.as_ref(), status_ips)
+}
+
+/// A reference to container `name` of the pod `pod` refers to: what the kubelet's events
+/// about a container name (`spec.containers{name}`).
+pub fn container_ref(pod: &ObjectReference, name: &str) -> ObjectReference {
+    ObjectReference {
+        field_path: Some(format!("spec.containers{{{name}}}")),
+        ..pod.clone()
+    }
+}
+
+/// How a stop is told in its `Killing` event: who asked and why.
+#[derive(Clone, Debug)]
+pub struct Announcement {
+    /// The container, in its pod ([`container_ref`]).
+    pub regarding: ObjectReference,
+    /// The container's name.
+    pub container: String,
+    /// The event's note.
+    pub note: String,
+    /// Whether the event is a warning.
+    pub warning: bool,
+    /// The event's action (`Restart`, `Recreate`).
+    pub action: &'static str,
+}
+
+/// The one way a controller stops a container: the pod's IPs found where its hook needs them
+/// ([`pod_ips`]; `status_ips`, the pod's status IPs), the `Killing` event recorded, the kill
+/// made ([`kill_container`]), and a failed preStop hook reported in a `FailedPreStopHook`
+/// warning (the container stopped all the same).
+pub async fn kill_announced<R: RuntimeService>(
+    runtime: &R,
+    c: &Container,
+    spec: &KillSpec,
+    status_ips: &[String],
+    cancel: &tokio_util::sync::CancellationToken,
+    events: &EventSink,
+    announcement: Announcement,
+) -> Result<KillOutcome, KillError> {
+    let ips = pod_ips(
+        runtime,
+        &c.pod_sandbox_id,
+        spec.pre_stop.is_some(),
+        status_ips,
+    )
+    .await;
+    let Announcement {
+        regarding,
+        container,
+        note,
+        warning,
+        action,
+    } = announcement;
+    events.record(EventSpec {
+        regarding: regarding.clone(),
+        warning,
+        reason: REASON_KILLING.into(),
+        note,
+        action: action.into(),
+    });
+    let outcome = kill_container(runtime, c, spec, &ips, cancel).await?;
+    if let Some(event) = outcome.failed_hook_event(&regarding, &container) {
+        events.record(event);
+    }
+    Ok(outcome)
 }
 
 /// Runs the preStop hook of `spec` (if any), then stops `c`. HTTP and TCP hooks go to `ips`
@@ -228,21 +288,19 @@ async fn run_hook<R: RuntimeService>(
         } else {
             Err(HookError::Exited {
                 code: out.exit_code,
-                stderr: crate::controller::bounded_text(&out.stderr, STDERR_LIMIT),
+                stderr: crate::controller::text::bounded_text(&out.stderr, STDERR_LIMIT),
             })
         };
     }
     if let Some(http) = &h.http_get {
-        let host = ips.host(http.host.as_deref())?;
+        let (host, port) = ips.address(http.host.as_deref(), &http.port, ports)?;
         let action = Action::of(http);
-        let req = action.request(&host, resolve_port(&http.port, ports)?, HOOK_USER_AGENT);
+        let req = action.request(&host, port, HOOK_USER_AGENT);
         return http_hook(&req).await;
     }
     if let Some(tcp) = &h.tcp_socket {
-        let addr = join_host_port(
-            &ips.host(tcp.host.as_deref())?,
-            resolve_port(&tcp.port, ports)?,
-        );
+        let (host, port) = ips.address(tcp.host.as_deref(), &tcp.port, ports)?;
+        let addr = join_host_port(&host, port);
         return tokio::net::TcpStream::connect(&addr)
             .await
             .map(drop)
@@ -280,23 +338,6 @@ async fn http_hook(req: &Get<'_>) -> Result<(), HookError> {
                 .map_err(HookError::Http)
         }
         Err(e) => Err(HookError::Http(e)),
-    }
-}
-
-/// A port number, or a named port looked up in the container's ports.
-fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, HookError> {
-    match port {
-        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| HookError::InvalidPort(*n)),
-        IntOrString::String(name) => {
-            if let Ok(n) = name.parse::<u16>() {
-                return Ok(n);
-            }
-            ports
-                .iter()
-                .find(|p| p.name.as_deref() == Some(name))
-                .and_then(|p| u16::try_from(p.container_port).ok())
-                .ok_or_else(|| HookError::NoSuchPort(name.clone()))
-        }
     }
 }
 
@@ -338,22 +379,6 @@ mod tests {
             (keys::KUBELET_POD_DELETION_GRACE, "5"),
         ]);
         assert_eq!(grace_period(&c), Duration::from_secs(5));
-    }
-
-    #[test]
-    fn named_ports_resolve_from_the_kubelets_ports_annotation() {
-        let c = container(&[(
-            keys::KUBELET_CONTAINER_PORTS,
-            r#"[{"name":"http","containerPort":8080,"protocol":"TCP"}]"#,
-        )]);
-        let ports = KillSpec::from_kubelet_annotations(&c).ports;
-        assert_eq!(
-            resolve_port(&IntOrString::String("http".into()), &ports).ok(),
-            Some(8080)
-        );
-        assert_eq!(resolve_port(&IntOrString::Int(81), &ports).ok(), Some(81));
-        assert!(resolve_port(&IntOrString::String("grpc".into()), &ports).is_err());
-        assert!(resolve_port(&IntOrString::Int(70000), &ports).is_err());
     }
 
     #[tokio::test]

@@ -28,7 +28,7 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::bounded_text;
+use super::text::bounded_text;
 use crate::k8s::keys;
 use crate::sync::lock;
 
@@ -80,7 +80,7 @@ impl Restart {
             container_id,
             reason: reason.to_string(),
             detail: bounded_text(detail.as_bytes(), MAX_DETAIL),
-            time: Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            time: crate::k8s::time::now_rfc3339(),
         }
     }
 

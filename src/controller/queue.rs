@@ -164,7 +164,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Adds `key` after `delay` (for retries and planned passes), unless `cancel` fires first.
     /// A key already waiting for its time keeps the earlier of the two times.
     pub fn add_after(&self, key: K, delay: Duration, cancel: &CancellationToken) {
-        let at = super::later(Instant::now(), delay);
+        let at = crate::k8s::time::later(Instant::now(), delay);
         let mut q = self.lock();
         match q.waiting.get(&key) {
             Some(t) if *t <= at => return,

@@ -8,9 +8,13 @@
 //! such a check. So kruised dials only the pod's IPs: those its sandbox reports to the runtime,
 //! and its `status.podIPs` (the kubelet's: for a host-network pod, whose sandbox reports none,
 //! the node's IP, where the kubelet sends its own probes and hooks too). A handler naming another
-//! host fails, saying why.
+//! host fails, saying why. [`PodIps::address`] is the one resolver of a handler's host and
+//! port, for hooks and probes alike.
 
 use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::ContainerPort;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::cri::PodSandboxStatus;
 
@@ -35,6 +39,45 @@ pub enum TargetError {
         /// The pod's IPs, comma-separated.
         ips: String,
     },
+    /// The handler's port is no port (out of range, or zero).
+    #[error("invalid port number: {0}")]
+    InvalidPort(String),
+    /// A named port the container does not have.
+    #[error("named port {0:?} not found in the container's ports")]
+    NoSuchPort(String),
+}
+
+impl TargetError {
+    /// Whether the handler's port is wrong (rather than its host): the handler cannot run at
+    /// all, whoever the pod is.
+    pub fn is_port(&self) -> bool {
+        matches!(
+            self,
+            TargetError::InvalidPort(_) | TargetError::NoSuchPort(_)
+        )
+    }
+}
+
+/// A handler's port: a number, or a name looked up in `named` (the container's ports; a probe
+/// from kruise-manager has its names resolved already, and passes none).
+pub fn resolve_port(port: &IntOrString, named: &[ContainerPort]) -> Result<u16, TargetError> {
+    let number = |n: i64| {
+        u16::try_from(n)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| TargetError::InvalidPort(n.to_string()))
+    };
+    match port {
+        IntOrString::Int(n) => number(i64::from(*n)),
+        IntOrString::String(name) => match name.parse::<i64>() {
+            Ok(n) => number(n),
+            Err(_) => named
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .ok_or_else(|| TargetError::NoSuchPort(name.clone()))
+                .and_then(|p| number(i64::from(p.container_port))),
+        },
+    }
 }
 
 impl PodIps {
@@ -73,6 +116,20 @@ impl PodIps {
     /// Whether the pod has no IP.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The host and port to dial for a handler that names `host` and `port` (see [`host`] and
+    /// [`resolve_port`]): the host is checked first.
+    ///
+    /// [`host`]: PodIps::host
+    pub fn address(
+        &self,
+        host: Option<&str>,
+        port: &IntOrString,
+        named_ports: &[ContainerPort],
+    ) -> Result<(String, u16), TargetError> {
+        let host = self.host(host)?;
+        Ok((host, resolve_port(port, named_ports)?))
     }
 
     /// The host to dial for a handler that names `named` (none or empty: the pod's primary IP).
@@ -124,6 +181,50 @@ mod tests {
             PodIps::of(None, Vec::<String>::new()).host(None),
             Err(TargetError::NoIp)
         );
+    }
+
+    #[test]
+    fn a_port_is_a_number_in_range_or_a_name_of_the_containers_ports() {
+        let ports: Vec<ContainerPort> =
+            serde_json::from_str(r#"[{"name":"http","containerPort":8080,"protocol":"TCP"}]"#)
+                .expect("ports");
+        let port = |p: IntOrString| resolve_port(&p, &ports);
+        assert_eq!(port(IntOrString::String("http".into())), Ok(8080));
+        assert_eq!(port(IntOrString::String("81".into())), Ok(81));
+        assert_eq!(port(IntOrString::Int(81)), Ok(81));
+        assert_eq!(
+            port(IntOrString::String("grpc".into())),
+            Err(TargetError::NoSuchPort("grpc".into()))
+        );
+        for bad in [
+            IntOrString::Int(70000),
+            IntOrString::Int(0),
+            IntOrString::Int(-1),
+        ] {
+            let e = port(bad).unwrap_err();
+            assert!(
+                e.is_port() && e.to_string().starts_with("invalid port number: "),
+                "{e}"
+            );
+        }
+        // a probe's port names were resolved by the manager: none left to look up
+        assert_eq!(
+            resolve_port(&IntOrString::String("http".into()), &[]),
+            Err(TargetError::NoSuchPort("http".into()))
+        );
+    }
+
+    #[test]
+    fn the_host_is_checked_before_the_port() {
+        let ips = PodIps::new(["10.0.0.5"]);
+        assert_eq!(
+            ips.address(None, &IntOrString::Int(80), &[]),
+            Ok(("10.0.0.5".to_string(), 80))
+        );
+        let e = ips
+            .address(Some("10.9.9.9"), &IntOrString::Int(0), &[])
+            .unwrap_err();
+        assert!(!e.is_port(), "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::fmt;
 use super::convert_detail::namespace_option_message;
 use super::convert_detail::{container_status_detail, image_spec_named};
 use super::detail::{NamespaceMode, SandboxStatusDetail};
+use super::parts::*;
 use super::proto;
 use super::types::*;
 

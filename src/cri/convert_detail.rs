@@ -2,8 +2,8 @@
 //! domain, in both directions where the fake runtime serves them.
 
 use super::detail::*;
+use super::parts::{ContainerMetadata, FilesystemUsage};
 use super::proto;
-use super::types::{ContainerMetadata, FilesystemUsage};
 
 // === image spec ===
 

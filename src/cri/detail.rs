@@ -3,7 +3,7 @@
 //! handlers and features, container statistics. `kruised crictl` shows them; the daemon ignores
 //! them. Still free of generated protobuf types (conversions are in `convert_detail.rs`).
 
-use super::types::{ContainerMetadata, FilesystemUsage, StringMap};
+use super::parts::{ContainerMetadata, FilesystemUsage, StringMap};
 
 /// An image reference with the context the CRI attaches to it (the CRI `ImageSpec`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]

@@ -11,6 +11,7 @@
 //! | `ExecSync` past its timeout | `DeadlineExceeded` | `DeadlineExceeded` | exit -1, "command timed out" |
 //! | `GetContainerEvents` | unimplemented | a stream | a stream, or none (`enable_pod_events`) |
 //! | a call while the CRI plugin starts | Unknown, "server is not initialized yet" | the same | refused (no socket yet) |
+//! | a call past its deadline, ended by tonic | Cancelled, "Timeout expired" | the same | the same |
 //!
 //! The image a container runs is named by the image ID (with or without `sha256:`) or by one
 //! of the image's repo digests, depending on the runtime and the call.
@@ -25,6 +26,16 @@ const CRIO_EXEC_TIMED_OUT: &[u8] = b"command timed out";
 /// What containerd answers (status Unknown) while its CRI plugin is still starting: it accepts
 /// connections before the plugin is up. The text is the only sign: no code tells it apart.
 const CONTAINERD_NOT_INITIALIZED: &str = "server is not initialized yet";
+
+/// What tonic answers (status Cancelled) for a call it ended itself at its `grpc-timeout`: the
+/// text is the only sign that it was the deadline, not the runtime, that called it off.
+const TONIC_TIMEOUT_EXPIRED: &str = "Timeout expired";
+
+/// Whether tonic itself ended the call at its deadline (its `grpc-timeout` enforcement), rather
+/// than the runtime calling it off.
+pub fn deadline_expired(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Cancelled && status.message() == TONIC_TIMEOUT_EXPIRED
+}
 
 /// Whether a call failed because the runtime is still starting (containerd's way; CRI-O's
 /// socket does not exist until it answers).

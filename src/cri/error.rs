@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// An error talking to the container runtime.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CriError {
     /// The socket is missing, refuses connections, or the runtime went away mid-call.
     #[error("runtime at {endpoint} is unreachable: {message}")]
@@ -91,6 +91,59 @@ impl CriError {
         )
     }
 
+    /// Whether the runtime did not answer at all (its socket is missing or refuses, or it went
+    /// away during the call): it is away, not refusing.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, CriError::Unreachable { .. })
+    }
+
+    /// The same error with every text in it (the runtime's message, the endpoint, the reason)
+    /// passed through `f`; the kind and the call stay. For scrubbing secrets a runtime may
+    /// echo back.
+    pub fn map_text(self, f: impl Fn(&str) -> String) -> Self {
+        match self {
+            CriError::Unreachable { endpoint, message } => CriError::Unreachable {
+                endpoint: f(&endpoint),
+                message: f(&message),
+            },
+            CriError::Unsupported {
+                endpoint,
+                call,
+                message,
+            } => CriError::Unsupported {
+                endpoint: f(&endpoint),
+                call,
+                message: f(&message),
+            },
+            CriError::NotFound { call, message } => CriError::NotFound {
+                call,
+                message: f(&message),
+            },
+            CriError::Timeout { call, after } => CriError::Timeout { call, after },
+            CriError::Interrupted { call, message } => CriError::Interrupted {
+                call,
+                message: f(&message),
+            },
+            CriError::Other {
+                call,
+                code,
+                message,
+            } => CriError::Other {
+                call,
+                code,
+                message: f(&message),
+            },
+            CriError::InvalidEndpoint { endpoint, reason } => CriError::InvalidEndpoint {
+                endpoint: f(&endpoint),
+                reason: f(&reason),
+            },
+            CriError::Malformed { call, message } => CriError::Malformed {
+                call,
+                message: f(&message),
+            },
+        }
+    }
+
     /// Whether the object the call was about does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, CriError::NotFound { .. })
@@ -126,7 +179,7 @@ impl CriError {
                 after: Duration::ZERO,
             },
             // tonic's own `grpc-timeout` enforcement
-            Code::Cancelled if message == "Timeout expired" => CriError::Timeout {
+            Code::Cancelled if super::dialect::deadline_expired(&status) => CriError::Timeout {
                 call,
                 after: Duration::ZERO,
             },
@@ -192,6 +245,40 @@ mod tests {
         let e = CriError::from_status("unix:///x", "StopContainer", status);
         assert!(matches!(e, CriError::Interrupted { .. }), "{e}");
         assert!(e.is_retryable());
+    }
+
+    #[test]
+    fn tonics_own_deadline_is_a_timeout_and_a_cancel_of_the_runtimes_is_not() {
+        let e = CriError::from_status(
+            "unix:///x",
+            "ExecSync",
+            tonic::Status::cancelled("Timeout expired"),
+        );
+        assert!(matches!(e, CriError::Timeout { .. }), "{e}");
+        let e = CriError::from_status(
+            "unix:///x",
+            "ExecSync",
+            tonic::Status::cancelled("Timeout expired soon"),
+        );
+        assert!(matches!(e, CriError::Interrupted { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_texts_change_keeps_the_kind_and_the_call() {
+        let e = CriError::Other {
+            call: "PullImage",
+            code: "Unknown".into(),
+            message: "auth hunter2 refused".into(),
+        };
+        let scrubbed = e.map_text(|t| t.replace("hunter2", "<redacted>"));
+        assert_eq!(
+            scrubbed,
+            CriError::Other {
+                call: "PullImage",
+                code: "Unknown".into(),
+                message: "auth <redacted> refused".into(),
+            }
+        );
     }
 
     #[test]

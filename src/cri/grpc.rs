@@ -18,7 +18,7 @@ use super::KubeletService;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::{CriError, Endpoint, ImageService, Result, RuntimeService, RuntimeStatus, proto};
-use super::{RuntimeCondition, detail::*, types::*};
+use super::{RuntimeCondition, detail::*, parts::*, types::*};
 use super::{convert, convert_detail};
 
 /// Largest message accepted from the runtime (kruise-daemon and the kubelet use 16 MiB).

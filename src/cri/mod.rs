@@ -17,6 +17,7 @@ mod error;
 #[cfg(feature = "test-util")]
 pub mod fake;
 mod grpc;
+mod parts;
 mod runtimes;
 mod types;
 
@@ -29,7 +30,11 @@ pub use detail::*;
 pub use endpoint::{Endpoint, EndpointSource};
 pub use error::CriError;
 pub use grpc::{RemoteRuntime, Timeouts};
-pub use runtimes::{DiscoveryError, Probe, RuntimeLookupError, Runtimes, split_container_id};
+pub use parts::*;
+pub use runtimes::{
+    DiscoveryError, NodeRuntime, Probe, RuntimeHandle, RuntimeLookupError, Runtimes,
+    split_container_id,
+};
 pub use types::*;
 
 /// The generated CRI v1 messages and services. Private: nothing generated leaves `cri`.

@@ -102,10 +102,24 @@ impl fmt::Display for PrimaryReason {
     }
 }
 
-/// What the daemon learned from its Node about the kubelet's runtime: the
-/// `status.nodeInfo.containerRuntimeVersion` it reports (`containerd://2.1.9`), or why it has
-/// none ("kruised may not read Node n1").
-pub type NodeRuntime = Result<String, String>;
+/// What the daemon learned from its Node about the kubelet's runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeRuntime {
+    /// The `status.nodeInfo.containerRuntimeVersion` it reports (`containerd://2.1.9`).
+    Reported(String),
+    /// Why it names none ("kruised may not read Node n1").
+    Unknown(String),
+}
+
+impl<E: fmt::Display> From<Result<String, E>> for NodeRuntime {
+    /// The Node's answer, or why there is none.
+    fn from(answer: Result<String, E>) -> Self {
+        match answer {
+            Ok(v) => NodeRuntime::Reported(v),
+            Err(why) => NodeRuntime::Unknown(why.to_string()),
+        }
+    }
+}
 
 impl Runtimes {
     /// The same runtimes, accepting `ExecSync` answers of at most `bytes` from each
@@ -207,8 +221,8 @@ impl Runtimes {
             return;
         }
         let reported = match node {
-            Ok(v) => v,
-            Err(why) => {
+            NodeRuntime::Reported(v) => v,
+            NodeRuntime::Unknown(why) => {
                 self.reason = PrimaryReason::FirstFound(why);
                 return;
             }
@@ -304,6 +318,55 @@ impl Runtimes {
     }
 }
 
+/// The daemon's handle on the node's runtimes: none until the daemon's runtime loop found them,
+/// then the [`Runtimes`] it published. Cheap to clone: each controller holds one.
+#[derive(Clone, Debug)]
+pub struct RuntimeHandle(tokio::sync::watch::Receiver<Option<Runtimes>>);
+
+impl RuntimeHandle {
+    /// The handle on what `published` carries (the runtime loop's channel).
+    pub fn new(published: tokio::sync::watch::Receiver<Option<Runtimes>>) -> Self {
+        RuntimeHandle(published)
+    }
+
+    /// A handle on runtimes already found (tests, benches, one-shot commands).
+    pub fn found(runtimes: Runtimes) -> Self {
+        RuntimeHandle(tokio::sync::watch::channel(Some(runtimes)).1)
+    }
+
+    /// The primary runtime, once found; `None` when `cancel` fires first or the daemon's
+    /// runtime loop ended without finding one. The one wait of every controller that needs
+    /// the runtime before it starts.
+    pub async fn wait_primary(
+        &self,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Option<RemoteRuntime> {
+        let mut runtimes = self.0.clone();
+        loop {
+            if let Some(r) = runtimes.borrow_and_update().as_ref() {
+                return Some(r.primary().clone());
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                r = runtimes.changed() => r.ok()?,
+            }
+        }
+    }
+
+    /// [`Runtimes::for_containers`] on the runtimes found; [`RuntimeLookupError::NotConnected`]
+    /// before there are any.
+    pub fn for_containers<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(RemoteRuntime, String), RuntimeLookupError> {
+        let guard = self.0.borrow();
+        let runtimes = guard.as_ref().ok_or(RuntimeLookupError::NotConnected)?;
+        runtimes
+            .for_containers(ids)
+            .map(|(runtime, name)| (runtime.clone(), name))
+    }
+}
+
 /// A kubelet container ID (`<runtime>://<id>`, as a pod's status and a recreate request give
 /// it) as the runtime's name (empty for a bare ID) and the runtime's own ID.
 pub fn split_container_id(container_id: &str) -> (&str, &str) {
@@ -360,6 +423,38 @@ mod tests {
 
     fn socket(rt: &RemoteRuntime) -> String {
         rt.endpoint().to_string()
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_primary_ends_when_the_runtimes_are_published_or_the_daemon_stops() {
+        let (publish, published) = tokio::sync::watch::channel(None);
+        let handle = RuntimeHandle::new(published);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        assert!(matches!(
+            handle.for_containers(["cri-o://c1"]),
+            Err(RuntimeLookupError::NotConnected)
+        ));
+        let waiting = tokio::spawn({
+            let (handle, cancel) = (handle.clone(), cancel.clone());
+            async move { handle.wait_primary(&cancel).await }
+        });
+        publish.send_replace(Some(crio_only()));
+        let primary = waiting.await.expect("the wait ends").expect("a runtime");
+        assert_eq!(socket(&primary), "unix:///run/crio/crio.sock");
+        let (runtime, name) = handle.for_containers(["cri-o://c1"]).expect("found");
+        assert_eq!(
+            (socket(&runtime).as_str(), name.as_str()),
+            ("unix:///run/crio/crio.sock", "cri-o")
+        );
+
+        let (_publish, nothing) = tokio::sync::watch::channel(None);
+        cancel.cancel();
+        assert!(
+            RuntimeHandle::new(nothing)
+                .wait_primary(&cancel)
+                .await
+                .is_none()
+        );
     }
 
     // The kubelet's container ID prefixes are `containerd://` and `cri-o://`, the runtime
@@ -457,7 +552,7 @@ mod tests {
     #[tokio::test]
     async fn the_runtime_the_node_reports_becomes_the_primary_and_says_why() {
         let mut r = both();
-        r.choose_primary(Ok("cri-o://1.36.3".into()));
+        r.choose_primary(NodeRuntime::Reported("cri-o://1.36.3".into()));
         assert_eq!(r.primary_version().runtime_name, "cri-o");
         assert_eq!(socket(r.primary()), "unix:///run/crio/crio.sock");
         assert_eq!(
@@ -482,7 +577,7 @@ mod tests {
     #[tokio::test]
     async fn without_word_from_the_node_the_first_found_stays_primary_and_the_reason_says_why() {
         let mut r = both();
-        r.choose_primary(Err("kruised may not read Node n1".into()));
+        r.choose_primary(NodeRuntime::Unknown("kruised may not read Node n1".into()));
         assert_eq!(r.primary_version().runtime_name, "containerd");
         assert!(r.primary_reason().is_fallback());
         assert!(
@@ -491,7 +586,7 @@ mod tests {
                 .contains("kruised may not read Node n1")
         );
         let mut r = both();
-        r.choose_primary(Ok("docker://27.0.1".into()));
+        r.choose_primary(NodeRuntime::Reported("docker://27.0.1".into()));
         assert_eq!(r.primary_version().runtime_name, "containerd");
         assert_eq!(
             r.primary_reason(),
@@ -501,14 +596,14 @@ mod tests {
             )
         );
         let mut r = both();
-        r.choose_primary(Ok(String::new()));
+        r.choose_primary(NodeRuntime::Reported(String::new()));
         assert!(r.primary_reason().is_fallback(), "{}", r.primary_reason());
     }
 
     #[tokio::test]
     async fn one_runtime_is_the_primary_whatever_the_node_says() {
         let mut r = crio_only();
-        r.choose_primary(Ok("containerd://2.1.9".into()));
+        r.choose_primary(NodeRuntime::Reported("containerd://2.1.9".into()));
         assert_eq!(r.primary_version().runtime_name, "cri-o");
         assert_eq!(r.primary_reason(), &PrimaryReason::Only);
         assert!(!r.several());

@@ -3,13 +3,10 @@
 //! The CRI's own messages are converted into these at the boundary (`convert.rs`), so the rest of
 //! the daemon never sees tonic or prost.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use super::detail::{ContainerStatusDetail, ImageSpec, SandboxStatusDetail};
-
-/// Labels or annotations, ordered so output and comparisons are stable.
-pub type StringMap = BTreeMap<String, String>;
+use super::parts::{ContainerMetadata, StringMap};
 
 /// What the runtime answers to `Version`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -116,15 +113,6 @@ pub struct PodSandboxStatus {
     pub info: StringMap,
     /// What else the runtime reports (namespaces, whether network status was sent).
     pub detail: SandboxStatusDetail,
-}
-
-/// Name and attempt of a container (the kubelet's container identity).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ContainerMetadata {
-    /// Container name in the pod spec.
-    pub name: String,
-    /// Restart attempt (the kubelet's restart count when it created this container).
-    pub attempt: u32,
 }
 
 /// A container as `ListContainers` returns it.
@@ -255,20 +243,6 @@ pub struct Image {
     pub username: String,
     /// The image spec the runtime reports for it, if any.
     pub spec: Option<ImageSpec>,
-}
-
-/// Usage of a filesystem that holds images.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FilesystemUsage {
-    /// When the usage was sampled (ns since the epoch).
-    pub timestamp: i64,
-    /// Mount point of the filesystem.
-    pub mountpoint: String,
-    /// Bytes used by images, if reported.
-    pub used_bytes: Option<u64>,
-    /// Inodes used by images, if reported.
-    pub inodes_used: Option<u64>,
 }
 
 /// Credentials for one pull. `Debug` never prints secrets.

@@ -4,25 +4,37 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
+/// Why the Node's answer names no runtime of the kubelet's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReported {
+    /// The read was refused.
+    #[error(
+        "kruised may not read its Node {0} (RBAC: get on nodes; deploy/rbac.yaml grants it, \
+         kruise's chart does not: deploy/overlays/swap-kruise-daemon/node-reader.yaml)"
+    )]
+    Forbidden(String),
+    /// There is no such Node.
+    #[error("its Node {0} does not exist")]
+    NoNode(String),
+    /// The Node's field is empty.
+    #[error("its Node {0} reports no containerRuntimeVersion")]
+    NoField(String),
+}
+
 /// What the Node `node` says of the kubelet's runtime, asked once: `Ok(Ok(v))` its
 /// `containerRuntimeVersion` (`cri-o://1.36.3`: the runtime's name in CRI `Version`, `://`, its
-/// version, as the kubelet writes it); `Ok(Err(why))` an answer that names none (the read
-/// refused, no such Node, the field empty); `Err` the API server did not answer, worth asking
-/// again.
+/// version, as the kubelet writes it); `Ok(Err(why))` an answer that names none; `Err` the API
+/// server did not answer, worth asking again.
 pub async fn kubelets_runtime(
     client: &kube::Client,
     node: &str,
-) -> Result<Result<String, String>, kube::Error> {
+) -> Result<Result<String, NotReported>, kube::Error> {
     match Api::<Node>::all(client.clone()).get(node).await {
-        Ok(n) => Ok(runtime_of(&n)
-            .ok_or_else(|| format!("its Node {node} reports no containerRuntimeVersion"))),
-        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Err(format!(
-            "kruised may not read its Node {node} (RBAC: get on nodes; deploy/rbac.yaml grants \
-             it, kruise's chart does not: deploy/overlays/swap-kruise-daemon/node-reader.yaml)"
-        ))),
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            Ok(Err(format!("its Node {node} does not exist")))
+        Ok(n) => Ok(runtime_of(&n).ok_or_else(|| NotReported::NoField(node.to_string()))),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            Ok(Err(NotReported::Forbidden(node.to_string())))
         }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Err(NotReported::NoNode(node.to_string()))),
         Err(e) => Err(e),
     }
 }

@@ -60,6 +60,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::health::ReadinessCondition;
 
 /// How many unread changes a slow subscriber may fall behind before it must resync (every
@@ -265,7 +266,7 @@ where
         changes: changes.clone(),
         generation: gen_tx,
         health: Health::new(ready),
-        backoff: WatchBackoff::default(),
+        backoff: watch_backoff(),
         cancel: cancel.clone(),
     };
     // a watch that ends while the daemon runs leaves its store frozen: liveness says so
@@ -312,7 +313,7 @@ struct WatchLoop<K: Resource<DynamicType = ()> + Clone + 'static> {
     changes: broadcast::Sender<Change<K>>,
     generation: watch::Sender<u64>,
     health: Health,
-    backoff: WatchBackoff,
+    backoff: Backoff,
     cancel: CancellationToken,
 }
 
@@ -569,7 +570,7 @@ impl Health {
     /// already saying so).
     fn failed(&mut self, error: String) {
         if self.listed {
-            let since = self.down_since.get_or_insert_with(now_utc);
+            let since = self.down_since.get_or_insert_with(super::time::now_rfc3339);
             self.ready
                 .set_not_ready(format!("not live since {since}: {error}"));
         } else {
@@ -582,38 +583,11 @@ impl Health {
     }
 }
 
-/// The time now, UTC, to the second (`2026-12-03T10:00:00Z`).
-fn now_utc() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-/// Jittered exponential backoff between failed attempts: [`BACKOFF_MIN`] doubling up to
-/// [`BACKOFF_MAX`], each pause ± 20 %, from the start again after [`BACKOFF_RESET`] without a
-/// failure (client-go's reflector: 800 ms, 30 s, 2 minutes).
-#[derive(Debug, Default)]
-struct WatchBackoff {
-    attempt: u32,
-    last: Option<Instant>,
-}
-
-impl WatchBackoff {
-    fn pause(&mut self) -> Duration {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|at| now.saturating_duration_since(at) > BACKOFF_RESET)
-        {
-            self.attempt = 0;
-        }
-        self.last = Some(now);
-        let d = BACKOFF_MIN
-            .saturating_mul(2u32.saturating_pow(self.attempt.min(31)))
-            .min(BACKOFF_MAX);
-        self.attempt = self.attempt.saturating_add(1);
-        d.mul_f64(rand::random_range(0.8..1.2))
-    }
+/// The back-off between failed attempts: [`BACKOFF_MIN`] doubling up to [`BACKOFF_MAX`], each
+/// pause ± 20 %, from the start again after [`BACKOFF_RESET`] without a failure (client-go's
+/// reflector: 800 ms, 30 s, 2 minutes).
+fn watch_backoff() -> Backoff {
+    Backoff::new(BACKOFF_MIN, BACKOFF_MAX).forgetting_after(BACKOFF_RESET)
 }
 
 /// Reads `o` as a `K` the way Go's decoder would: a missing `spec` is an empty one. An object
@@ -709,7 +683,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_backoff_doubles_from_800_ms_to_30_s_and_starts_again_after_2_quiet_minutes() {
-        let mut b = WatchBackoff::default();
+        let mut b = watch_backoff();
         let nominal = [800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000];
         for want in nominal {
             let got = b.pause();

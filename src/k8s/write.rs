@@ -3,8 +3,6 @@
 //! - one pod annotation, by strategic-merge patch on `pods/status` (the subresource kruise's RBAC
 //!   grants; it accepts metadata changes);
 //! - status fields of our custom resources, by JSON merge patch on `/status`;
-//! - where the API demands a whole object, a read-modify-write at the current
-//!   `resourceVersion`, retried on conflict with fresh data;
 //! - core `v1` Events, correlated like client-go's recorder and sent off the caller's path.
 //!
 //! [`is_retryable`] is the one place that decides which API errors are worth retrying.
@@ -16,15 +14,11 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use super::client::FIELD_MANAGER;
 use super::events::{Correlator, Write};
-
-/// How often a read-modify-write is tried before giving up on conflicts.
-const MAX_CONFLICT_ATTEMPTS: u32 = 5;
 
 /// Whether an API error may go away by itself: conflicts (retry on fresh data), throttling,
 /// server errors, timeouts (a call past its limit, [`is_timeout`]: the connection it went out
@@ -42,11 +36,6 @@ pub fn is_retryable(err: &kube::Error) -> bool {
 /// answer in time, or the connection it went out on went silent.
 pub fn is_timeout(err: &kube::Error) -> bool {
     super::client::limit::is_call_timeout(err)
-}
-
-/// Whether the error is a `409 Conflict`.
-pub fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 409)
 }
 
 /// Whether the error is a `404 Not Found`.
@@ -88,52 +77,6 @@ where
     let patch = serde_json::json!({ "status": status });
     api.patch_status(name, &params(), &Patch::Merge(&patch))
         .await
-}
-
-/// Replaces an object's status after `mutate` changed a freshly read copy, at that copy's
-/// `resourceVersion`; on `409 Conflict` reads again and retries (at most 5 times, with a short
-/// jittered pause). `mutate` returns `false` when nothing needs writing. Returns the written
-/// object, or `None` when nothing was written.
-pub async fn update_status_with_retry<K, F>(
-    api: &Api<K>,
-    name: &str,
-    mut mutate: F,
-) -> Result<Option<K>, kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-    F: FnMut(&mut K) -> bool,
-{
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let mut obj = api.get(name).await?;
-        if !mutate(&mut obj) {
-            return Ok(None);
-        }
-        match api
-            .replace_status(
-                name,
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..Default::default()
-                },
-                &obj,
-            )
-            .await
-        {
-            Ok(o) => return Ok(Some(o)),
-            Err(e) if is_conflict(&e) && attempt < MAX_CONFLICT_ATTEMPTS => {
-                tracing::debug!(
-                    object = name,
-                    attempt,
-                    "status update conflicted; rereading"
-                );
-                let pause = Duration::from_millis(rand::random_range(10..50) * u64::from(attempt));
-                tokio::time::sleep(pause).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 pub use super::events::EventSpec;
@@ -277,6 +220,23 @@ pub fn object_ref<K: Resource<DynamicType = ()>>(
     r
 }
 
+/// An `ObjectReference` to the pod `namespace/name` with `uid`, for events about a pod known by
+/// its identity only (a recreate request's pod, a probe's).
+pub fn pod_ref(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,7 +256,6 @@ mod tests {
         for code in [400, 401, 403, 404, 415, 422] {
             assert!(!is_retryable(&api_error(code)), "{code}");
         }
-        assert!(is_conflict(&api_error(409)) && !is_conflict(&api_error(500)));
         assert!(is_not_found(&api_error(404)));
     }
 

@@ -504,43 +504,6 @@ fn node_image(name: &str) -> serde_json::Value {
 }
 
 #[tokio::test]
-async fn status_update_that_meets_a_conflict_is_retried_on_fresh_data() {
-    let (server, client, _dir) = double().await;
-    server.create("nodeimages", node_image("n1")).unwrap();
-    let api: Api<NodeImage> = Api::all(client);
-    let other = server.control();
-    let mut calls = 0;
-    let written = write::update_status_with_retry(&api, "n1", |ni| {
-        calls += 1;
-        if calls == 1 {
-            // someone else writes between our read and our write: our PUT must get 409
-            other
-                .modify("nodeimages", "", "n1", |o| o["status"]["failed"] = json!(7))
-                .unwrap();
-        }
-        let status = ni.status.get_or_insert_with(Default::default);
-        status.succeeded = 1;
-        true
-    })
-    .await
-    .unwrap()
-    .expect("written");
-    assert_eq!(calls, 2, "read again after the conflict");
-    let status = written.status.unwrap();
-    assert_eq!(
-        (status.succeeded, status.failed),
-        (1, 7),
-        "the other writer's change is kept"
-    );
-    assert_eq!(server.request_count("update", "nodeimages/status"), 2);
-    let stored = server.get("nodeimages", "", "n1").unwrap();
-    assert_eq!(
-        stored["status"]["firstSyncStatus"]["message"],
-        json!("manager's")
-    );
-}
-
-#[tokio::test]
 async fn status_merge_patch_carries_only_our_fields() {
     let (server, client, _dir) = double().await;
     server.create("nodeimages", node_image("n1")).unwrap();

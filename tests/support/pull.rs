@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kruised::controller::Context;
 use kruised::controller::imagepull::{self, Settings, metrics::Metrics, secrets::SecretStore};
 use kruised::cri::{
-    Endpoint, FilesystemUsage, Image, ImageService, PullRequest, RemoteRuntime, Runtimes, Timeouts,
+    Endpoint, FilesystemUsage, Image, ImageService, PullRequest, RemoteRuntime, RuntimeHandle,
+    Runtimes, Timeouts,
 };
 use kruised::k8s::crd::{ContainerRecreateRequest, ImageTagStatus, NodeImage, NodeImageStatus};
 use kruised::k8s::{client, watch as kwatch, write::EventSink};
@@ -164,7 +165,7 @@ impl PullNode {
         let version = kruised::cri::RuntimeService::version(&remote)
             .await
             .unwrap();
-        let (_tx, runtimes) = watch::channel(Some(Runtimes::single(version, remote.clone())));
+        let runtimes = RuntimeHandle::found(Runtimes::single(version, remote.clone()));
         let liveness = kruised::health::Liveness::new();
         let ctx = Context {
             config,

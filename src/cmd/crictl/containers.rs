@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::controller::containermeta::decide::newest_by_name;
+use crate::controller::containers::newest_by_name;
 use crate::cri::{
     Container, ContainerFilter, ContainerState, ContainerStatus, CriError, ImageService,
     RemoteRuntime, RuntimeService,
@@ -18,8 +18,7 @@ use super::args::{
     ContainerFilterArgs, ExecArgs, InspectArgs, ListOutput, PsArgs, StatusOutput, StopArgs,
 };
 use super::filter::{
-    POD_NAME_LABEL, POD_NAMESPACE_LABEL, count, label_or_unknown, matches, newest_first,
-    parse_container_state, parse_labels, regex,
+    count, label_or_unknown, matches, newest_first, parse_container_state, parse_labels, regex,
 };
 use super::format::{age, truncate_id};
 use super::json::{Json, info_value};
@@ -81,7 +80,7 @@ pub(super) async fn list_containers(
         matches(name.as_ref(), &c.metadata.name)
             && matches(
                 namespace.as_ref(),
-                label_or_unknown(&c.labels, POD_NAMESPACE_LABEL),
+                label_or_unknown(&c.labels, keys::KUBELET_POD_NAMESPACE),
             )
     });
     if let Some(image) = &f.image {
@@ -186,7 +185,7 @@ pub(super) async fn ps(rt: &RemoteRuntime, a: PsArgs) -> anyhow::Result<ExitCode
             s.push_str(&format!("ID: {}\nPodID: {}\n", c.id, c.pod_sandbox_id));
             s.push_str(&format!(
                 "Namespace: {}\n",
-                label_or_unknown(&c.labels, POD_NAMESPACE_LABEL)
+                label_or_unknown(&c.labels, keys::KUBELET_POD_NAMESPACE)
             ));
             if !c.metadata.name.is_empty() {
                 s.push_str(&format!("Name: {}\n", c.metadata.name));
@@ -241,8 +240,8 @@ pub(super) async fn ps(rt: &RemoteRuntime, a: PsArgs) -> anyhow::Result<ExitCode
             c.metadata.name.clone(),
             c.metadata.attempt.to_string(),
             pod_id,
-            label_or_unknown(&c.labels, POD_NAME_LABEL).to_string(),
-            label_or_unknown(&c.labels, POD_NAMESPACE_LABEL).to_string(),
+            label_or_unknown(&c.labels, keys::KUBELET_POD_NAME).to_string(),
+            label_or_unknown(&c.labels, keys::KUBELET_POD_NAMESPACE).to_string(),
         ];
         if let Some(current) = &current {
             row.push(

@@ -7,11 +7,6 @@ use regex::Regex;
 
 use crate::cri::{ContainerState, Image, SandboxState, StringMap};
 
-/// The label crictl reads a container's pod name from.
-pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
-/// The label crictl reads a container's pod namespace from.
-pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
-
 /// `--label k=v` flags as a selector; anything but exactly one `=` is refused.
 pub fn parse_labels(labels: &[String]) -> anyhow::Result<StringMap> {
     let mut out = StringMap::new();

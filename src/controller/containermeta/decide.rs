@@ -4,6 +4,7 @@
 //! metadata ([`plan_restarts`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
 use tokio::time::Instant;
@@ -14,6 +15,10 @@ use crate::hash::kubelet::{hash_container, hash_container_legacy, parse_hash};
 use crate::k8s::keys::{
     self, InPlaceUpdateState, RuntimeContainerHashes, RuntimeContainerMeta, RuntimeContainerMetaSet,
 };
+
+/// How much longer than a container's grace period the kubelet may take to recreate a
+/// container whose spec changed before kruised stops it itself (kruise's rule).
+pub const KUBELET_RECREATE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Whether kruise manages the pod: a controller owner in `apps.kruise.io`, or a sidecar set.
 pub fn is_managed(pod: &Pod) -> bool {
@@ -45,24 +50,6 @@ pub fn metadata_maps(pod: &Pod) -> (BTreeMap<String, String>, BTreeMap<String, S
         pod.metadata.labels.clone().unwrap_or_default(),
         pod.metadata.annotations.clone().unwrap_or_default(),
     )
-}
-
-/// The newest runtime container of each name (highest attempt, then latest creation): what the
-/// kubelet considers the current one.
-pub fn newest_by_name(containers: &[Container]) -> BTreeMap<&str, &Container> {
-    let mut out: BTreeMap<&str, &Container> = BTreeMap::new();
-    for c in containers {
-        let Some(name) = c.labels.get(keys::KUBELET_CONTAINER_NAME) else {
-            continue;
-        };
-        let newer = out.get(name.as_str()).is_none_or(|cur| {
-            (c.metadata.attempt, c.created_at) > (cur.metadata.attempt, cur.created_at)
-        });
-        if newer {
-            out.insert(name, c);
-        }
-    }
-    out
 }
 
 /// The spec of container `name`.
@@ -376,7 +363,7 @@ pub struct Observation<'a> {
 
 /// What the plan does about one container.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum RestartStep {
     /// Stop it now.
     Stop(RestartReason),
     /// Stop it, not before `at`: until then the kubelet may not hold the change (see
@@ -404,7 +391,7 @@ pub enum Step {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// Per container, by name.
-    pub steps: Vec<(String, Step)>,
+    pub steps: Vec<(String, RestartStep)>,
     /// The earliest moment a step changes by time alone.
     pub recheck_at: Option<Instant>,
 }
@@ -431,9 +418,9 @@ pub fn plan_restarts(
         // the grace period is the pod author's (clamped to a year): added with checked_add, a
         // time past what an Instant holds is never
         let overdue_after = |since: Instant| {
-            crate::controller::later(
+            crate::k8s::time::later(
                 since,
-                crate::controller::kill::grace_period(o.running) + super::KUBELET_RECREATE_MARGIN,
+                crate::controller::kill::grace_period(o.running) + KUBELET_RECREATE_MARGIN,
             )
         };
         let input = RestartInput {
@@ -452,19 +439,19 @@ pub fn plan_restarts(
         let step = match decide_restart(&input) {
             Verdict::Restart(reason) if stop_allowed_at > now => {
                 recheck(stop_allowed_at);
-                Step::StopAt {
+                RestartStep::StopAt {
                     reason,
                     at: stop_allowed_at,
                 }
             }
-            Verdict::Restart(reason) => Step::Stop(reason),
+            Verdict::Restart(reason) => RestartStep::Stop(reason),
             Verdict::KubeletRecreates => {
                 let since = o.kubelet_expected_since.unwrap_or(now);
                 let overdue_at = overdue_after(since);
                 recheck(overdue_at);
-                Step::KubeletRecreates { since, overdue_at }
+                RestartStep::KubeletRecreates { since, overdue_at }
             }
-            v => Step::Nothing(v),
+            v => RestartStep::Nothing(v),
         };
         steps.push((o.meta.name.clone(), step));
     }
@@ -536,10 +523,10 @@ pub fn needs_sync(pod: &Pod, meta: Option<&RuntimeContainerMetaSet>, with_env: b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::containers::newest_by_name;
     use crate::cri::{ContainerMetadata, StringMap};
     use crate::hash::kubelet::format_hash;
     use serde_json::json;
-    use std::time::Duration;
 
     fn pod(extra_annotations: serde_json::Value, ready: &str) -> Pod {
         let mut annotations = json!({"role": "blue"});
@@ -1081,7 +1068,7 @@ mod tests {
         assert_eq!(
             plan,
             Plan {
-                steps: vec![("main".into(), Step::Stop(RestartReason::EnvChanged))],
+                steps: vec![("main".into(), RestartStep::Stop(RestartReason::EnvChanged))],
                 recheck_at: None
             }
         );
@@ -1099,7 +1086,7 @@ mod tests {
             plan.steps,
             [(
                 "main".to_string(),
-                Step::StopAt {
+                RestartStep::StopAt {
                     reason: RestartReason::EnvChanged,
                     at
                 }
@@ -1115,8 +1102,7 @@ mod tests {
         let meta = stale_meta(&p, &c);
         p.spec.as_mut().unwrap().containers[0].image = Some("busybox:v2".into());
         let now = Instant::now();
-        let wait =
-            crate::controller::kill::grace_period(&c) + super::super::KUBELET_RECREATE_MARGIN;
+        let wait = crate::controller::kill::grace_period(&c) + KUBELET_RECREATE_MARGIN;
         let mut o = observed(&p, &meta, &c);
         o.image_id_matches = Some(false);
         let plan = plan_restarts(&p, std::slice::from_ref(&o), now, now);
@@ -1124,7 +1110,7 @@ mod tests {
             plan.steps,
             [(
                 "main".to_string(),
-                Step::KubeletRecreates {
+                RestartStep::KubeletRecreates {
                     since: now,
                     overdue_at: now + wait
                 }
@@ -1139,7 +1125,7 @@ mod tests {
             plan.steps,
             [(
                 "main".to_string(),
-                Step::Stop(RestartReason::KubeletDidNotRecreate)
+                RestartStep::Stop(RestartReason::KubeletDidNotRecreate)
             )]
         );
         assert_eq!(plan.recheck_at, None);
@@ -1179,7 +1165,7 @@ mod tests {
             let plan = plan_restarts(&p, std::slice::from_ref(&o), now, now);
             let bound = now
                 + crate::k8s::crd::MAX_API_DURATION
-                + super::super::KUBELET_RECREATE_MARGIN;
+                + KUBELET_RECREATE_MARGIN;
             proptest::prop_assert!(plan.recheck_at.is_none_or(|at| at <= bound), "{plan:?}");
         }
     }
@@ -1194,7 +1180,7 @@ mod tests {
         let plan = plan_restarts(&p, &[observed(&p, &meta, &c)], now, later);
         assert_eq!(
             plan.steps,
-            [("main".to_string(), Step::Nothing(Verdict::UpToDate))]
+            [("main".to_string(), RestartStep::Nothing(Verdict::UpToDate))]
         );
         assert_eq!(plan.recheck_at, None, "nothing to look at again");
         let meta = stale_meta(&p, &c);
@@ -1202,7 +1188,7 @@ mod tests {
         o.already_stopped = true;
         let plan = plan_restarts(&p, &[o], now, later);
         assert!(
-            matches!(&plan.steps[0].1, Step::Nothing(Verdict::Blocked(r)) if r.contains("already stopped")),
+            matches!(&plan.steps[0].1, RestartStep::Nothing(Verdict::Blocked(r)) if r.contains("already stopped")),
             "{plan:?}"
         );
         assert_eq!(plan.recheck_at, None);

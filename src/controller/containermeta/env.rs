@@ -65,7 +65,7 @@ pub async fn read_env<R: RuntimeService>(
         return Err(EnvError::Exec {
             code: out.exit_code,
             // the container's own words: kept short and without control characters
-            stderr: crate::controller::bounded_text(
+            stderr: crate::controller::text::bounded_text(
                 &out.stderr,
                 crate::controller::kill::STDERR_LIMIT,
             ),

@@ -8,8 +8,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 
+use super::controller::ContainerMeta;
+use super::decide;
 use super::pods::enqueue_annotated;
-use super::{Shared, decide, lock};
 use crate::cri::{ContainerEventKind, CriError, RemoteRuntime, RuntimeService};
 
 /// How long an event stream must stay open, without an event, to count as established (a
@@ -45,18 +46,11 @@ const ENDED_AT_ONCE_LIMIT: u32 = 3;
 /// reconnected with back-off, and once it is back every annotated pod is re-checked, so what
 /// happened in between is not lost; a runtime without events is left to the relist and asked
 /// again every [`EVENTS_RETRY`].
-pub(super) async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) {
-    let mut runtimes = shared.runtimes.clone();
-    let runtime = loop {
-        if let Some(r) = runtimes.borrow().as_ref() {
-            break r.primary().clone();
-        }
-        tokio::select! {
-            () = shared.cancel.cancelled() => return,
-            r = runtimes.changed() => if r.is_err() { return },
-        }
+pub async fn runtime_events(c: Arc<ContainerMeta>, relist_every: Duration) {
+    let Some(runtime) = c.runtimes.wait_primary(&c.cancel).await else {
+        return;
     };
-    let mut backoff = crate::controller::Backoff::new(EVENTS_BACKOFF_MIN, EVENTS_BACKOFF_MAX);
+    let mut backoff = crate::backoff::Backoff::new(EVENTS_BACKOFF_MIN, EVENTS_BACKOFF_MAX);
     // whether a stream was ever up (the first needs no catch-up: start-up looks at every pod),
     // whether "no events" was said (said once, then quietly retried), and how many streams in
     // a row ended at once
@@ -64,7 +58,7 @@ pub(super) async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) 
     let mut said_no_events = false;
     let mut ended_at_once = 0;
     loop {
-        let Some(end) = follow_events(&shared, &runtime, ever_up).await else {
+        let Some(end) = follow_events(&c, &runtime, ever_up).await else {
             return;
         };
         let no_events = |why: &str, said: &mut bool| {
@@ -110,7 +104,7 @@ pub(super) async fn runtime_events(shared: Arc<Shared>, relist_every: Duration) 
             }
         };
         tokio::select! {
-            () = shared.cancel.cancelled() => return,
+            () = c.cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
         }
     }
@@ -128,7 +122,7 @@ enum Followed {
 /// is not the first ever, every annotated pod is queued: a container that died while no
 /// stream was up is looked at now.
 async fn follow_events(
-    shared: &Shared,
+    c: &ContainerMeta,
     runtime: &RemoteRuntime,
     catch_up: bool,
 ) -> Option<Followed> {
@@ -138,10 +132,10 @@ async fn follow_events(
     let mut up = false;
     loop {
         let item = tokio::select! {
-            () = shared.cancel.cancelled() => return None,
+            () = c.cancel.cancelled() => return None,
             () = &mut settle, if !up => {
                 up = true;
-                established(shared, catch_up);
+                established(c, catch_up);
                 continue;
             }
             i = stream.next() => i,
@@ -150,17 +144,16 @@ async fn follow_events(
             Some(Ok(e)) => {
                 if !up {
                     up = true;
-                    established(shared, catch_up);
+                    established(c, catch_up);
                 }
                 if let Some(sandbox) = &e.pod_sandbox_id {
                     let pod =
-                        enqueue_sandbox(shared, runtime, sandbox, e.sandbox_status.as_deref())
-                            .await;
+                        enqueue_sandbox(c, runtime, sandbox, e.sandbox_status.as_deref()).await;
                     if let Some(pod) = pod
                         && e.kind == ContainerEventKind::Started
-                        && shared.with_env
+                        && c.with_env
                     {
-                        shared.lag.started(&pod, &e);
+                        c.memory.container_started(&pod, &e);
                     }
                 }
                 continue;
@@ -178,21 +171,18 @@ async fn follow_events(
     }
 }
 
-fn established(shared: &Shared, catch_up: bool) {
+fn established(c: &ContainerMeta, catch_up: bool) {
     tracing::info!("following the runtime's container events");
     if catch_up {
-        enqueue_annotated(shared);
+        enqueue_annotated(c);
     }
 }
-
-/// Sandboxes remembered before the map starts afresh (a node runs a few hundred at most).
-const SANDBOX_MEMORY: usize = 4096;
 
 /// Queues the kruise-managed pod that owns `sandbox` (and returns it): the UID from the event
 /// when the runtime sends the sandbox's status with it, else from an earlier event, else
 /// `ListPodSandbox`.
 async fn enqueue_sandbox(
-    shared: &Shared,
+    c: &ContainerMeta,
     runtime: &RemoteRuntime,
     sandbox: &str,
     status: Option<&crate::cri::PodSandboxStatus>,
@@ -200,7 +190,7 @@ async fn enqueue_sandbox(
     let known = status
         .map(|s| s.sandbox.metadata.uid.clone())
         .filter(|uid| !uid.is_empty())
-        .or_else(|| lock(&shared.sandbox_pods).get(sandbox).cloned());
+        .or_else(|| c.memory.pod_of_sandbox(sandbox));
     let uid = match known {
         Some(uid) => uid,
         None => {
@@ -212,19 +202,13 @@ async fn enqueue_sandbox(
             found.into_iter().next()?.metadata.uid
         }
     };
-    {
-        let mut map = lock(&shared.sandbox_pods);
-        if map.len() >= SANDBOX_MEMORY && !map.contains_key(sandbox) {
-            map.clear();
-        }
-        map.insert(sandbox.to_string(), uid.clone());
-    }
-    let pod = shared
+    c.memory.remember_sandbox(sandbox, &uid);
+    let pod = c
         .pods
         .state()
         .into_iter()
         .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
         .filter(|p| decide::is_managed(p))?;
-    shared.queue.add(ObjectRef::from_obj(pod.as_ref()));
+    c.queue.add(ObjectRef::from_obj(pod.as_ref()));
     Some(pod)
 }

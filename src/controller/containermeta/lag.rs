@@ -3,7 +3,6 @@
 //! the end of a stop this daemon made, to the first version of its pod whose status shows it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -31,14 +30,10 @@ impl std::fmt::Display for ContainerChange {
     }
 }
 
-/// The changes the kubelet has yet to report, and the lags it took for the others.
+/// The changes the kubelet has yet to report, and the lags it took for the others (kept in
+/// the controller's memory, `memory.rs`).
 #[derive(Debug, Default)]
 pub struct LagMeter {
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
     /// By runtime container ID.
     unreported: HashMap<String, Unreported>,
     lag: KubeletLag,
@@ -54,15 +49,17 @@ struct Unreported {
 }
 
 impl LagMeter {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        crate::sync::lock(&self.state)
-    }
-
-    /// Expects the kubelet to report `change` of container `id` (`name` of pod `uid`), made at
-    /// `at`.
-    pub fn expect(&self, id: &str, uid: &str, name: &str, change: ContainerChange, at: Instant) {
-        let mut state = self.state();
-        state.unreported.retain(|_, u| {
+    /// Waits for the kubelet to report `change` of container `id` (`name` of pod `uid`), made
+    /// at `at`: the lag is measured when a pod version first shows it ([`LagMeter::measure`]).
+    pub fn await_report(
+        &mut self,
+        id: &str,
+        uid: &str,
+        name: &str,
+        change: ContainerChange,
+        at: Instant,
+    ) {
+        self.unreported.retain(|_, u| {
             // what the kubelet never reported (a container that died before its relist saw it)
             at.saturating_duration_since(u.at) < KubeletLag::WINDOW
             // the kubelet starts a pod's containers one after another and reports them
@@ -75,11 +72,11 @@ impl LagMeter {
             change,
             at,
         };
-        state.unreported.insert(id.to_string(), u);
+        self.unreported.insert(id.to_string(), u);
     }
 
     /// Expects the report of the start that the runtime's event `e` announces, in `pod`.
-    pub fn started(&self, pod: &Pod, e: &ContainerEvent) {
+    pub fn started(&mut self, pod: &Pod, e: &ContainerEvent) {
         let Some(status) = e.container_statuses.iter().find(|c| c.id == e.container_id) else {
             return;
         };
@@ -89,7 +86,7 @@ impl LagMeter {
             .unwrap_or_default()
             .saturating_sub(Duration::from_nanos(e.created_at.max(0) as u64));
         let now = Instant::now();
-        self.expect(
+        self.await_report(
             &e.container_id,
             &pod.uid().unwrap_or_default(),
             &status.metadata.name,
@@ -101,20 +98,19 @@ impl LagMeter {
     /// Records the lag of each change that this version of pod `uid`, seen at `now`, is the
     /// first to report; returns them (container name, change, lag).
     pub fn measure(
-        &self,
+        &mut self,
         pod: &Pod,
         uid: &str,
         now: Instant,
     ) -> Vec<(String, ContainerChange, Duration)> {
-        let mut state = self.state();
-        if state.unreported.is_empty() {
+        if self.unreported.is_empty() {
             return Vec::new();
         }
         let mut out = Vec::new();
-        for id in reported(pod, uid, &state.unreported) {
-            if let Some(u) = state.unreported.remove(&id) {
+        for id in reported(pod, uid, &self.unreported) {
+            if let Some(u) = self.unreported.remove(&id) {
                 let lag = now.duration_since(u.at);
-                state.lag.record(now, lag);
+                self.lag.record(now, lag);
                 out.push((u.name, u.change, lag));
             }
         }
@@ -123,12 +119,12 @@ impl LagMeter {
 
     /// What the recent worst lag exceeds a healthy kubelet's by ([`KubeletLag::excess`]).
     pub fn excess(&self, now: Instant) -> Duration {
-        self.state().lag.excess(now)
+        self.lag.excess(now)
     }
 
     /// Forgets the changes of a deleted pod.
-    pub fn forget(&self, uid: &str) {
-        self.state().unreported.retain(|_, u| u.uid != uid);
+    pub fn forget(&mut self, uid: &str) {
+        self.unreported.retain(|_, u| u.uid != uid);
     }
 }
 
@@ -195,10 +191,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stop_is_reported_once_the_kubelet_shows_the_container_ended_or_replaced() {
         let t0 = Instant::now();
-        let meter = LagMeter::default();
-        meter.expect("c1", "u1", "main", ContainerChange::Stopped, t0);
-        meter.expect("s1", "u1", "side", ContainerChange::Stopped, t0);
-        meter.expect("o1", "u2", "main", ContainerChange::Stopped, t0);
+        let mut meter = LagMeter::default();
+        meter.await_report("c1", "u1", "main", ContainerChange::Stopped, t0);
+        meter.await_report("s1", "u1", "side", ContainerChange::Stopped, t0);
+        meter.await_report("o1", "u2", "main", ContainerChange::Stopped, t0);
         let running = main("c1", json!({"running": {}}));
         assert!(meter.measure(&running, "u1", t0).is_empty());
         let later = t0 + Duration::from_millis(1800);
@@ -217,7 +213,7 @@ mod tests {
             "measured once"
         );
 
-        meter.expect("c2", "u1", "main", ContainerChange::Stopped, t0);
+        meter.await_report("c2", "u1", "main", ContainerChange::Stopped, t0);
         let replaced = main("c3", json!({"waiting": {}}));
         assert_eq!(meter.measure(&replaced, "u1", t0).len(), 1);
     }
@@ -225,9 +221,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_start_is_reported_by_its_id_and_only_a_pods_last_start_counts() {
         let t0 = Instant::now();
-        let meter = LagMeter::default();
-        meter.expect("c1", "u1", "main", ContainerChange::Started, t0);
-        meter.expect(
+        let mut meter = LagMeter::default();
+        meter.await_report("c1", "u1", "main", ContainerChange::Started, t0);
+        meter.await_report(
             "s1",
             "u1",
             "side",
@@ -245,7 +241,7 @@ mod tests {
             )],
             "main's start was reported with side's, later than its own lag"
         );
-        meter.expect("c2", "u1", "main", ContainerChange::Started, at);
+        meter.await_report("c2", "u1", "main", ContainerChange::Started, at);
         assert!(meter.measure(&running, "u1", at).is_empty());
         meter.forget("u1");
         assert!(

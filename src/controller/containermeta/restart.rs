@@ -1,116 +1,30 @@
-//! Stopping a container whose env from metadata went stale: when it is due and safe
-//! ([`super::settle`]), and the stop itself, kubelet-style ([`super::super::kill`]), recorded
-//! with its reason and the env that changed ([`super::super::provenance`]).
-
-use std::time::Duration;
+//! Stopping a container whose env from metadata went stale, once the pass's plan says so: the
+//! stop itself, kubelet-style (`controller/kill.rs`), on a task of its own, recorded with its
+//! reason and the env that changed (`controller/provenance.rs`); and what the plan asks of the
+//! runtime about a container's image.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::decide::{self, Observation, PreviousStop, RestartReason, Step, Verdict};
-use super::lag::ContainerChange;
-use super::{Key, Shared, env, lock};
+use super::controller::ContainerMeta;
+use super::decide::{self, PreviousStop, RestartReason};
+use super::env;
 use crate::controller::kill;
 use crate::controller::provenance::{PodId, Restart};
 use crate::cri::{Container, ImageService, RemoteRuntime, RuntimeService};
-use crate::hash::env::{MetaRef, env_meta_refs, expected_env_hash};
-use crate::k8s::keys::{self, RuntimeContainerMetaSet};
-use crate::k8s::write::{self, EventSpec};
+use crate::hash::env::{MetaRef, env_meta_refs};
+use crate::k8s::write;
 
-/// A stop decided by [`restarts_due`].
-pub(super) struct Stop {
-    container: Container,
-    reason: RestartReason,
-    expected: u64,
-}
-
-/// The containers to stop now for stale env from metadata. A stop that is due but not yet
-/// safe (see [`super::settle`]) or a container the kubelet should recreate by itself is looked at
-/// again when that changes.
-pub(super) async fn restarts_due(
-    shared: &Shared,
-    key: &Key,
-    runtime: &RemoteRuntime,
-    pod: &Pod,
-    set: &RuntimeContainerMetaSet,
-    newest: &std::collections::BTreeMap<&str, &Container>,
-) -> Vec<Stop> {
-    let uid = pod.uid().unwrap_or_default();
-    let mut previous = Vec::new();
-    let mut found = Vec::new();
-    for meta in &set.containers {
-        let (Some(spec), Some(running)) = (
-            decide::spec_of(pod, &meta.name),
-            newest.get(meta.name.as_str()),
-        ) else {
-            continue;
-        };
-        previous.push(
-            lock(&shared.last_stops)
-                .get(&(uid.clone(), meta.name.clone()))
-                .cloned(),
-        );
-        found.push((spec, meta, *running));
-    }
-    let mut observed = Vec::new();
-    for ((spec, meta, running), previous_stop) in found.into_iter().zip(&previous) {
-        observed.push(Observation {
-            spec,
-            meta,
-            running,
-            image_id_matches: image_id_matches(runtime, spec, running).await,
-            already_stopped: lock(&shared.stopped).contains_key(&running.id),
-            previous_stop: previous_stop.as_ref(),
-            kubelet_expected_since: lock(&shared.kubelet_expected).get(&running.id).copied(),
-        });
-    }
-    let now = Instant::now();
-    let excess = shared.lag.excess(now);
-    let allowed_at = lock(&shared.timelines)
-        .get(&uid)
-        .map_or(now, |t| t.stop_allowed_at(shared.restart_delay, excess));
-    let plan = decide::plan_restarts(pod, &observed, now, allowed_at);
-    let (labels, annotations) = decide::metadata_maps(pod);
-    let mut out = Vec::new();
-    for ((name, step), o) in plan.steps.into_iter().zip(&observed) {
-        match step {
-            Step::Stop(reason) => out.push(Stop {
-                container: o.running.clone(),
-                reason,
-                expected: expected_env_hash(o.spec, &labels, &annotations),
-            }),
-            Step::StopAt { at, .. } => tracing::debug!(
-                container = %name,
-                in_ms = (at - now).as_millis() as u64,
-                kubelet_lag_excess_ms = excess.as_millis() as u64,
-                "stale env: stopping once the kubelet holds the change"
-            ),
-            Step::KubeletRecreates { since, .. } => {
-                lock(&shared.kubelet_expected)
-                    .entry(o.running.id.clone())
-                    .or_insert(since);
-                tracing::debug!(
-                    container = %name,
-                    reason = "its spec changed too: the kubelet recreates it with the new env",
-                    "stale env, not stopping"
-                );
-            }
-            Step::Nothing(Verdict::Blocked(reason)) => {
-                tracing::debug!(container = %name, %reason, "stale env, not stopping")
-            }
-            Step::Nothing(_) => {}
-        }
-    }
-    if let Some(at) = plan.recheck_at {
-        shared.queue.add_after(
-            key.clone(),
-            at.saturating_duration_since(now) + Duration::from_millis(1),
-            &shared.cancel,
-        );
-    }
-    out
+/// A stop the pass's plan decided (`reconcile.rs`).
+pub struct Stop {
+    /// The container to stop.
+    pub container: Container,
+    /// Why.
+    pub reason: RestartReason,
+    /// The env-from-metadata hash the pod's metadata gives it now.
+    pub expected: u64,
 }
 
 /// Whether the spec image resolves to the image the container runs, asked of the runtime only
@@ -191,47 +105,46 @@ pub(super) async fn changed_env<R: RuntimeService>(
         .join(", ")
 }
 
-pub(super) fn spawn_kill(
-    shared: &Shared,
+/// Stops the container of `stop` on a task of its own (a preStop hook may take its whole
+/// grace period): remembered as stopped first, so no later pass stops it again; the pod is
+/// looked at again when the stop is made.
+pub fn spawn_kill(
+    c: &ContainerMeta,
     runtime: &RemoteRuntime,
     runtime_name: &str,
     pod: &Pod,
     stop: Stop,
 ) {
     let Stop {
-        container: c,
+        container,
         reason,
         expected,
     } = stop;
-    let uid = pod.uid().unwrap_or_default();
-    let name = c.metadata.name.clone();
-    lock(&shared.stopped).insert(c.id.clone(), Instant::now());
-    lock(&shared.last_stops).insert(
-        (uid, name.clone()),
-        PreviousStop {
-            id: c.id.clone(),
-            expected,
-            corrective: reason == RestartReason::StaleRecreation,
-        },
-    );
+    let pod_uid = pod.uid().unwrap_or_default();
+    let name = container.metadata.name.clone();
+    let previous = PreviousStop {
+        id: container.id.clone(),
+        expected,
+        corrective: reason == RestartReason::StaleRecreation,
+    };
+    c.memory.stopping(&pod_uid, &name, previous, Instant::now());
     let runtime = runtime.clone();
-    let events = shared.events.clone();
-    let metrics = shared.metrics.clone();
+    let events = c.events.clone();
+    let metrics = c.metrics.clone();
     let (book, queue, key) = (
-        shared.book.clone(),
-        shared.queue.clone(),
+        c.book.clone(),
+        c.queue.clone(),
         kube::runtime::reflector::ObjectRef::from_obj(pod),
     );
     let pod_id = PodId::of(pod);
-    let kubelet_id = format!("{runtime_name}://{}", c.id);
+    let kubelet_id = format!("{runtime_name}://{}", container.id);
     let wanted = env_from_metadata(pod, &name);
-    let stopped = shared.stopped.clone();
-    let lag = shared.lag.clone();
-    let pod_uid = pod.uid().unwrap_or_default();
+    let memory = c.memory.clone();
     let status_ips = crate::k8s::pod_ips(pod);
-    let cancel = shared.cancel.clone();
-    let mut regarding = write::object_ref(pod);
-    regarding.field_path = Some(format!("spec.containers{{{name}}}"));
+    let cancel = c.cancel.clone();
+    let tracker = c.tracker.clone();
+    let c = container;
+    let regarding = kill::container_ref(&write::object_ref(pod), &name);
     let (why, warning) = match reason {
         RestartReason::EnvChanged => (
             "its env from metadata changed, the kubelet recreates it with the new values"
@@ -252,15 +165,8 @@ pub(super) fn spawn_kill(
             true,
         ),
     };
-    shared.tracker.spawn(
+    tracker.spawn(
         async move {
-            let ips = kill::pod_ips(
-                &runtime,
-                &c.pod_sandbox_id,
-                c.annotations.contains_key(keys::KUBELET_PRESTOP_HANDLER),
-                &status_ips,
-            )
-            .await;
             let changed = changed_env(&runtime, &c.id, &wanted).await;
             if warning {
                 tracing::warn!(container = %name, id = %c.id, reason = reason.as_str(), %changed, "stopping container: {why}");
@@ -272,20 +178,23 @@ pub(super) fn spawn_kill(
             } else {
                 format!(" (changed: {changed})")
             };
-            events.record(EventSpec {
-                regarding: regarding.clone(),
-                warning,
-                reason: "Killing".into(),
+            let announcement = kill::Announcement {
+                regarding,
+                container: name.clone(),
                 note: format!(
                     "Stopping container {name} (containerID {}): {why}{changed_note}",
                     c.id
                 ),
-                action: "Restart".into(),
-            });
+                warning,
+                action: "Restart",
+            };
             let spec = kill::KillSpec::from_kubelet_annotations(&c);
-            match kill::kill_container(&runtime, &c, &spec, &ips, &cancel).await {
-                Ok(outcome) => {
-                    lag.expect(&c.id, &pod_uid, &name, ContainerChange::Stopped, Instant::now());
+            let killed =
+                kill::kill_announced(&runtime, &c, &spec, &status_ips, &cancel, &events, announcement)
+                    .await;
+            match killed {
+                Ok(_) => {
+                    memory.stopped(&c.id, &pod_uid, &name, Instant::now());
                     metrics.restarted(reason.as_str());
                     // recorded on the pod by the next pass's patch, which comes at once
                     book.record(
@@ -293,13 +202,10 @@ pub(super) fn spawn_kill(
                         Restart::now(&name, kubelet_id, reason.as_str(), &changed),
                     );
                     queue.add(key);
-                    if let Some(event) = outcome.failed_hook_event(&regarding, &name) {
-                        events.record(event);
-                    }
                 }
                 Err(e) => {
                     // forget it, so the next reconcile tries again
-                    lock(&stopped).remove(&c.id);
+                    memory.stop_failed(&c.id);
                     metrics.restart_failed();
                     tracing::warn!(container = %name, error = %e, "could not stop container");
                 }

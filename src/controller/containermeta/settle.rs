@@ -1,42 +1,8 @@
 //! When stopping a container for stale env from metadata is safe: when the kubelet will
-//! recreate it from a pod that already carries the new metadata.
-//!
-//! Why it is not at once (measured on a real v1.36 kubelet, see the cluster tests): the
-//! kubelet's pod worker takes the pod object when a sync *starts*, then waits in
-//! `podCache.GetNewerThan` for the next PLEG relist (every 1 s, plus the relist's own time)
-//! before acting. A sync that started before the kubelet took the metadata change (one
-//! triggered by the manager's `InPlaceUpdateReady=False`, by another writer, by our own
-//! annotation patch) still holds the old pod; if the container dies before that relist, that
-//! sync recreates it with the old values, and a second restart follows (kruise-daemon's fixed
-//! 1 s delay hides most of this race; reacting in milliseconds exposes it).
-//!
-//! A stop waits until one of these shows that no sync holding the old pod can see the
-//! container die:
-//!
-//! 1. the pod had no event for [`KUBELET_SETTLE`] before the change: no sync was waiting, and
-//!    [`UPDATE_MARGIN`] covers the kubelet taking the change later than we did;
-//! 2. the kubelet wrote the pod's status (a field only it writes changed) at least
-//!    [`UPDATE_MARGIN`] after the change: the status is written from inside a sync after its
-//!    relist snapshot, so that sync will not see a container we stop now die, and the sync
-//!    after it takes the new pod;
-//! 3. [`KUBELET_SETTLE`] passed since the change: any sync that held the old pod has run.
-//!
-//! These timings hold for a kubelet whose relist and sync take well under 250 ms. On a loaded
-//! node they take longer, and a sync holds its pod for as long: a CI machine with both cores
-//! busy gave a second restart now and then. So the daemon measures the kubelet
-//! ([`KubeletLag`]): how long it takes to report a container start the runtime's events
-//! announced, or a stop this daemon made. The timings stretch by what the recent worst
-//! exceeds a healthy kubelet's.
-//!
-//! The `InPlaceUpdateReady` readiness gate gives a causal signal on top ([`Gate`]).
-//! kruise-manager writes `InPlaceUpdateReady=False` together with `Ready=False`. A kubelet sync
-//! that took the pod before that write still computes `Ready=True`, and its status write puts
-//! it back: proof that a sync holding an old pod is running. The stop then waits, whatever
-//! the timings say, until the kubelet writes `Ready=False` (`ReadinessGatesNotReady`) again,
-//! from a sync that holds the newer pod (at most [`GATE_LIMIT`]). A kubelet whose `Ready` was
-//! never put back gives no signal, and the timings decide.
-//!
-//! A fixed delay (kruise's behaviour is 1 s) can be configured instead.
+//! recreate it from a pod that already carries the new metadata. Why a stop is not made at
+//! once, the three signs that make it safe, how a slow kubelet stretches them and what the
+//! `InPlaceUpdateReady` gate adds: `docs/RELIABILITY.md`, "When a stale-env stop is safe".
+//! Here: [`Timeline`] (what was seen of a pod), [`KubeletLag`] (the stretch), [`Gate`].
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};

@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -31,19 +30,18 @@ use tracing::Instrument;
 use super::secrets::Credentials;
 use super::state::{self, TagKey, Tracked};
 use super::status;
-use super::task::{self, Cell, Env, TagJob};
+use super::task::{self, PullTools, StatusCell, TagJob};
+use crate::backoff::Backoff;
 use crate::cri::ImageService;
 use crate::k8s::crd::{ImagePullPhase, ImageTagStatus, NodeImage};
+use crate::k8s::time::later;
 use crate::k8s::watch::Watched;
 use crate::k8s::write;
-
-/// Longest pause between retries of a failed status write.
-const WRITE_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// A tag the controller tracks.
 struct Entry {
     version: i64,
-    status: Cell,
+    status: StatusCell,
     /// The running task; `None` for an adopted status or a finished task.
     task: Option<CancellationToken>,
 }
@@ -59,7 +57,7 @@ impl Entry {
 
 /// The NodeImage controller of one node.
 pub struct Controller<I, C> {
-    env: Arc<Env<I, C>>,
+    tools: Arc<PullTools<I, C>>,
     node: String,
     api: Api<NodeImage>,
     cache: Watched<NodeImage>,
@@ -67,7 +65,8 @@ pub struct Controller<I, C> {
     /// Our last write.
     written: Option<status::LastWrite>,
     last_write: Option<Instant>,
-    write_failures: u32,
+    /// The pause after a failed write ([`Backoff::status_write`]).
+    write_retry: Backoff,
     changed: Arc<Notify>,
     busy: watch::Sender<usize>,
 }
@@ -86,21 +85,21 @@ where
     /// A controller for the NodeImage named `node`. `busy` receives the number of tasks not yet
     /// finished (the next-batch pre-puller waits for 0).
     pub fn new(
-        env: Arc<Env<I, C>>,
+        tools: Arc<PullTools<I, C>>,
         node: &str,
         api: Api<NodeImage>,
         cache: Watched<NodeImage>,
         busy: watch::Sender<usize>,
     ) -> Self {
         Controller {
-            env,
+            tools,
             node: node.to_string(),
             api,
             cache,
             entries: BTreeMap::new(),
             written: None,
             last_write: None,
-            write_failures: 0,
+            write_retry: Backoff::status_write(),
             changed: Arc::new(Notify::new()),
             busy,
         }
@@ -206,7 +205,7 @@ where
             let Some(ispec) = obj.spec.images.get(&image) else {
                 continue;
             };
-            let cell: Cell = Arc::new(Mutex::new(state::waiting(&spec)));
+            let cell: StatusCell = Arc::new(Mutex::new(state::waiting(&spec)));
             let cancel = CancellationToken::new();
             let job = TagJob {
                 image: image.clone(),
@@ -217,9 +216,9 @@ where
             };
             let span =
                 tracing::info_span!("tag", image = %image, tag = %tag, version = spec.version);
-            self.env.tracker.spawn(
+            self.tools.tracker.spawn(
                 task::run(
-                    self.env.clone(),
+                    self.tools.clone(),
                     job,
                     cell.clone(),
                     self.changed.clone(),
@@ -250,7 +249,9 @@ where
                 ImagePullPhase::Other(_) => {}
             }
         }
-        self.env.metrics.phases(waiting, pulling, succeeded, failed);
+        self.tools
+            .metrics
+            .phases(waiting, pulling, succeeded, failed);
         self.busy.send_if_modified(|b| {
             let now = waiting + pulling;
             std::mem::replace(b, now) != now
@@ -260,7 +261,7 @@ where
     /// When to write after a change, given the write already planned.
     fn next_flush(&self, planned: Option<Instant>) -> Instant {
         let now = Instant::now();
-        let s = &self.env.settings;
+        let s = &self.tools.settings;
         let all_done = self
             .entries
             .values()
@@ -311,19 +312,14 @@ where
                     sent: want,
                 });
                 self.last_write = Some(Instant::now());
-                self.write_failures = 0;
+                self.write_retry.reset();
                 None
             }
             Err(e) if write::is_not_found(&e) => None,
             Err(e) => {
-                self.write_failures += 1;
-                let pause = crate::controller::jitter(crate::controller::exponential(
-                    self.write_failures - 1,
-                    Duration::from_millis(200),
-                    WRITE_RETRY_MAX,
-                ));
+                let pause = self.write_retry.pause();
                 tracing::warn!(error = %e, retry_in = ?pause, "status write failed");
-                Some(crate::controller::later(Instant::now(), pause))
+                Some(later(Instant::now(), pause))
             }
         }
     }

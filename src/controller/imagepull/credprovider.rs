@@ -30,7 +30,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use super::keyring::{Keyring, urls_match};
-use super::one_line;
+use crate::controller::text::one_line;
 
 /// How long a plugin may take (the kubelet's exec timeout).
 pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -61,16 +61,160 @@ pub enum PluginError {
         /// The file.
         path: PathBuf,
         /// Why.
-        error: String,
+        error: std::io::Error,
     },
     /// The config file is not a valid `CredentialProviderConfig`.
-    #[error("invalid credential provider config {path}: {reason}")]
+    #[error("invalid credential provider config {path}: {error}")]
     Invalid {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
+        error: PluginConfigError,
     },
+}
+
+/// What is wrong with a `CredentialProviderConfig`, as the kubelet's checks say it.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginConfigError {
+    /// Neither YAML nor JSON of the config's shape.
+    #[error("{0}")]
+    Decode(Box<serde_saphyr::Error>),
+    /// Another kind or group.
+    #[error("want kind CredentialProviderConfig of {CONFIG_GROUP}, got {kind:?} {api_version:?}")]
+    Kind {
+        /// The kind it gives.
+        kind: String,
+        /// The `apiVersion` it gives.
+        api_version: String,
+    },
+    /// No provider.
+    #[error("at least 1 item in plugins is required")]
+    NoProviders,
+    /// A name that cannot name an executable in the plugin directory.
+    #[error("invalid provider name {0:?}")]
+    InvalidName(String),
+    /// Two providers of one name.
+    #[error("duplicate provider name {0:?}")]
+    DuplicateName(String),
+    /// A protocol version the kubelet does not speak.
+    #[error(
+        "provider {name}: apiVersion {api_version:?} is not one of {PROTOCOL_GROUP}/{}",
+        PROTOCOL_VERSIONS.join(", ")
+    )]
+    ApiVersion {
+        /// The provider.
+        name: String,
+        /// Its `apiVersion`.
+        api_version: String,
+    },
+    /// No `matchImages`.
+    #[error("provider {0}: matchImages is required")]
+    NoMatchImages(String),
+    /// No `defaultCacheDuration`.
+    #[error("provider {0}: defaultCacheDuration is required")]
+    NoDefaultCacheDuration(String),
+    /// A `defaultCacheDuration` that is no duration.
+    #[error("provider {name}: defaultCacheDuration: {error}")]
+    DefaultCacheDuration {
+        /// The provider.
+        name: String,
+        /// Why.
+        error: DurationError,
+    },
+    /// The provider's executable is missing from the plugin directory.
+    #[error("plugin binary executable {} does not exist", .0.display())]
+    NoExecutable(PathBuf),
+}
+
+/// Why a text is no Go duration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Not a number and a unit, repeated.
+    #[error("invalid duration {0:?}")]
+    Invalid(String),
+    /// A number without its unit.
+    #[error("invalid duration {0:?}: missing unit")]
+    MissingUnit(String),
+    /// A unit Go does not know.
+    #[error("invalid duration {text:?}: unknown unit {unit:?}")]
+    UnknownUnit {
+        /// The text.
+        text: String,
+        /// The unit.
+        unit: String,
+    },
+    /// More than a duration holds.
+    #[error("invalid duration {text:?}: {reason}")]
+    OutOfRange {
+        /// The text.
+        text: String,
+        /// Why.
+        reason: std::time::TryFromFloatSecsError,
+    },
+}
+
+/// Why a plugin's answer cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseError {
+    /// Not the JSON of a `CredentialProviderResponse`.
+    #[error("cannot decode the plugin's answer on stdout: {0}")]
+    Decode(serde_json::Error),
+    /// Another protocol version than the configured one.
+    #[error("the plugin answered apiVersion {got:?}, not the configured {want:?}")]
+    ApiVersion {
+        /// What it answered.
+        got: String,
+        /// What the config says.
+        want: String,
+    },
+    /// Another kind.
+    #[error("the plugin answered kind {0:?}, not CredentialProviderResponse")]
+    Kind(String),
+    /// A cache key type the kubelet does not know.
+    #[error("the plugin answered cacheKeyType {0:?}; want Image, Registry or Global")]
+    CacheKeyType(String),
+    /// A `cacheDuration` that is no duration.
+    #[error("cacheDuration: {0}")]
+    CacheDuration(DurationError),
+}
+
+/// Why running a plugin gave no credentials: for the daemon's log only (never a status or an
+/// event, see the module).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The executable could not be started.
+    #[error("cannot run {}: {error}", .executable.display())]
+    Spawn {
+        /// The executable.
+        executable: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// No answer within [`PLUGIN_TIMEOUT`].
+    #[error("no answer within {PLUGIN_TIMEOUT:?}; killed")]
+    TimedOut,
+    /// Waiting for the plugin failed.
+    #[error("running the plugin: {0}")]
+    Wait(std::io::Error),
+    /// It exited with an error: its status and the start of its stderr, cleaned.
+    #[error("the plugin exited with {status}: {stderr}{}", if *.cut { " [...]" } else { "" })]
+    Exited {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// The start of its stderr, on one line.
+        stderr: String,
+        /// Whether stderr went on past what was kept.
+        cut: bool,
+    },
+    /// Its stdout could not be read.
+    #[error("reading the plugin's answer: {0}")]
+    Read(std::io::Error),
+    /// Its answer is longer than any answer is.
+    #[error("the plugin's answer is longer than {STDOUT_MAX} bytes")]
+    TooLong,
+    /// Its answer cannot be used.
+    #[error(transparent)]
+    Response(#[from] ResponseError),
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,7 +308,7 @@ impl std::fmt::Debug for Plugins {
 }
 
 /// Go's `time.ParseDuration` for the forms configs use: `12h`, `6h0m0s`, `1m30s`, `500ms`, `0`.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -172,14 +316,16 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let mut rest = s;
     let mut total = 0f64;
     if rest.is_empty() {
-        return Err(format!("invalid duration {s:?}"));
+        return Err(DurationError::Invalid(s.to_string()));
     }
     while !rest.is_empty() {
         let n = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("invalid duration {s:?}: missing unit"))?;
+            .ok_or_else(|| DurationError::MissingUnit(s.to_string()))?;
         let (num, tail) = rest.split_at(n);
-        let value: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let value: f64 = num
+            .parse()
+            .map_err(|_| DurationError::Invalid(s.to_string()))?;
         let u = tail
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(tail.len());
@@ -191,56 +337,68 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?}")),
+            _ => {
+                return Err(DurationError::UnknownUnit {
+                    text: s.to_string(),
+                    unit: unit.to_string(),
+                });
+            }
         };
         total += value * scale;
         rest = next;
     }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {s:?}: {e}"))
+    Duration::try_from_secs_f64(total).map_err(|reason| DurationError::OutOfRange {
+        text: s.to_string(),
+        reason,
+    })
 }
 
 /// Parses and checks a `CredentialProviderConfig` (YAML or JSON) as the kubelet does, all but
 /// the executables: each provider with its `defaultCacheDuration`, in file order, or what is
 /// wrong.
-fn parse_config(text: &str) -> Result<Vec<(ProviderSpec, Duration)>, String> {
-    let file: ConfigFile = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+fn parse_config(text: &str) -> Result<Vec<(ProviderSpec, Duration)>, PluginConfigError> {
+    let file: ConfigFile =
+        serde_saphyr::from_str(text).map_err(|e| PluginConfigError::Decode(Box::new(e)))?;
     let (group, _) = file.api_version.split_once('/').unwrap_or(("", ""));
     if file.kind != "CredentialProviderConfig" || group != CONFIG_GROUP {
-        return Err(format!(
-            "want kind CredentialProviderConfig of {CONFIG_GROUP}, got {:?} {:?}",
-            file.kind, file.api_version
-        ));
+        return Err(PluginConfigError::Kind {
+            kind: file.kind,
+            api_version: file.api_version,
+        });
     }
     if file.providers.is_empty() {
-        return Err("at least 1 item in plugins is required".to_string());
+        return Err(PluginConfigError::NoProviders);
     }
     let mut providers: Vec<(ProviderSpec, Duration)> = Vec::new();
     for spec in file.providers {
         let name = &spec.name;
         if name.is_empty() || name.contains(['/', ' ']) || name == "." || name == ".." {
-            return Err(format!("invalid provider name {name:?}"));
+            return Err(PluginConfigError::InvalidName(name.clone()));
         }
         if providers.iter().any(|(p, _)| &p.name == name) {
-            return Err(format!("duplicate provider name {name:?}"));
+            return Err(PluginConfigError::DuplicateName(name.clone()));
         }
         let version_ok = spec
             .api_version
             .split_once('/')
             .is_some_and(|(g, v)| g == PROTOCOL_GROUP && PROTOCOL_VERSIONS.contains(&v));
         if !version_ok {
-            return Err(format!(
-                "provider {name}: apiVersion {:?} is not one of {PROTOCOL_GROUP}/{}",
-                spec.api_version,
-                PROTOCOL_VERSIONS.join(", ")
-            ));
+            return Err(PluginConfigError::ApiVersion {
+                name: name.clone(),
+                api_version: spec.api_version.clone(),
+            });
         }
         if spec.match_images.is_empty() {
-            return Err(format!("provider {name}: matchImages is required"));
+            return Err(PluginConfigError::NoMatchImages(name.clone()));
         }
         let default_cache = match spec.default_cache_duration.as_deref() {
-            Some(d) => parse_go_duration(d)
-                .map_err(|e| format!("provider {name}: defaultCacheDuration: {e}"))?,
-            None => return Err(format!("provider {name}: defaultCacheDuration is required")),
+            Some(d) => {
+                parse_go_duration(d).map_err(|error| PluginConfigError::DefaultCacheDuration {
+                    name: name.clone(),
+                    error,
+                })?
+            }
+            None => return Err(PluginConfigError::NoDefaultCacheDuration(name.clone())),
         };
         providers.push((spec, default_cache));
     }
@@ -249,20 +407,16 @@ fn parse_config(text: &str) -> Result<Vec<(ProviderSpec, Duration)>, String> {
 
 /// Decodes a plugin's answer on stdout and checks that it is the `CredentialProviderResponse`
 /// of `api_version`. The error never holds a credential.
-fn parse_response(stdout: &[u8], api_version: &str) -> Result<Response, String> {
-    let response: Response = serde_json::from_slice(stdout)
-        .map_err(|e| format!("cannot decode the plugin's answer on stdout: {e}"))?;
+fn parse_response(stdout: &[u8], api_version: &str) -> Result<Response, ResponseError> {
+    let response: Response = serde_json::from_slice(stdout).map_err(ResponseError::Decode)?;
     if response.api_version != api_version {
-        return Err(format!(
-            "the plugin answered apiVersion {:?}, not the configured {:?}",
-            response.api_version, api_version
-        ));
+        return Err(ResponseError::ApiVersion {
+            got: response.api_version,
+            want: api_version.to_string(),
+        });
     }
     if response.kind != "CredentialProviderResponse" {
-        return Err(format!(
-            "the plugin answered kind {:?}, not CredentialProviderResponse",
-            response.kind
-        ));
+        return Err(ResponseError::Kind(response.kind));
     }
     Ok(response)
 }
@@ -273,8 +427,10 @@ fn parse_response(stdout: &[u8], api_version: &str) -> Result<Response, String> 
 pub mod parse {
     use std::time::Duration;
 
+    use super::{DurationError, PluginConfigError, ResponseError};
+
     /// [`super::Plugins::load`]'s checks of a config's text, without the executables.
-    pub fn config(text: &str) -> Result<Vec<(String, Duration)>, String> {
+    pub fn config(text: &str) -> Result<Vec<(String, Duration)>, PluginConfigError> {
         Ok(super::parse_config(text)?
             .into_iter()
             .map(|(spec, d)| (spec.name, d))
@@ -287,13 +443,13 @@ pub mod parse {
         /// `Image`, `Registry` or `Global` (anything else is refused when the answer is used).
         pub cache_key_type: String,
         /// The answer's `cacheDuration`, parsed, when it gives one.
-        pub cache_duration: Option<Result<Duration, String>>,
+        pub cache_duration: Option<Result<Duration, DurationError>>,
         /// The registry locations it holds credentials for.
         pub locations: Vec<String>,
     }
 
     /// A plugin's answer as the daemon reads it.
-    pub fn response(stdout: &[u8], api_version: &str) -> Result<Answer, String> {
+    pub fn response(stdout: &[u8], api_version: &str) -> Result<Answer, ResponseError> {
         let r = super::parse_response(stdout, api_version)?;
         Ok(Answer {
             cache_duration: r.cache_duration.as_deref().map(super::parse_go_duration),
@@ -303,10 +459,10 @@ pub mod parse {
     }
 }
 
-fn invalid(path: &Path, reason: impl Into<String>) -> PluginError {
+fn invalid(path: &Path, error: PluginConfigError) -> PluginError {
     PluginError::Invalid {
         path: path.to_path_buf(),
-        reason: reason.into(),
+        error,
     }
 }
 
@@ -317,29 +473,23 @@ impl Plugins {
         let text = match std::fs::read_to_string(config) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
+            Err(error) => {
                 return Err(PluginError::Read {
                     path: config.to_path_buf(),
-                    error: e.to_string(),
+                    error,
                 });
             }
         };
         if !bin_dir.is_dir() {
             return Err(PluginError::NoBinDir(bin_dir.to_path_buf()));
         }
-        let specs = parse_config(&text).map_err(|reason| invalid(config, reason))?;
+        let specs = parse_config(&text).map_err(|error| invalid(config, error))?;
         let mut providers: Vec<Provider> = Vec::new();
         for (spec, default_cache) in specs {
             let name = &spec.name;
             let executable = bin_dir.join(name);
             if !is_executable(&executable) {
-                return Err(invalid(
-                    config,
-                    format!(
-                        "plugin binary executable {} does not exist",
-                        executable.display()
-                    ),
-                ));
+                return Err(invalid(config, PluginConfigError::NoExecutable(executable)));
             }
             providers.push(Provider {
                 spec,
@@ -386,7 +536,7 @@ impl Plugins {
                     }
                 }
                 Err(e) => {
-                    let detail = one_line(&e, DETAIL_MAX);
+                    let detail = one_line(&e.to_string(), DETAIL_MAX);
                     tracing::warn!(provider = %p.spec.name, %image, error = %detail, "credential provider plugin failed");
                     problems.push(self.failure_message(&p.spec.name));
                 }
@@ -456,7 +606,7 @@ impl Provider {
             .find_map(|k| cache.get(*k).map(|c| c.auth.clone()))
     }
 
-    async fn credentials(&self, image: &str) -> Result<BTreeMap<String, AuthEntry>, String> {
+    async fn credentials(&self, image: &str) -> Result<BTreeMap<String, AuthEntry>, RunError> {
         if let Some(auth) = self.cached(image) {
             return Ok(auth);
         }
@@ -465,21 +615,17 @@ impl Provider {
             "Image" => image,
             "Registry" => registry_of(image),
             "Global" => GLOBAL_KEY,
-            other => {
-                return Err(format!(
-                    "the plugin answered cacheKeyType {other:?}; want Image, Registry or Global"
-                ));
-            }
+            other => return Err(ResponseError::CacheKeyType(other.to_string()).into()),
         };
         let ttl = match response.cache_duration.as_deref() {
-            Some(d) => parse_go_duration(d).map_err(|e| format!("cacheDuration: {e}"))?,
+            Some(d) => parse_go_duration(d).map_err(ResponseError::CacheDuration)?,
             None => self.default_cache,
         };
         if !ttl.is_zero() {
             crate::sync::lock(&self.cache).insert(
                 key.to_string(),
                 Cached {
-                    expires: crate::controller::later(Instant::now(), ttl),
+                    expires: crate::k8s::time::later(Instant::now(), ttl),
                     auth: response.auth.clone(),
                 },
             );
@@ -487,7 +633,7 @@ impl Provider {
         Ok(response.auth)
     }
 
-    async fn exec(&self, image: &str) -> Result<Response, String> {
+    async fn exec(&self, image: &str) -> Result<Response, RunError> {
         let request = serde_json::json!({
             "kind": "CredentialProviderRequest",
             "apiVersion": self.spec.api_version,
@@ -500,9 +646,10 @@ impl Provider {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", self.executable.display()))?;
+        let mut child = cmd.spawn().map_err(|error| RunError::Spawn {
+            executable: self.executable.clone(),
+            error,
+        })?;
         if let Some(mut stdin) = child.stdin.take() {
             let body = format!("{request}\n");
             // a plugin that does not read its input is its own business
@@ -519,21 +666,21 @@ impl Provider {
         // on the timeout the child is dropped, and killed (`kill_on_drop`)
         let (stdout, stderr, status) = tokio::time::timeout(PLUGIN_TIMEOUT, run)
             .await
-            .map_err(|_| format!("no answer within {PLUGIN_TIMEOUT:?}; killed"))?;
-        let status = status.map_err(|e| format!("running the plugin: {e}"))?;
+            .map_err(|_| RunError::TimedOut)?;
+        let status = status.map_err(RunError::Wait)?;
         if !status.success() {
-            let (stderr, more) = stderr.unwrap_or_default();
-            let excerpt = one_line(&String::from_utf8_lossy(&stderr), STDERR_KEPT);
-            let cut = if more { " [...]" } else { "" };
-            return Err(format!("the plugin exited with {status}: {excerpt}{cut}"));
+            let (stderr, cut) = stderr.unwrap_or_default();
+            return Err(RunError::Exited {
+                status,
+                stderr: one_line(&String::from_utf8_lossy(&stderr), STDERR_KEPT),
+                cut,
+            });
         }
-        let (stdout, more) = stdout.map_err(|e| format!("reading the plugin's answer: {e}"))?;
+        let (stdout, more) = stdout.map_err(RunError::Read)?;
         if more {
-            return Err(format!(
-                "the plugin's answer is longer than {STDOUT_MAX} bytes"
-            ));
+            return Err(RunError::TooLong);
         }
-        parse_response(&stdout, &self.spec.api_version)
+        Ok(parse_response(&stdout, &self.spec.api_version)?)
     }
 }
 

@@ -40,7 +40,7 @@ use super::metrics::{Outcome, Source};
 use super::pull::PullSpec;
 use super::reference::Reference;
 use super::secrets::Credentials;
-use super::task::{Env, disk_refusal, find_image, pull_sandbox};
+use super::task::{PullTools, disk_refusal, find_image, pull_sandbox};
 use crate::cri::ImageService;
 use crate::k8s::crd::{NodeImage, ReferenceObject, SandboxConfig};
 use crate::k8s::watch::Watched;
@@ -63,7 +63,7 @@ enum Tried {
 
 /// Runs the pre-puller until `cancel`. `busy` is the number of unfinished NodeImage tasks.
 pub async fn run<I, C>(
-    env: Arc<Env<I, C>>,
+    tools: Arc<PullTools<I, C>>,
     pods: Watched<Pod>,
     node_images: Watched<NodeImage>,
     mut busy: watch::Receiver<usize>,
@@ -82,7 +82,7 @@ pub async fn run<I, C>(
     loop {
         let pod_list = pods.state();
         let plan = plan::plan(pod_list.iter().map(|p| p.as_ref()), Limits::default());
-        report(&env, &plan, &mut reported);
+        report(&tools, &plan, &mut reported);
         let wanted = plan.wanted;
         tried.retain(|k, _| wanted.contains_key(k));
         let now = Instant::now();
@@ -107,7 +107,7 @@ pub async fn run<I, C>(
             let (refs, sandbox) = node_image_entries(&node_images.state(), &want.reference);
             let result = tokio::select! {
                 () = cancel.cancelled() => return,
-                r = pull_one(&env, want, &refs, sandbox.as_ref()) => r,
+                r = pull_one(&tools, want, &refs, sandbox.as_ref()) => r,
             };
             let entry = match result {
                 Ok(()) => Tried::Done,
@@ -116,7 +116,7 @@ pub async fn run<I, C>(
                         Some(Tried::Failed { attempts, .. }) => attempts + 1,
                         _ => 1,
                     };
-                    let pause = crate::controller::exponential(attempts - 1, RETRY_BASE, RETRY_MAX);
+                    let pause = crate::backoff::exponential(attempts - 1, RETRY_BASE, RETRY_MAX);
                     tracing::warn!(image = %want.image, namespace = %want.namespace, error = %e, retry_in = ?pause, "next-batch pre-pull failed");
                     Tried::Failed {
                         attempts,
@@ -149,8 +149,10 @@ pub async fn run<I, C>(
 
 /// Sets the metrics of `plan` and logs what it leaves out that the last one did not: an
 /// unusable annotation as a warning, the rest at debug (a pod's changes would repeat them).
-fn report<I, C>(env: &Env<I, C>, plan: &Plan, reported: &mut BTreeSet<Skip>) {
-    env.metrics.next_batch(plan.images(), plan.skipped_counts());
+fn report<I, C>(tools: &PullTools<I, C>, plan: &Plan, reported: &mut BTreeSet<Skip>) {
+    tools
+        .metrics
+        .next_batch(plan.images(), plan.skipped_counts());
     let now: BTreeSet<Skip> = plan.skipped.iter().cloned().collect();
     for skip in now.difference(reported) {
         match skip {
@@ -217,7 +219,7 @@ enum PrePullError {
 /// Pulls one next-batch image unless present, with the credentials `refs` lend to its
 /// namespace.
 async fn pull_one<I, C>(
-    env: &Env<I, C>,
+    tools: &PullTools<I, C>,
     want: &Want,
     refs: &[ReferenceObject],
     sandbox: Option<&SandboxConfig>,
@@ -226,7 +228,7 @@ where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
-    let _permit = match &env.slots {
+    let _permit = match &tools.slots {
         Some(s) => Some(
             s.clone()
                 .acquire_owned()
@@ -236,18 +238,18 @@ where
         None => None,
     };
     let image = want.image.as_str();
-    let runtime = env.puller.runtime();
+    let runtime = tools.puller.runtime();
     let images = runtime.list_images().await?;
     if find_image(&images, &want.reference).is_some() {
-        env.metrics.pulled(Source::NextBatch, Outcome::Present);
+        tools.metrics.pulled(Source::NextBatch, Outcome::Present);
         tracing::debug!(image, "next-batch image already present");
         return Ok(());
     }
-    if let Some(refusal) = disk_refusal(env, Source::NextBatch).await {
+    if let Some(refusal) = disk_refusal(tools, Source::NextBatch).await {
         return Err(PrePullError::NoRoom(refusal));
     }
     let name = want.reference.name();
-    let resolved = env
+    let resolved = tools
         .credentials
         .resolve_for_namespace(refs, &name, &want.namespace)
         .await;
@@ -263,7 +265,7 @@ where
         source: Source::NextBatch,
     };
     tracing::info!(image, namespace = %want.namespace, credentials = spec.credentials.len(), "pre-pulling an image of a pod's next in-place batch");
-    env.puller.pull(spec, PULL_TIMEOUT).await?;
+    tools.puller.pull(spec, PULL_TIMEOUT).await?;
     Ok(())
 }
 

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use super::keyring::Credential;
 use super::metrics::{Metrics, Outcome, Source};
-use crate::cri::{ImageService, PullRequest, PullSandbox};
+use crate::cri::{CriError, ImageService, PullRequest, PullSandbox};
 
 /// What a pull returns: the runtime's image reference (the image ID on containerd and CRI-O),
 /// or why there is none.
@@ -37,12 +37,12 @@ pub type PullResult = Result<String, PullError>;
 pub enum PullError {
     /// The runtime failed every attempt: its errors in order, one per credential tried, each
     /// scrubbed of the credentials' secrets.
-    #[error("failed to pull image {image:?}: {}", .attempts.join("; "))]
+    #[error("failed to pull image {image:?}: {}", joined(.attempts))]
     Runtime {
         /// The image as sent to the runtime.
         image: String,
-        /// One error per attempt.
-        attempts: Vec<String>,
+        /// One per attempt.
+        attempts: Vec<FailedTry>,
     },
     /// Every waiter went away (their tags were removed) before the pull ended.
     #[error("pulling {0} was stopped")]
@@ -53,6 +53,48 @@ pub enum PullError {
     /// The pull's task ended without a result (the daemon is shutting down).
     #[error("the pull task ended without a result")]
     Lost,
+}
+
+impl PullError {
+    /// The runtime's error when it did not answer the last try at all (it is away: restarting,
+    /// crashed), rather than refusing the image.
+    pub fn runtime_away(&self) -> Option<&CriError> {
+        match self {
+            PullError::Runtime { attempts, .. } => attempts
+                .last()
+                .map(|t| &t.error)
+                .filter(|e| e.is_unreachable()),
+            _ => None,
+        }
+    }
+}
+
+/// One try of a pull that the runtime failed: with credential `i` of `n` where there were
+/// several, and the runtime's error, scrubbed of the credentials' secrets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedTry {
+    /// `(i, n)`: the try with credential `i` (from 1) of `n`, where `n > 1`.
+    pub credential: Option<(usize, usize)>,
+    /// What the runtime answered.
+    pub error: CriError,
+}
+
+impl std::fmt::Display for FailedTry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.credential {
+            Some((i, n)) => write!(f, "with credential {i} of {n}: {}", self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
+}
+
+/// The tries' texts, in order.
+fn joined(tries: &[FailedTry]) -> String {
+    tries
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One request to pull. Its `Debug` shows every credential and secret as `<redacted>`.
@@ -259,11 +301,9 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                 }
                 Err(e) => {
                     self.metrics.pulled(spec.source, Outcome::Failed);
-                    let text = scrub(&e.to_string(), &spec.secrets);
-                    errors.push(if n > 1 {
-                        format!("with credential {} of {n}: {text}", i + 1)
-                    } else {
-                        text
+                    errors.push(FailedTry {
+                        credential: (n > 1).then_some((i + 1, n)),
+                        error: e.map_text(|t| scrub(t, &spec.secrets)),
                     });
                 }
             }

@@ -27,13 +27,6 @@ use crate::k8s::crd::{
 /// The identity of a pull task: image name (the NodeImage key) and tag.
 pub type TagKey = (String, String);
 
-/// Now, at the precision the API keeps (whole seconds), so what is held in memory compares
-/// equal to what is read back.
-pub fn now() -> Time {
-    let t = k8s_openapi::jiff::Timestamp::now();
-    Time(k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap_or(t))
-}
-
 /// A new task's first status: `Waiting` for `version`.
 pub fn waiting(spec: &ImageTagSpec) -> ImageTagStatus {
     ImageTagStatus {
@@ -150,6 +143,7 @@ pub fn plan(
 mod tests {
     use super::*;
     use crate::k8s::crd::{ImageSpec, ImageStatus};
+    use crate::k8s::time::now_seconds as now;
 
     fn spec(tags: &[(&str, &str, i64)]) -> NodeImageSpec {
         let mut s = NodeImageSpec::default();
@@ -219,13 +213,6 @@ mod tests {
             (ImagePullPhase::Failed, "registry says no")
         );
         assert!(s.completion_time.is_some());
-    }
-
-    #[test]
-    fn now_has_whole_seconds_so_it_survives_a_round_trip() {
-        let t = now();
-        let back: Time = serde_json::from_value(serde_json::to_value(&t).unwrap()).unwrap();
-        assert_eq!(t, back);
     }
 
     #[test]

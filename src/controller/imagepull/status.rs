@@ -123,8 +123,9 @@ pub fn merge_patch(stored: Option<&NodeImageStatus>, want: &NodeImageStatus) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::imagepull::state::{fail, now, start_pulling, succeed, waiting};
+    use crate::controller::imagepull::state::{fail, start_pulling, succeed, waiting};
     use crate::k8s::crd::{ImagePullPhase, ImageSpec, ImageTagSpec, SyncStatus};
+    use crate::k8s::time::now_seconds as now;
 
     fn spec(tags: &[(&str, &str)]) -> NodeImageSpec {
         let mut s = NodeImageSpec::default();

@@ -29,16 +29,17 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Settings;
 use super::disk;
 use super::metrics::{Metrics, Outcome, Source};
-use super::pull::{PullSpec, Puller, scrub};
-use super::reference::Reference;
+use super::pull::{PullError, PullSpec, Puller, scrub};
+use super::reference::{Reference, ReferenceError};
 use super::secrets::Credentials;
+use super::settings::Settings;
 use super::state;
-use crate::cri::{Image, ImageService, PullSandbox};
+use crate::cri::{CriError, Image, ImageService, PullSandbox};
 use crate::k8s::crd::{ImageTagSpec, ImageTagStatus, ReferenceObject, SandboxConfig};
 use crate::k8s::keys;
+use crate::k8s::time::now_seconds;
 use crate::k8s::write::{EventSink, EventSpec};
 
 /// Reason of the event of a successful pull (kruise's).
@@ -48,8 +49,9 @@ pub const REASON_FAILED: &str = "PullImageFailed";
 /// The `action` of both events.
 const EVENT_ACTION: &str = "PullImage";
 
-/// What every task shares.
-pub struct Env<I, C> {
+/// What every pull task works with: the shared puller, the pull secrets, the pull slots, the
+/// settings, metrics and events.
+pub struct PullTools<I, C> {
     /// Pulls, merged when identical.
     pub puller: Arc<Puller<I>>,
     /// Pull secrets.
@@ -84,17 +86,71 @@ pub struct TagJob {
 }
 
 /// The shared status cell of a tag.
-pub type Cell = Arc<Mutex<ImageTagStatus>>;
+pub type StatusCell = Arc<Mutex<ImageTagStatus>>;
 
 /// Why an attempt failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptError {
-    /// Worth another attempt (a pull error, a timeout).
+    /// Listing the runtime's images (`IfNotPresent`) failed.
+    #[error("listing images: {0}")]
+    ListImages(CriError),
+    /// The pull failed.
+    #[error("{message}")]
+    Pull {
+        /// Why.
+        error: PullError,
+        /// What the tag's status says: the error scrubbed of the credentials' secrets, and the
+        /// pull secrets' problems after it.
+        message: String,
+    },
+    /// The attempt ran out of its time.
+    #[error("pulling image {reference} timed out after {budget:?}")]
+    TimedOut {
+        /// `<image>:<tag>` as the NodeImage names them.
+        reference: String,
+        /// The attempt's time.
+        budget: Duration,
+    },
+    /// The image filesystem is below its floor: another attempt cannot help.
     #[error("{0}")]
-    Retry(String),
-    /// Another attempt cannot help (no space, an invalid reference).
-    #[error("{0}")]
-    Final(String),
+    NoRoom(String),
+}
+
+impl AttemptError {
+    /// Whether another attempt cannot help.
+    fn is_final(&self) -> bool {
+        matches!(self, AttemptError::NoRoom(_))
+    }
+
+    /// The runtime's error when it did not answer at all (restarting, crashed): it did not
+    /// refuse the image, and the attempt does not count.
+    fn runtime_away(&self) -> Option<&CriError> {
+        match self {
+            AttemptError::ListImages(e) if e.is_unreachable() => Some(e),
+            AttemptError::Pull { error, .. } => error.runtime_away(),
+            _ => None,
+        }
+    }
+}
+
+/// Why a tag's task failed: what its status and its event say.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The NodeImage names no valid reference.
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
+    /// The last attempt failed (or one after which another cannot help).
+    #[error(transparent)]
+    Attempt(#[from] AttemptError),
+    /// The `activeDeadlineSeconds` passed first.
+    #[error(
+        "pulling exceeds the activeDeadlineSeconds{}",
+        .last.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+    )]
+    Deadline {
+        /// The error of the last attempt, if one was made.
+        last: Option<AttemptError>,
+    },
 }
 
 /// A successful attempt.
@@ -103,7 +159,7 @@ struct Done {
     message: String,
 }
 
-fn update(cell: &Cell, f: impl FnOnce(&mut ImageTagStatus)) {
+fn update(cell: &StatusCell, f: impl FnOnce(&mut ImageTagStatus)) {
     let mut s = crate::sync::lock(cell);
     f(&mut s);
 }
@@ -143,16 +199,16 @@ pub fn find_image<'a>(images: &'a [Image], reference: &Reference) -> Option<&'a 
 
 /// Runs one tag's task to the end (or until `cancel`).
 pub async fn run<I, C>(
-    env: Arc<Env<I, C>>,
+    tools: Arc<PullTools<I, C>>,
     job: TagJob,
-    cell: Cell,
+    cell: StatusCell,
     changed: Arc<Notify>,
     cancel: CancellationToken,
 ) where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
-    let _permit = match &env.slots {
+    let _permit = match &tools.slots {
         Some(slots) => tokio::select! {
             () = cancel.cancelled() => return,
             p = slots.clone().acquire_owned() => match p {
@@ -164,7 +220,7 @@ pub async fn run<I, C>(
         None => None,
     };
     let started = Instant::now();
-    update(&cell, |s| state::start_pulling(s, state::now()));
+    update(&cell, |s| state::start_pulling(s, now_seconds()));
     changed.notify_one();
     tracing::info!("pulling");
 
@@ -173,7 +229,7 @@ pub async fn run<I, C>(
             tracing::info!("stopped: the tag left the spec or got a new version");
             return;
         }
-        o = attempts(&env, &job) => o,
+        o = attempts(&tools, &job) => o,
     };
     let took = started.elapsed();
     let name_tag = format!("{}:{}", job.image, job.spec.tag);
@@ -181,34 +237,35 @@ pub async fn run<I, C>(
         Ok(done) => {
             tracing::info!(image_id = %done.image_id, ?took, "pulled");
             update(&cell, |s| {
-                state::succeed(s, state::now(), done.image_id, done.message)
+                state::succeed(s, now_seconds(), done.image_id, done.message)
             });
             record(
-                &env,
+                &tools,
                 &job,
                 false,
                 REASON_SUCCEEDED,
                 format!("Image {name_tag}, elapsedTime {took:.3?}"),
             );
         }
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             tracing::warn!(%message, ?took, "pull failed");
             record(
-                &env,
+                &tools,
                 &job,
                 true,
                 REASON_FAILED,
                 format!("Image {name_tag} {message}"),
             );
-            update(&cell, |s| state::fail(s, state::now(), message));
+            update(&cell, |s| state::fail(s, now_seconds(), message));
         }
     }
     changed.notify_one();
 }
 
 /// Records an event on the NodeImage and on each owner of the tag.
-fn record<I, C>(env: &Env<I, C>, job: &TagJob, warning: bool, reason: &str, note: String) {
-    let Some(events) = &env.events else { return };
+fn record<I, C>(tools: &PullTools<I, C>, job: &TagJob, warning: bool, reason: &str, note: String) {
+    let Some(events) = &tools.events else { return };
     for regarding in job
         .spec
         .owner_references
@@ -225,86 +282,85 @@ fn record<I, C>(env: &Env<I, C>, job: &TagJob, warning: bool, reason: &str, note
     }
 }
 
-/// The attempts of a task; the message of the last failure when all fail.
-async fn attempts<I, C>(env: &Env<I, C>, job: &TagJob) -> Result<Done, String>
+/// The attempts of a task; the last failure when all fail.
+async fn attempts<I, C>(tools: &PullTools<I, C>, job: &TagJob) -> Result<Done, TaskError>
 where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
-    let reference =
-        Reference::from_name_tag(&job.image, &job.spec.tag).map_err(|e| e.to_string())?;
+    let reference = Reference::from_name_tag(&job.image, &job.spec.tag)?;
     let limit = job.spec.backoff_limit();
     let timeout = job.spec.timeout();
     let deadline = job
         .spec
         .active_deadline()
-        .map(|d| crate::controller::later(Instant::now(), d));
+        .map(|d| crate::k8s::time::later(Instant::now(), d));
     let mut last_error = None;
     let mut attempt = 0;
     while attempt <= limit {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let Some(budget) = state::attempt_budget(timeout, left) else {
-            return Err(deadline_message(last_error));
+            return Err(TaskError::Deadline { last: last_error });
         };
-        let result =
-            match tokio::time::timeout(budget, attempt_once(env, job, &reference, budget)).await {
-                Ok(r) => r,
-                Err(_) => Err(AttemptError::Retry(format!(
-                    "pulling image {}:{} timed out after {budget:?}",
-                    job.image, job.spec.tag
-                ))),
-            };
+        let result = match tokio::time::timeout(
+            budget,
+            attempt_once(tools, job, &reference, budget),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(AttemptError::TimedOut {
+                reference: format!("{}:{}", job.image, job.spec.tag),
+                budget,
+            }),
+        };
         match result {
             Ok(done) => return Ok(done),
-            Err(AttemptError::Final(m)) => return Err(m),
-            Err(AttemptError::Retry(m)) => {
+            Err(e) if e.is_final() => return Err(e.into()),
+            Err(e) => {
                 // a runtime that is away (restarting, crashed) did not refuse the image: the
                 // attempt does not count, and the next one starts as soon as it answers again
-                if let Some(away) = runtime_away(env).await {
-                    tracing::warn!(error = %m, runtime = %away, "pull cut off: the runtime is unreachable; waiting for it, the attempt does not count");
-                    last_error = Some(m);
-                    if !wait_for_runtime(env, deadline).await {
-                        return Err(deadline_message(last_error));
+                if let Some(away) = e.runtime_away() {
+                    tracing::warn!(error = %e, runtime = %away, "pull cut off: the runtime is unreachable; waiting for it, the attempt does not count");
+                    last_error = Some(e);
+                    if !wait_until_the_runtime_answers(tools, deadline).await {
+                        return Err(TaskError::Deadline { last: last_error });
                     }
                     tracing::info!("the runtime answers again; pulling");
                     continue;
                 }
-                tracing::warn!(attempt = attempt + 1, of = limit + 1, error = %m, "pull attempt failed");
-                last_error = Some(m);
+                tracing::warn!(attempt = attempt + 1, of = limit + 1, error = %e, "pull attempt failed");
+                last_error = Some(e);
             }
         }
         attempt += 1;
         if attempt <= limit {
-            let pause = crate::controller::exponential(
+            let pause = crate::backoff::exponential(
                 attempt - 1,
-                env.settings.backoff_base,
-                env.settings.backoff_cap,
+                tools.settings.backoff_base,
+                tools.settings.backoff_cap,
             );
             if !pause_within(pause, deadline).await {
-                return Err(deadline_message(last_error));
+                return Err(TaskError::Deadline { last: last_error });
             }
         }
     }
-    Err(last_error.unwrap_or_else(|| "pull failed".to_string()))
+    // every attempt failed: at least one was made (the limit counts from 0)
+    Err(match last_error {
+        Some(e) => e.into(),
+        None => TaskError::Deadline { last: None },
+    })
 }
 
 /// How often a task waiting for an unreachable runtime asks whether it answers again.
 const RUNTIME_POLL: Duration = Duration::from_millis(250);
 
-/// The error when the runtime does not answer at all; `None` when it answers (even with an
-/// error of its own).
-async fn runtime_away<I, C>(env: &Env<I, C>) -> Option<crate::cri::CriError>
-where
-    I: ImageService + Clone + 'static,
-{
-    match env.puller.runtime().image_fs_info().await {
-        Err(e @ crate::cri::CriError::Unreachable { .. }) => Some(e),
-        _ => None,
-    }
-}
-
-/// Waits until the runtime answers; false when the deadline passes first.
-async fn wait_for_runtime<I, C>(env: &Env<I, C>, deadline: Option<Instant>) -> bool
+/// Waits until the runtime answers again (`ImageFsInfo`, even with an error of its own);
+/// false when the deadline passes first.
+async fn wait_until_the_runtime_answers<I, C>(
+    tools: &PullTools<I, C>,
+    deadline: Option<Instant>,
+) -> bool
 where
     I: ImageService + Clone + 'static,
 {
@@ -312,8 +368,9 @@ where
         if !pause_within(RUNTIME_POLL, deadline).await {
             return false;
         }
-        if runtime_away(env).await.is_none() {
-            return true;
+        match tools.puller.runtime().image_fs_info().await {
+            Err(e) if e.is_unreachable() => {}
+            _ => return true,
         }
     }
 }
@@ -321,7 +378,7 @@ where
 /// Waits `pause`; when the deadline comes first, waits until it and returns false.
 async fn pause_within(pause: Duration, deadline: Option<Instant>) -> bool {
     match deadline {
-        Some(d) if crate::controller::later(Instant::now(), pause) >= d => {
+        Some(d) if crate::k8s::time::later(Instant::now(), pause) >= d => {
             tokio::time::sleep_until(d).await;
             false
         }
@@ -332,16 +389,9 @@ async fn pause_within(pause: Duration, deadline: Option<Instant>) -> bool {
     }
 }
 
-fn deadline_message(last_error: Option<String>) -> String {
-    match last_error {
-        Some(e) => format!("pulling exceeds the activeDeadlineSeconds; last error: {e}"),
-        None => "pulling exceeds the activeDeadlineSeconds".to_string(),
-    }
-}
-
 /// One attempt: presence check, disk check, credentials, pull.
 async fn attempt_once<I, C>(
-    env: &Env<I, C>,
+    tools: &PullTools<I, C>,
     job: &TagJob,
     reference: &Reference,
     budget: Duration,
@@ -350,27 +400,27 @@ where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
-    let runtime = env.puller.runtime();
+    let runtime = tools.puller.runtime();
     if job.spec.if_not_present() {
         match runtime.list_images().await {
             Ok(images) => {
                 if let Some(image) = find_image(&images, reference) {
                     tracing::info!(image_id = %image.id, "image already present (IfNotPresent)");
-                    env.metrics.pulled(Source::NodeImage, Outcome::Present);
+                    tools.metrics.pulled(Source::NodeImage, Outcome::Present);
                     return Ok(Done {
                         image_id: format!("{}@{}", job.image, image.id),
                         message: String::new(),
                     });
                 }
             }
-            Err(e) => return Err(AttemptError::Retry(format!("listing images: {e}"))),
+            Err(e) => return Err(AttemptError::ListImages(e)),
         }
     }
-    if let Some(refusal) = disk_refusal(env, Source::NodeImage).await {
-        return Err(AttemptError::Final(refusal));
+    if let Some(refusal) = disk_refusal(tools, Source::NodeImage).await {
+        return Err(AttemptError::NoRoom(refusal));
     }
 
-    let resolved = env
+    let resolved = tools
         .credentials
         .resolve_for(&job.pull_secrets, &reference.name())
         .await;
@@ -399,7 +449,7 @@ where
             format!("{m} ({problems})")
         }
     };
-    match env.puller.pull(spec, budget).await {
+    match tools.puller.pull(spec, budget).await {
         Ok(image_ref) => {
             let id = if crate::cri::dialect::is_image_id(&image_ref) {
                 image_ref
@@ -416,12 +466,10 @@ where
                 message: problems,
             })
         }
-        Err(e) => {
-            env.credentials.invalidate(&job.pull_secrets);
-            Err(AttemptError::Retry(with_problems(scrub(
-                &e.to_string(),
-                &secrets,
-            ))))
+        Err(error) => {
+            tools.credentials.invalidate(&job.pull_secrets);
+            let message = with_problems(scrub(&error.to_string(), &secrets));
+            Err(AttemptError::Pull { error, message })
         }
     }
 }
@@ -438,29 +486,29 @@ fn reference_string(job: &TagJob) -> String {
 
 /// Updates the image filesystem gauges; below the floor (`--image-fs-min-free`), why the pull
 /// of `source` is refused. The one disk check of every pull, NodeImage and next batch.
-pub(super) async fn disk_refusal<I, C>(env: &Env<I, C>, source: Source) -> Option<String>
+pub(super) async fn disk_refusal<I, C>(tools: &PullTools<I, C>, source: Source) -> Option<String>
 where
     I: ImageService + Clone + 'static,
 {
-    let usage = match env.puller.runtime().image_fs_info().await {
+    let usage = match tools.puller.runtime().image_fs_info().await {
         Ok(u) => u,
         Err(e) => {
             tracing::debug!(error = %e, "ImageFsInfo failed; no disk check");
             return None;
         }
     };
-    let Some(fs) = disk::image_fs(&usage, env.free_space) else {
+    let Some(fs) = disk::image_fs(&usage, tools.free_space) else {
         tracing::debug!("the runtime reports no image filesystem; no disk check");
         return None;
     };
-    env.metrics.image_fs(fs.used_bytes, fs.free_bytes);
-    let floor = env.settings.image_fs_min_free;
+    tools.metrics.image_fs(fs.used_bytes, fs.free_bytes);
+    let floor = tools.settings.image_fs_min_free;
     if floor > 0 && fs.free_bytes.is_none() {
         tracing::debug!(mountpoint = %fs.mountpoint, "the image filesystem is not visible here; no disk check");
     }
     let refusal = disk::refusal(&fs, floor);
     if refusal.is_some() {
-        env.metrics.pulled(source, Outcome::Failed);
+        tools.metrics.pulled(source, Outcome::Failed);
     }
     refusal
 }

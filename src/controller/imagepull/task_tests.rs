@@ -158,9 +158,9 @@ impl Credentials for Fixed {
     fn invalidate(&self, _refs: &[ReferenceObject]) {}
 }
 
-fn env(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<Env<Mock, Fixed>> {
+fn tools_of(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<PullTools<Mock, Fixed>> {
     let tracker = tokio_util::task::TaskTracker::new();
-    Arc::new(Env {
+    Arc::new(PullTools {
         puller: Puller::new(mock.clone(), tracker.clone(), Metrics::unregistered()),
         credentials: Arc::new(Fixed(creds)),
         slots: settings.max_workers.map(|n| Arc::new(Semaphore::new(n))),
@@ -192,10 +192,10 @@ fn with_policy(mut j: TagJob, p: ImageTagPullPolicy) -> TagJob {
 }
 
 /// Runs a task to its end; returns its final status.
-async fn finish(env: &Arc<Env<Mock, Fixed>>, job: TagJob) -> ImageTagStatus {
-    let cell: Cell = Arc::new(Mutex::new(state::waiting(&job.spec)));
+async fn finish(tools: &Arc<PullTools<Mock, Fixed>>, job: TagJob) -> ImageTagStatus {
+    let cell: StatusCell = Arc::new(Mutex::new(state::waiting(&job.spec)));
     run(
-        env.clone(),
+        tools.clone(),
         job,
         cell.clone(),
         Arc::new(Notify::new()),
@@ -212,10 +212,10 @@ async fn a_failing_tag_fails_after_backoff_limit_plus_one_attempts_with_the_runt
         "r.io/app:bad".into(),
         "manifest unknown: r.io/app:bad not found".into(),
     );
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let started = Instant::now();
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "bad"),
             ImageTagPullPolicy {
@@ -243,7 +243,7 @@ async fn a_pull_cut_off_by_an_unreachable_runtime_resumes_when_it_answers_withou
  {
     let mock = Mock::default();
     mock.st().down = true;
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let started = Instant::now();
     let back = mock.clone();
     tokio::spawn(async move {
@@ -252,7 +252,7 @@ async fn a_pull_cut_off_by_an_unreachable_runtime_resumes_when_it_answers_withou
     });
     // no retries at all: only an attempt that does not count can let this tag succeed
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "v1"),
             ImageTagPullPolicy {
@@ -279,9 +279,9 @@ async fn a_pull_cut_off_by_an_unreachable_runtime_resumes_when_it_answers_withou
 async fn a_runtime_away_past_the_active_deadline_fails_the_tag_with_its_error() {
     let mock = Mock::default();
     mock.st().down = true;
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "v1"),
             ImageTagPullPolicy {
@@ -305,9 +305,9 @@ async fn a_runtime_away_past_the_active_deadline_fails_the_tag_with_its_error() 
 async fn the_default_backoff_limit_is_three_retries() {
     let mock = Mock::default();
     mock.st().fail.insert("r.io/app:bad".into(), "nope".into());
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let started = Instant::now();
-    let s = finish(&env, job("r.io/app", "bad")).await;
+    let s = finish(&tools, job("r.io/app", "bad")).await;
     assert_eq!(
         (s.phase, mock.st().pulls.len()),
         (ImagePullPhase::Failed, 4)
@@ -318,8 +318,8 @@ async fn the_default_backoff_limit_is_three_retries() {
 #[tokio::test(start_paused = true)]
 async fn a_successful_pull_reports_the_image_id_under_the_spec_name() {
     let mock = Mock::default();
-    let env = env(&mock, Resolved::default(), Settings::default());
-    let s = finish(&env, job("nginx", "1.25")).await;
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
+    let s = finish(&tools, job("nginx", "1.25")).await;
     assert_eq!(s.phase, ImagePullPhase::Succeeded);
     assert_eq!(s.progress, 100);
     assert_eq!(s.image_id, format!("nginx@sha256:{:064x}", 1));
@@ -337,13 +337,13 @@ async fn a_successful_pull_reports_the_image_id_under_the_spec_name() {
 #[tokio::test(start_paused = true)]
 async fn sandbox_labels_and_annotations_come_from_the_spec() {
     let mock = Mock::default();
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let mut j = job("nginx", "1");
     j.sandbox = Some(SandboxConfig {
         labels: [("team".to_string(), "a".to_string())].into(),
         annotations: [("note".to_string(), "x".to_string())].into(),
     });
-    finish(&env, j).await;
+    finish(&tools, j).await;
     let sandbox = mock.st().pulls[0].sandbox.clone().unwrap();
     assert_eq!(sandbox.labels["team"], "a");
     assert_eq!(sandbox.annotations["note"], "x");
@@ -357,11 +357,11 @@ async fn sandbox_labels_and_annotations_come_from_the_spec() {
 async fn if_not_present_on_a_present_image_makes_no_pull_whatever_the_spelling() {
     let mock = Mock::default();
     mock.add_image("docker.io/library/nginx:1.25");
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     for name in ["nginx", "library/nginx", "docker.io/library/nginx"] {
         let mut j = job(name, "1.25");
         j.spec.image_pull_policy = Some(ImagePullPolicy::IfNotPresent);
-        let s = finish(&env, j).await;
+        let s = finish(&tools, j).await;
         assert_eq!(s.phase, ImagePullPhase::Succeeded, "{name}");
         assert_eq!(s.image_id, format!("{name}@sha256:{:064x}", 1));
         assert_eq!(s.progress, 100);
@@ -374,10 +374,10 @@ async fn if_not_present_on_a_present_image_makes_no_pull_whatever_the_spelling()
 async fn always_pulls_a_present_image_again() {
     let mock = Mock::default();
     mock.add_image("docker.io/library/nginx:1.25");
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let mut j = job("nginx", "1.25");
     j.spec.image_pull_policy = Some(ImagePullPolicy::Always);
-    assert_eq!(finish(&env, j).await.phase, ImagePullPhase::Succeeded);
+    assert_eq!(finish(&tools, j).await.phase, ImagePullPhase::Succeeded);
     assert_eq!(mock.st().pulls.len(), 1);
 }
 
@@ -385,10 +385,10 @@ async fn always_pulls_a_present_image_again() {
 async fn each_attempt_is_cut_at_the_timeout() {
     let mock = Mock::default();
     mock.st().pull_delay = Duration::from_secs(100);
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let started = Instant::now();
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "slow"),
             ImageTagPullPolicy {
@@ -411,10 +411,10 @@ async fn the_active_deadline_ends_the_retries_and_keeps_the_last_error() {
     mock.st()
         .fail
         .insert("r.io/app:bad".into(), "registry down".into());
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let started = Instant::now();
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "bad"),
             ImageTagPullPolicy {
@@ -446,7 +446,7 @@ async fn below_the_disk_floor_the_tag_fails_at_once_without_pulling() {
         ..Settings::default()
     };
     let tracker = tokio_util::task::TaskTracker::new();
-    let env = Arc::new(Env {
+    let tools = Arc::new(PullTools {
         puller: Puller::new(mock.clone(), tracker.clone(), Metrics::unregistered()),
         credentials: Arc::new(Fixed(Resolved::default())),
         slots: None,
@@ -456,7 +456,7 @@ async fn below_the_disk_floor_the_tag_fails_at_once_without_pulling() {
         free_space: |_| Some(10 << 20),
         tracker,
     });
-    let s = finish(&env, job("r.io/app", "v1")).await;
+    let s = finish(&tools, job("r.io/app", "v1")).await;
     assert_eq!(s.phase, ImagePullPhase::Failed);
     assert!(
         s.message.contains("/var/lib/containerd") && s.message.contains("10.0 MiB"),
@@ -486,8 +486,8 @@ async fn matching_credentials_are_tried_in_order_and_the_first_that_works_wins()
         ),
         problems: vec![],
     };
-    let env = env(&mock, creds, Settings::default());
-    let s = finish(&env, job("r.io/team/app", "v1")).await;
+    let tools = tools_of(&mock, creds, Settings::default());
+    let s = finish(&tools, job("r.io/team/app", "v1")).await;
     assert_eq!(s.phase, ImagePullPhase::Succeeded);
     let users: Vec<_> = mock
         .st()
@@ -509,9 +509,9 @@ async fn when_every_credential_fails_the_message_has_each_error_and_no_password(
         keyring: keyring(r#"{"auths": {"r.io": {"username": "u", "password": "pw-very-secret"}}}"#),
         problems: vec![],
     };
-    let env = env(&mock, creds, Settings::default());
+    let tools = tools_of(&mock, creds, Settings::default());
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "v1"),
             ImageTagPullPolicy {
@@ -538,8 +538,8 @@ async fn a_missing_secret_is_reported_in_the_message_and_the_pull_goes_on() {
         keyring: Keyring::default(),
         problems: vec!["pull secret kruise-daemon-config/gone not found".into()],
     };
-    let env = env(&mock, creds.clone(), Settings::default());
-    let s = finish(&env, job("r.io/app", "v1")).await;
+    let tools = tools_of(&mock, creds.clone(), Settings::default());
+    let s = finish(&tools, job("r.io/app", "v1")).await;
     assert_eq!(s.phase, ImagePullPhase::Succeeded);
     assert!(s.message.contains("gone not found"), "{}", s.message);
     assert_eq!(mock.st().pulls[0].auth, None);
@@ -548,7 +548,7 @@ async fn a_missing_secret_is_reported_in_the_message_and_the_pull_goes_on() {
         .fail
         .insert("r.io/app:v2".into(), "401 Unauthorized".into());
     let s = finish(
-        &env,
+        &tools,
         with_policy(
             job("r.io/app", "v2"),
             ImageTagPullPolicy {
@@ -570,11 +570,11 @@ async fn a_missing_secret_is_reported_in_the_message_and_the_pull_goes_on() {
 async fn identical_references_in_flight_are_pulled_once() {
     let mock = Mock::default();
     mock.st().pull_delay = Duration::from_secs(3);
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let (a, b, c) = tokio::join!(
-        finish(&env, job("nginx", "1.25")),
-        finish(&env, job("docker.io/library/nginx", "1.25")),
-        finish(&env, job("nginx", "1.26")),
+        finish(&tools, job("nginx", "1.25")),
+        finish(&tools, job("docker.io/library/nginx", "1.25")),
+        finish(&tools, job("nginx", "1.26")),
     );
     for s in [&a, &b, &c] {
         assert_eq!(s.phase, ImagePullPhase::Succeeded);
@@ -592,8 +592,8 @@ async fn identical_references_in_flight_are_pulled_once() {
 #[tokio::test(start_paused = true)]
 async fn a_digest_tag_is_pulled_by_digest() {
     let mock = Mock::default();
-    let env = env(&mock, Resolved::default(), Settings::default());
-    let s = finish(&env, job("nginx", DIGEST)).await;
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
+    let s = finish(&tools, job("nginx", DIGEST)).await;
     assert_eq!(s.phase, ImagePullPhase::Succeeded);
     assert_eq!(mock.st().pulls[0].image, format!("nginx@{DIGEST}"));
 }
@@ -602,7 +602,7 @@ async fn a_digest_tag_is_pulled_by_digest() {
 async fn with_one_slot_the_second_tag_waits_until_the_first_is_done() {
     let mock = Mock::default();
     mock.st().pull_delay = Duration::from_secs(2);
-    let env = env(
+    let tools = tools_of(
         &mock,
         Resolved::default(),
         Settings {
@@ -610,13 +610,13 @@ async fn with_one_slot_the_second_tag_waits_until_the_first_is_done() {
             ..Settings::default()
         },
     );
-    let cells: Vec<Cell> = ["a", "b", "c"]
+    let cells: Vec<StatusCell> = ["a", "b", "c"]
         .iter()
         .map(|t| Arc::new(Mutex::new(state::waiting(&job("r.io/app", t).spec))))
         .collect();
     let runs = ["a", "b", "c"].iter().zip(&cells).map(|(t, cell)| {
         run(
-            env.clone(),
+            tools.clone(),
             job("r.io/app", t),
             cell.clone(),
             Arc::new(Notify::new()),
@@ -658,12 +658,12 @@ async fn with_one_slot_the_second_tag_waits_until_the_first_is_done() {
 async fn a_cancelled_task_stops_its_pull_and_writes_nothing_more() {
     let mock = Mock::default();
     mock.st().pull_delay = Duration::from_secs(60);
-    let env = env(&mock, Resolved::default(), Settings::default());
+    let tools = tools_of(&mock, Resolved::default(), Settings::default());
     let j = job("r.io/app", "v1");
-    let cell: Cell = Arc::new(Mutex::new(state::waiting(&j.spec)));
+    let cell: StatusCell = Arc::new(Mutex::new(state::waiting(&j.spec)));
     let cancel = CancellationToken::new();
     let task = tokio::spawn(run(
-        env.clone(),
+        tools.clone(),
         j,
         cell.clone(),
         Arc::new(Notify::new()),
@@ -675,8 +675,8 @@ async fn a_cancelled_task_stops_its_pull_and_writes_nothing_more() {
     cancel.cancel();
     task.await.unwrap();
     // the shared pull is cancelled with its last waiter
-    env.tracker.close();
-    env.tracker.wait().await;
+    tools.tracker.close();
+    tools.tracker.wait().await;
     assert_eq!(mock.st().in_flight, 0);
     assert_eq!(cell.lock().unwrap().phase, ImagePullPhase::Pulling);
 }

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use super::prober::{Outcome, USER_AGENT};
+/// Why a health check did not pass: the kubelet's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckFailed(String);
 
 /// `grpc.health.v1.HealthCheckRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -31,28 +34,37 @@ fn status_name(s: i32) -> &'static str {
     }
 }
 
-/// Checks `service` at `addr` (`host:port`).
-pub async fn check(addr: &str, service: &str, timeout: Duration) -> Outcome {
+/// What a healthy server's check says.
+pub const HEALTHY: &str = "service healthy";
+
+/// Checks `service` at `addr` (`host:port`), calling as `user_agent`: `Ok` when it is serving.
+pub async fn check(
+    addr: &str,
+    service: &str,
+    timeout: Duration,
+    user_agent: &str,
+) -> Result<(), CheckFailed> {
+    let failed = |message: String| Err(CheckFailed(message));
     let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
         Ok(e) => e.connect_timeout(timeout).timeout(timeout),
         Err(e) => {
-            return Outcome::Failure(format!("error: failed to connect service at {addr:?}: {e}"));
+            return failed(format!("error: failed to connect service at {addr:?}: {e}"));
         }
     };
-    let endpoint = match endpoint.user_agent(USER_AGENT) {
+    let endpoint = match endpoint.user_agent(user_agent.to_string()) {
         Ok(e) => e,
         Err(e) => {
-            return Outcome::Failure(format!("error: failed to connect service at {addr:?}: {e}"));
+            return failed(format!("error: failed to connect service at {addr:?}: {e}"));
         }
     };
     let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
         Err(_) => {
-            return Outcome::Failure(format!(
+            return failed(format!(
                 "timeout: failed to connect service {addr:?} within {timeout:?}"
             ));
         }
         Ok(Err(e)) => {
-            return Outcome::Failure(format!("error: failed to connect service at {addr:?}: {e}"));
+            return failed(format!("error: failed to connect service at {addr:?}: {e}"));
         }
         Ok(Ok(c)) => c,
     };
@@ -73,19 +85,19 @@ pub async fn check(addr: &str, service: &str, timeout: Duration) -> Outcome {
             .await
     };
     match tokio::time::timeout(timeout, call).await {
-        Err(_) => Outcome::Failure(format!(
+        Err(_) => failed(format!(
             "timeout: health rpc did not complete within {timeout:?}"
         )),
-        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => Outcome::Failure(format!(
+        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => failed(format!(
             "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
             s.message()
         )),
-        Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => Outcome::Failure(format!(
+        Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => failed(format!(
             "timeout: health rpc did not complete within {timeout:?}"
         )),
-        Ok(Err(s)) => Outcome::Failure(format!("error: health rpc probe failed: {s}")),
-        Ok(Ok(r)) if r.get_ref().status == 1 => Outcome::Success("service healthy".into()),
-        Ok(Ok(r)) => Outcome::Failure(format!(
+        Ok(Err(s)) => failed(format!("error: health rpc probe failed: {s}")),
+        Ok(Ok(r)) if r.get_ref().status == 1 => Ok(()),
+        Ok(Ok(r)) => failed(format!(
             "service unhealthy (responded with {:?})",
             status_name(r.get_ref().status)
         )),

@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Probe};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
 use tokio::sync::{Notify, Semaphore, watch};
@@ -38,19 +37,24 @@ use tracing::Instrument;
 pub use self::metrics::Metrics;
 use self::prober::{Handler, Outcome};
 use self::state::{ProbeKey, Result as ProbeResult, Thresholds};
-use super::Context;
+use super::containers::newest_named;
+use super::context::Context;
 use super::target::PodIps;
-use crate::cri::{
-    Container, ContainerFilter, ContainerState, RemoteRuntime, RuntimeService, Runtimes,
-};
+use crate::backoff::Backoff;
+use crate::cri::{Container, ContainerFilter, ContainerState, RemoteRuntime, RuntimeService};
 use crate::k8s::crd::{NodePodProbe, ProbeState};
 use crate::k8s::keys;
+use crate::k8s::time::now_seconds;
 use crate::k8s::watch::Watched;
 use crate::k8s::write::{self, EventSink, EventSpec};
 use crate::sync::lock;
 
 /// The event component (kruise's).
 pub const EVENT_COMPONENT: &str = "kruise-daemon-podprobe";
+/// The reason of the event of a probe that passes again (kruise's).
+pub const REASON_SUCCEEDED: &str = "KruiseProbeSucceeded";
+/// The reason of the event of a probe that fails (kruise's).
+pub const REASON_FAILED: &str = "KruiseProbeFailed";
 /// How often the runtime's containers are listed while probes exist.
 const CONTAINER_REFRESH: Duration = Duration::from_secs(1);
 /// Exec probes running at once on the node.
@@ -64,25 +68,11 @@ const EXEC_PER_NAMESPACE: usize = 4;
 pub const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// How long results are gathered before one status write.
 const STATUS_COALESCE: Duration = Duration::from_millis(100);
-/// Pause before retrying a failed status write.
-const RETRY_DELAY: Duration = Duration::from_secs(2);
 
-/// The containers of the node by pod UID (newest first is not guaranteed: see [`newest`]).
+/// The containers of the node by pod UID (in no order: [`newest_named`] picks a name's current one).
 #[derive(Default)]
 struct ContainerIndex {
     by_pod: HashMap<String, Vec<Container>>,
-}
-
-/// The newest container named `name` among `cs`.
-fn newest<'a>(cs: &'a [Container], name: &str) -> Option<&'a Container> {
-    cs.iter()
-        .filter(|c| {
-            c.labels
-                .get(keys::KUBELET_CONTAINER_NAME)
-                .map(String::as_str)
-                == Some(name)
-        })
-        .max_by_key(|c| (c.metadata.attempt, c.created_at))
 }
 
 /// What one probe task works from; replaced in place when the spec changes.
@@ -99,7 +89,9 @@ struct Worker {
     cancel: CancellationToken,
 }
 
-struct Shared {
+/// The pod probe controller: what its probe tasks, the container listing and the status
+/// writer share.
+struct ProbeController {
     probes: Watched<NodePodProbe>,
     client: kube::Client,
     node: String,
@@ -117,7 +109,7 @@ struct Shared {
     tracker: tokio_util::task::TaskTracker,
 }
 
-impl Shared {
+impl ProbeController {
     /// The exec slots of namespace `ns` (made on first use; namespaces whose probes are all
     /// gone are forgotten when the next one is made).
     fn namespace_slots(&self, ns: &str) -> Arc<Semaphore> {
@@ -134,20 +126,13 @@ impl Shared {
     }
 }
 
-/// Now, in whole seconds: what the API server keeps of a `metav1.Time`, so a status read back
-/// compares equal to the one written.
-fn now() -> Time {
-    let s = k8s_openapi::jiff::Timestamp::now().as_second();
-    Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap_or_default())
-}
-
 /// Starts the controller when probes are enabled (`PodProbeMarkerGate`).
 pub fn start(ctx: &Context, registry: &mut Registry) {
     let Some(probes) = ctx.pod_probes.clone() else {
         return;
     };
     let events = ctx.event_sink(EVENT_COMPONENT);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ProbeController {
         probes,
         client: ctx.client.clone(),
         node: ctx.config.node_name.clone(),
@@ -168,7 +153,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     ctx.spawn(
         "podprobe",
         async move {
-            let Some(runtime) = wait_for_runtime(runtimes, &shared.cancel).await else {
+            let Some(runtime) = runtimes.wait_primary(&shared.cancel).await else {
                 return;
             };
             let writer = write_status(shared.clone());
@@ -185,23 +170,8 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
     );
 }
 
-async fn wait_for_runtime(
-    mut runtimes: watch::Receiver<Option<Runtimes>>,
-    cancel: &CancellationToken,
-) -> Option<RemoteRuntime> {
-    loop {
-        if let Some(r) = runtimes.borrow().as_ref() {
-            return Some(r.primary().clone());
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return None,
-            r = runtimes.changed() => if r.is_err() { return None },
-        }
-    }
-}
-
 /// The probe tasks follow the spec; the container listing runs while there are probes.
-async fn sync_workers(shared: Arc<Shared>, runtime: RemoteRuntime) {
+async fn sync_workers(shared: Arc<ProbeController>, runtime: RemoteRuntime) {
     let mut generation = shared.probes.generation();
     let mut workers: HashMap<(String, String, String), Worker> = HashMap::new();
     let mut refresher: Option<CancellationToken> = None;
@@ -214,14 +184,7 @@ async fn sync_workers(shared: Arc<Shared>, runtime: RemoteRuntime) {
         let mut wanted: HashMap<(String, String, String), ProbeSpec> = HashMap::new();
         for pod in npp.iter().flat_map(|n| n.spec.pod_probes.iter()) {
             for p in &pod.probes {
-                let pod_ref = ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    namespace: Some(pod.namespace.clone()),
-                    name: Some(pod.name.clone()),
-                    uid: Some(pod.uid.clone()),
-                    ..Default::default()
-                };
+                let pod_ref = write::pod_ref(&pod.namespace, &pod.name, &pod.uid);
                 wanted.insert(
                     (pod.uid.clone(), p.name.clone(), p.container_name.clone()),
                     ProbeSpec {
@@ -296,7 +259,7 @@ async fn sync_workers(shared: Arc<Shared>, runtime: RemoteRuntime) {
 
 /// Lists the node's containers once a second into the shared index.
 async fn refresh_containers(
-    shared: Arc<Shared>,
+    shared: Arc<ProbeController>,
     runtime: RemoteRuntime,
     cancel: CancellationToken,
 ) {
@@ -328,7 +291,7 @@ fn seconds(v: Option<i32>) -> Duration {
 
 /// One probe, until its token is cancelled.
 async fn probe_task(
-    shared: Arc<Shared>,
+    shared: Arc<ProbeController>,
     runtime: RemoteRuntime,
     key: ProbeKey,
     mut spec: watch::Receiver<ProbeSpec>,
@@ -378,7 +341,7 @@ async fn probe_task(
             .unwrap_or_else(|e| e.into_inner())
             .by_pod
             .get(&key.0)
-            .and_then(|cs| newest(cs, &s.container).cloned());
+            .and_then(|cs| newest_named(cs, &s.container).cloned());
         let Some(c) = found else { continue };
         if container_id.as_deref() != Some(c.id.as_str()) {
             container_id = Some(c.id.clone());
@@ -461,13 +424,13 @@ async fn probe_task(
 /// Stores a result if it differs from the current one, with an event when the state changes,
 /// and asks for a status write.
 fn set_result(
-    shared: &Shared,
+    shared: &ProbeController,
     key: &ProbeKey,
     spec: &ProbeSpec,
     state: ProbeState,
     message: String,
 ) {
-    let now = now();
+    let now = now_seconds();
     let event = {
         let mut results = lock(&shared.results);
         let previous = results.get(key);
@@ -495,9 +458,9 @@ fn set_result(
     };
     if event {
         let reason = if state == ProbeState::Succeeded {
-            "KruiseProbeSucceeded"
+            REASON_SUCCEEDED
         } else {
-            "KruiseProbeFailed"
+            REASON_FAILED
         };
         tracing::info!(pod = %key.0, probe = %key.1, state = %state.as_str(), %message, "probe result changed");
         shared.events.record(EventSpec {
@@ -513,8 +476,9 @@ fn set_result(
 
 /// Writes the status when results changed: one merge patch for all changes within
 /// [`STATUS_COALESCE`], and only when the status differs from the stored one.
-async fn write_status(shared: Arc<Shared>) {
+async fn write_status(shared: Arc<ProbeController>) {
     let api: Api<NodePodProbe> = Api::all(shared.client.clone());
+    let mut retry = Backoff::status_write();
     loop {
         tokio::select! {
             () = shared.cancel.cancelled() => return,
@@ -544,12 +508,16 @@ async fn write_status(shared: Arc<Shared>) {
         }
         let body = serde_json::json!({"podProbeStatuses": status.pod_probe_statuses});
         match write::patch_status(&api, &shared.node, &body).await {
-            Ok(_) => tracing::debug!("NodePodProbe status written"),
+            Ok(_) => {
+                retry.reset();
+                tracing::debug!("NodePodProbe status written");
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "writing the NodePodProbe status failed; retrying");
+                let pause = retry.pause();
+                tracing::warn!(error = %e, retry_in = ?pause, "writing the NodePodProbe status failed; retrying");
                 tokio::select! {
                     () = shared.cancel.cancelled() => return,
-                    () = tokio::time::sleep(RETRY_DELAY) => {}
+                    () = tokio::time::sleep(pause) => {}
                 }
                 shared.dirty.notify_one();
             }

@@ -90,16 +90,17 @@ pub fn truncate(s: &str) -> String {
     s[..end].to_string()
 }
 
-/// The port of a handler: a number; names were resolved to numbers by the manager.
-fn port_of(port: &IntOrString) -> Result<u16, String> {
-    let n = match port {
-        IntOrString::Int(n) => *n,
-        IntOrString::String(s) => s.parse().unwrap_or(0),
-    };
-    u16::try_from(n)
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {n}"))
+/// Where a network probe goes: the pod's IP it names (or its primary one) and its port, a
+/// number (kruise-manager resolved the names). A host that is not the pod's fails the probe; a
+/// port that is no port keeps it from running.
+fn target(ips: &PodIps, host: Option<&str>, port: &IntOrString) -> Result<(String, u16), Outcome> {
+    ips.address(host, port, &[]).map_err(|e| {
+        if e.is_port() {
+            Outcome::Error(e.to_string())
+        } else {
+            Outcome::Failure(e.to_string())
+        }
+    })
 }
 
 /// Runs `probe` against container `id` of a pod at `ips`, within `timeout`.
@@ -152,13 +153,9 @@ pub async fn run<R: RuntimeService>(
         };
     }
     if let Some(http) = &probe.http_get {
-        let host = match ips.host(http.host.as_deref()) {
-            Ok(h) => h,
-            Err(e) => return Outcome::Failure(e.to_string()),
-        };
-        let port = match port_of(&http.port) {
-            Ok(p) => p,
-            Err(e) => return Outcome::Error(e),
+        let (host, port) = match target(ips, http.host.as_deref(), &http.port) {
+            Ok(a) => a,
+            Err(o) => return o,
         };
         let action = Action::of(http);
         let req = action.request(&host, port, USER_AGENT);
@@ -171,13 +168,9 @@ pub async fn run<R: RuntimeService>(
         };
     }
     if let Some(tcp) = &probe.tcp_socket {
-        let host = match ips.host(tcp.host.as_deref()) {
-            Ok(h) => h,
-            Err(e) => return Outcome::Failure(e.to_string()),
-        };
-        let port = match port_of(&tcp.port) {
-            Ok(p) => p,
-            Err(e) => return Outcome::Error(e),
+        let (host, port) = match target(ips, tcp.host.as_deref(), &tcp.port) {
+            Ok(a) => a,
+            Err(o) => return o,
         };
         let addr = join_host_port(&host, port);
         return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
@@ -187,16 +180,16 @@ pub async fn run<R: RuntimeService>(
         };
     }
     if let Some(grpc) = &probe.grpc {
-        let port = match u16::try_from(grpc.port).ok().filter(|p| *p > 0) {
-            Some(p) => p,
-            None => return Outcome::Error(format!("invalid port number: {}", grpc.port)),
+        let (host, port) = match target(ips, None, &IntOrString::Int(grpc.port)) {
+            Ok(a) => a,
+            Err(o) => return o,
         };
         let service = grpc.service.clone().unwrap_or_default();
-        let host = match ips.host(None) {
-            Ok(h) => h,
-            Err(e) => return Outcome::Failure(e.to_string()),
+        let addr = join_host_port(&host, port);
+        return match super::grpc::check(&addr, &service, timeout, USER_AGENT).await {
+            Ok(()) => Outcome::Success(super::grpc::HEALTHY.into()),
+            Err(e) => Outcome::Failure(e.to_string()),
         };
-        return super::grpc::check(&join_host_port(&host, port), &service, timeout).await;
     }
     Outcome::Error("missing probe handler".into())
 }

@@ -78,10 +78,27 @@ pub fn snapshot(crr: &ContainerRecreateRequest) -> Vec<ContainerStatusSnapshot> 
     .unwrap_or_default()
 }
 
+/// The manager's `unready-acquired` annotation cannot be read: kruise 1.9 completes the request
+/// with this error's message.
+#[derive(Debug, thiserror::Error)]
+pub struct UnreadyTimeError(keys::KeyError);
+
+impl std::fmt::Display for UnreadyTimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            keys::KeyError::Time { value, source, .. } => {
+                write!(f, "failed to parse unready time {value}: {source}")
+            }
+            other => other.fmt(f),
+        }
+    }
+}
+
 /// Since when the manager has the pod not ready: condition `PreRecreateGrace=True`
-/// (`v1beta1`), else the `unready-acquired` annotation (`v1alpha1`). `Err`: the annotation
-/// cannot be parsed (kruise 1.9 completes the request with this message).
-pub fn unready_since(crr: &ContainerRecreateRequest) -> Result<Option<Timestamp>, String> {
+/// (`v1beta1`), else the `unready-acquired` annotation (`v1alpha1`).
+pub fn unready_since(
+    crr: &ContainerRecreateRequest,
+) -> Result<Option<Timestamp>, UnreadyTimeError> {
     if let Some(c) = crr.status.as_ref().and_then(|s| {
         s.conditions
             .iter()
@@ -90,12 +107,7 @@ pub fn unready_since(crr: &ContainerRecreateRequest) -> Result<Option<Timestamp>
         return Ok(c.last_transition_time.as_ref().map(|t| t.0));
     }
     let annotations = crr.metadata.annotations.clone().unwrap_or_default();
-    keys::parse_unready_acquired(&annotations).map_err(|e| match e {
-        keys::KeyError::Time { value, source, .. } => {
-            format!("failed to parse unready time {value}: {source}")
-        }
-        other => other.to_string(),
-    })
+    keys::parse_unready_acquired(&annotations).map_err(UnreadyTimeError)
 }
 
 /// What the runtime shows of the newest container of one name.
@@ -178,7 +190,7 @@ pub fn container_states(
 
 /// The next step of a request, from its current container states.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
+pub enum NextStep {
     /// Every container is done (or one failed with `failurePolicy: Fail`): complete.
     Complete,
     /// Kill this container (one kill per pass).
@@ -190,7 +202,7 @@ pub enum Step {
 /// Walks the states in spec order (kruise's `manage`): Succeeded and (with `Ignore`) Failed
 /// pass; Failed with `Fail` completes; Recreating is marked killed and, with
 /// `orderedRecreate`, waits; the first Pending is killed.
-pub fn next_step(crr: &ContainerRecreateRequest, states: &mut [State]) -> Step {
+pub fn next_step(crr: &ContainerRecreateRequest, states: &mut [State]) -> NextStep {
     let strategy = crr.spec.strategy.clone().unwrap_or_default();
     let fails_fast = crr.spec.fails_fast();
     let mut waiting = false;
@@ -199,20 +211,24 @@ pub fn next_step(crr: &ContainerRecreateRequest, states: &mut [State]) -> Step {
             Phase::Succeeded => {}
             Phase::Failed => {
                 if fails_fast {
-                    return Step::Complete;
+                    return NextStep::Complete;
                 }
             }
             Phase::Recreating => {
                 s.is_killed = true;
                 waiting = true;
                 if strategy.ordered_recreate {
-                    return Step::Wait;
+                    return NextStep::Wait;
                 }
             }
-            _ => return Step::Kill(s.name.clone()),
+            _ => return NextStep::Kill(s.name.clone()),
         }
     }
-    if waiting { Step::Wait } else { Step::Complete }
+    if waiting {
+        NextStep::Wait
+    } else {
+        NextStep::Complete
+    }
 }
 
 /// When a recreating container will have been up `minStartedSeconds` (ns since the epoch), if
@@ -289,7 +305,7 @@ mod tests {
         ]);
         let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 100 * SEC);
         assert!(states.iter().all(|s| s.phase == Phase::Pending));
-        assert_eq!(next_step(&r, &mut states), Step::Kill("a".into()));
+        assert_eq!(next_step(&r, &mut states), NextStep::Kill("a".into()));
     }
 
     #[test]
@@ -335,13 +351,13 @@ mod tests {
         ]);
         let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(states[0].phase, Phase::Recreating);
-        assert_eq!(next_step(&r, &mut states), Step::Wait);
+        assert_eq!(next_step(&r, &mut states), NextStep::Wait);
         assert!(states[0].is_killed);
         let r = crr(json!({}), json!([]));
         let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(
             next_step(&r, &mut states),
-            Step::Kill("b".into()),
+            NextStep::Kill("b".into()),
             "unordered: the next one"
         );
     }
@@ -355,10 +371,10 @@ mod tests {
             (states[0].phase.clone(), states[0].message.as_str()),
             (Phase::Failed, NOT_FOUND_ON_NODE)
         );
-        assert_eq!(next_step(&r, &mut states), Step::Complete);
+        assert_eq!(next_step(&r, &mut states), NextStep::Complete);
         let r = crr(json!({"failurePolicy": "Ignore"}), json!([]));
         let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
-        assert_eq!(next_step(&r, &mut states), Step::Kill("b".into()));
+        assert_eq!(next_step(&r, &mut states), NextStep::Kill("b".into()));
     }
 
     #[test]
@@ -370,7 +386,7 @@ mod tests {
         let r = crr(json!({"forceRecreate": true}), json!([]));
         let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(states[0].phase, Phase::Pending);
-        assert_eq!(next_step(&r, &mut states), Step::Kill("a".into()));
+        assert_eq!(next_step(&r, &mut states), NextStep::Kill("a".into()));
         // once recorded as killed (before the kill, so also across a daemon restart), never again
         let r = crr(
             json!({"forceRecreate": true}),
@@ -378,7 +394,7 @@ mod tests {
         );
         let mut states = container_states(&r, &o, &[], &BTreeSet::new(), 10 * SEC);
         assert_eq!(states[0].phase, Phase::Recreating);
-        assert_eq!(next_step(&r, &mut states), Step::Kill("b".into()));
+        assert_eq!(next_step(&r, &mut states), NextStep::Kill("b".into()));
     }
 
     #[test]
@@ -409,7 +425,7 @@ mod tests {
             (states[1].phase.clone(), states[1].is_killed),
             (Phase::Recreating, true)
         );
-        assert_eq!(next_step(&r, &mut states), Step::Wait);
+        assert_eq!(next_step(&r, &mut states), NextStep::Wait);
     }
 
     #[test]
@@ -421,7 +437,7 @@ mod tests {
         );
         let mut states = container_states(&r, &BTreeMap::new(), &[], &BTreeSet::new(), SEC);
         assert_eq!(states[1].message, "kill container error: x");
-        assert_eq!(next_step(&r, &mut states), Step::Complete);
+        assert_eq!(next_step(&r, &mut states), NextStep::Complete);
     }
 
     #[test]
@@ -453,7 +469,7 @@ mod tests {
     #[test]
     fn the_unready_time_comes_from_the_condition_or_the_annotation() {
         let mut r = crr(json!({}), json!([]));
-        assert_eq!(unready_since(&r), Ok(None));
+        assert!(matches!(unready_since(&r), Ok(None)));
         r.metadata.annotations.get_or_insert_default().insert(
             keys::CRR_UNREADY_ACQUIRED.into(),
             "2026-07-02T17:56:09+08:00".into(),
@@ -469,6 +485,7 @@ mod tests {
         assert!(
             unready_since(&r)
                 .unwrap_err()
+                .to_string()
                 .starts_with("failed to parse unready time yesterday")
         );
     }

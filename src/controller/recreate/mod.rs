@@ -16,15 +16,16 @@
 //! gone: a pass on a copy older than the completion would complete (and count) it again. When
 //! the manager ends a request (completion, deletion), a kill in progress for it is called off.
 
+mod controller;
 pub mod decide;
 mod metrics;
 mod record;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{LifecycleHandler, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{LifecycleHandler, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
@@ -32,26 +33,26 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use self::decide::{Observed, Step};
+use self::controller::{Key, RETRY_DELAY, RecreateController, key_of};
+use self::decide::{NextStep, Observed};
 pub use self::metrics::Metrics;
+use super::containers::{containers_of_pod, newest_by_name};
+use super::context::Context;
 use super::kill::{self, KillSpec};
 use super::provenance::{Book, PodId, RECREATE_REQUEST, Restart};
 use super::queue::{Pass, QueueMetrics, RECREATE_QUEUE, WorkQueue};
-use super::{Context, containers_of_pod};
-use crate::cri::{RemoteRuntime, RuntimeLookupError, RuntimeService, Runtimes};
+use crate::cri::{CriError, RemoteRuntime, RuntimeLookupError, RuntimeService};
 use crate::k8s::crd::{
     ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
     ContainerRecreateRequestPhase as Phase,
 };
 use crate::k8s::keys;
-use crate::k8s::watch::{Change, Watched};
-use crate::k8s::write::{self, EventSink, EventSpec};
+use crate::k8s::watch::Change;
+use crate::k8s::write;
 use crate::sync::lock;
 
 /// Pods worked on at once (kruise: 32 workers).
 const WORKERS: usize = 8;
-/// Pause before retrying a pod whose pass failed.
-const RETRY_DELAY: Duration = Duration::from_secs(2);
 /// Pause before retrying a pod whose pass failed because the runtime did not answer: short, so
 /// the work resumes soon after a restarted runtime answers again (a call to a missing socket
 /// costs nothing).
@@ -62,54 +63,22 @@ const RECREATING_POLL: Duration = Duration::from_secs(3);
 /// The event component (kruise's).
 pub const EVENT_COMPONENT: &str = "kruise-daemon-crr";
 
-/// A pod: namespace and name.
-type Key = (String, String);
-
-struct Shared {
-    requests: Watched<ContainerRecreateRequest>,
-    client: kube::Client,
-    runtimes: tokio::sync::watch::Receiver<Option<Runtimes>>,
-    queue: WorkQueue<Key>,
-    events: EventSink,
-    metrics: Metrics,
-    /// Kills in progress, by request UID, to call off when the request ends.
-    inflight: Mutex<HashMap<String, CancellationToken>>,
-    /// The containers recorded as killed, by request UID, until the request ends: the watched
-    /// copy of a request can be older than the daemon's own last write to it.
-    killed: Mutex<HashMap<String, BTreeSet<String>>>,
-    /// The node's pods, where watched: a host-network pod's IP for its hooks.
-    pods: Option<Watched<Pod>>,
-    /// The pod of each request seen active, by request UID: a request that leaves the watch
-    /// is gone from the store, and its pod must still be looked at again.
-    pod_of: Mutex<HashMap<String, Key>>,
-    /// The requests this daemon completed, by UID, until the watch shows them completed or
-    /// gone: a pass on a watched copy older than the completion skips them. Without it such a
-    /// pass completed a request twice, counted twice (seen on CRI-O in CI: the e2e ordered
-    /// recreate counted `result="succeeded"` 2 for one request).
-    completed: Mutex<HashSet<String>>,
-    /// The stops this daemon made lately (shared with container meta), for the pods'
-    /// annotation ([`record`]).
-    book: Book,
-    cancel: CancellationToken,
-    tracker: tokio_util::task::TaskTracker,
-}
-
 /// Starts the controller (kruise runs it always: no gate): its own metrics on `registry`, its
 /// queue's on `queues` (kruise-daemon's queue name), its stops recorded in `book`.
 pub fn start(ctx: &Context, registry: &mut Registry, queues: &QueueMetrics, book: &Book) {
     let events = ctx.event_sink(EVENT_COMPONENT);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(RecreateController {
         requests: ctx.recreate_requests.clone(),
         client: ctx.client.clone(),
         runtimes: ctx.runtimes.clone(),
         queue: WorkQueue::with_metrics(RECREATE_QUEUE, queues),
         events,
         metrics: Metrics::register(registry),
-        inflight: Mutex::new(HashMap::new()),
-        killed: Mutex::new(HashMap::new()),
+        inflight: Default::default(),
+        killed: Default::default(),
         pods: ctx.pods.clone(),
-        pod_of: Mutex::new(HashMap::new()),
-        completed: Mutex::new(HashSet::new()),
+        pod_of: Default::default(),
+        completed: Default::default(),
         book: book.clone(),
         cancel: ctx.cancel.clone(),
         tracker: ctx.tracker.clone(),
@@ -128,64 +97,7 @@ pub fn start(ctx: &Context, registry: &mut Registry, queues: &QueueMetrics, book
     }
 }
 
-fn key_of(r: &ContainerRecreateRequest) -> Key {
-    (r.namespace().unwrap_or_default(), r.spec.pod_name.clone())
-}
-
-impl Shared {
-    /// Calls off a kill in progress for a request that ended, and forgets its kills.
-    fn call_off(&self, uid: &str) {
-        lock(&self.killed).remove(uid);
-        if let Some(t) = lock(&self.inflight).remove(uid) {
-            tracing::info!(
-                request = uid,
-                "the request ended: calling off its kill in progress"
-            );
-            t.cancel();
-        }
-    }
-
-    /// A request changed: its pod is looked at again. One that ended calls off its kill, and
-    /// its pod is looked at too, so that the pod's next request starts: kruise-daemon does not,
-    /// and a second request stays Pending for ever (kruise #1058, #1626; PR #2485).
-    fn on_change(&self, r: &ContainerRecreateRequest) {
-        let uid = r.uid().unwrap_or_default();
-        if r.metadata.deletion_timestamp.is_some() || r.is_completed() {
-            self.call_off(&uid);
-            lock(&self.pod_of).remove(&uid);
-            self.forget_completion(&uid);
-        } else {
-            lock(&self.pod_of).insert(uid, key_of(r));
-        }
-        self.queue.add(key_of(r));
-    }
-
-    /// A request left the watch (deleted, or no longer `active`: the manager takes the label
-    /// off a completed one): its pod is looked at again, for the same reason.
-    fn on_gone(&self, uid: &str) {
-        self.call_off(uid);
-        self.forget_completion(uid);
-        if let Some(key) = lock(&self.pod_of).remove(uid) {
-            self.queue.add(key);
-        }
-    }
-
-    /// The watch shows a request this daemon completed as completed (or gone): its copies are
-    /// no longer older than the completion.
-    fn forget_completion(&self, uid: &str) {
-        if lock(&self.completed).remove(uid) {
-            tracing::debug!(request = uid, "the watch shows the completion");
-        }
-    }
-
-    /// Whether this daemon completed the request and the watch does not show it yet.
-    fn completed_here(&self, r: &ContainerRecreateRequest) -> bool {
-        r.uid()
-            .is_some_and(|uid| lock(&self.completed).contains(&uid))
-    }
-}
-
-async fn watch_requests(shared: Arc<Shared>) {
+async fn watch_requests(shared: Arc<RecreateController>) {
     let mut changes = shared.requests.subscribe();
     shared.requests.wait_synced().await;
     for r in shared.requests.state() {
@@ -218,7 +130,7 @@ async fn watch_requests(shared: Arc<Shared>) {
     }
 }
 
-async fn worker(shared: Arc<Shared>) {
+async fn worker(shared: Arc<RecreateController>) {
     let queue = shared.queue.clone();
     let cancel = shared.cancel.clone();
     queue
@@ -232,11 +144,9 @@ async fn worker(shared: Arc<Shared>) {
                     Ok(Some(after)) => Pass::After(after),
                     Ok(None) => Pass::Done,
                     Err(e) => {
-                        tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "recreate request pass failed; retrying");
-                        Pass::Retry(match e {
-                            PassError::Runtime(_) => RUNTIME_RETRY_DELAY,
-                            PassError::Api(_) => RETRY_DELAY,
-                        })
+                        let after = e.retry_delay();
+                        tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, retry_in = ?after, "recreate request pass failed; retrying");
+                        Pass::Retry(after)
                     }
                 }
             }
@@ -250,12 +160,32 @@ enum PassError {
     /// The API refused or failed a write.
     #[error("writing the request's status: {0}")]
     Api(#[from] kube::Error),
-    /// The runtime did not answer.
+    /// No runtime is connected yet.
     #[error("runtime: {0}")]
-    Runtime(String),
+    NotConnected(RuntimeLookupError),
+    /// The runtime failed a call.
+    #[error("runtime: {0}")]
+    Runtime(#[from] CriError),
 }
 
-fn api_of(shared: &Shared, r: &ContainerRecreateRequest) -> Api<ContainerRecreateRequest> {
+impl PassError {
+    /// The pause before the pod's next pass: short while the runtime is away or failed a call
+    /// that may go through next time (it answers again soon after a restart, and a call to a
+    /// missing socket costs nothing); the ordinary pause after an answer that stays the same
+    /// whenever asked (not found, not supported), as after a failed write.
+    fn retry_delay(&self) -> Duration {
+        match self {
+            PassError::NotConnected(_) => RUNTIME_RETRY_DELAY,
+            PassError::Runtime(e) if e.is_retryable() => RUNTIME_RETRY_DELAY,
+            PassError::Runtime(_) | PassError::Api(_) => RETRY_DELAY,
+        }
+    }
+}
+
+fn api_of(
+    shared: &RecreateController,
+    r: &ContainerRecreateRequest,
+) -> Api<ContainerRecreateRequest> {
     Api::namespaced(shared.client.clone(), &r.namespace().unwrap_or_default())
 }
 
@@ -294,7 +224,7 @@ impl<'a> StatusPatch<'a> {
     fn completed(message: Option<&'a str>) -> Self {
         StatusPatch {
             phase: Some(Phase::Completed),
-            completion_time: Some(now_rfc3339()),
+            completion_time: Some(crate::k8s::time::now_rfc3339()),
             message: Some(message),
             ..Default::default()
         }
@@ -302,7 +232,7 @@ impl<'a> StatusPatch<'a> {
 }
 
 async fn patch(
-    shared: &Shared,
+    shared: &RecreateController,
     r: &ContainerRecreateRequest,
     status: StatusPatch<'_>,
 ) -> Result<(), kube::Error> {
@@ -312,17 +242,11 @@ async fn patch(
         .map(drop)
 }
 
-fn now() -> Timestamp {
-    Timestamp::now()
-}
-
-/// `now` as Kubernetes writes times (RFC3339, seconds).
-fn now_rfc3339() -> String {
-    now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 /// One pass over the requests of a pod. `Some(d)`: look again after `d`.
-async fn sync_pod(shared: &Arc<Shared>, key: &Key) -> Result<Option<Duration>, PassError> {
+async fn sync_pod(
+    shared: &Arc<RecreateController>,
+    key: &Key,
+) -> Result<Option<Duration>, PassError> {
     // the stops recorded for the pod are written first; a write that fails holds up no request
     record::write_stops_or_retry(shared, key).await;
     let (requests, done): (Vec<Arc<ContainerRecreateRequest>>, Vec<_>) = shared
@@ -351,8 +275,8 @@ async fn sync_pod(shared: &Arc<Shared>, key: &Key) -> Result<Option<Duration>, P
     }
     if let Some(grace) = r.spec.unready_grace_period() {
         match decide::unready_since(&r) {
-            Err(message) => {
-                complete(shared, &r, &message, &[]).await?;
+            Err(e) => {
+                complete(shared, &r, &e.to_string(), &[]).await?;
                 return Ok(None);
             }
             Ok(None) => {
@@ -372,31 +296,27 @@ async fn sync_pod(shared: &Arc<Shared>, key: &Key) -> Result<Option<Duration>, P
 }
 
 fn elapsed_since(t: Timestamp) -> Duration {
-    let d = now().as_nanosecond() - t.as_nanosecond();
+    let d = Timestamp::now().as_nanosecond() - t.as_nanosecond();
     Duration::from_nanos(u64::try_from(d).unwrap_or(0))
 }
 
 /// The runtime of the request's containers: the one their `statusContext` IDs name, else the
 /// node's primary runtime.
 fn runtime_of(
-    shared: &Shared,
+    shared: &RecreateController,
     r: &ContainerRecreateRequest,
 ) -> Result<(RemoteRuntime, String), RuntimeLookupError> {
-    let guard = shared.runtimes.borrow();
-    let runtimes = guard.as_ref().ok_or(RuntimeLookupError::NotConnected)?;
     let ids = r
         .spec
         .containers
         .iter()
         .filter_map(|c| c.status_context.as_ref())
         .map(|c| c.container_id.as_str());
-    runtimes
-        .for_containers(ids)
-        .map(|(rt, name)| (rt.clone(), name))
+    shared.runtimes.for_containers(ids)
 }
 
 async fn manage(
-    shared: &Arc<Shared>,
+    shared: &Arc<RecreateController>,
     r: &Arc<ContainerRecreateRequest>,
 ) -> Result<Option<Duration>, PassError> {
     // a kill of this request's is under way on its task: it looks at the pod again when it ends
@@ -405,7 +325,7 @@ async fn manage(
     }
     let (runtime, runtime_name) = match runtime_of(shared, r) {
         Ok(x) => x,
-        Err(e @ RuntimeLookupError::NotConnected) => return Err(PassError::Runtime(e.to_string())),
+        Err(e @ RuntimeLookupError::NotConnected) => return Err(PassError::NotConnected(e)),
         Err(e) => {
             complete(
                 shared,
@@ -433,9 +353,7 @@ async fn manage(
         .await?;
         return Ok(None);
     }
-    let containers = containers_of_pod(&runtime, &uid)
-        .await
-        .map_err(|e| PassError::Runtime(e.to_string()))?;
+    let containers = containers_of_pod(&runtime, &uid).await?;
     // the containers the uid names must be the request's pod's, in the request's namespace:
     // the uid label alone is the creator's word where the webhook was bypassed, and would
     // point at another tenant's pod
@@ -455,16 +373,13 @@ async fn manage(
         complete(shared, r, &message, &[]).await?;
         return Ok(None);
     }
-    let newest = crate::controller::containermeta::decide::newest_by_name(&containers);
+    let newest = newest_by_name(&containers);
     let mut observed = BTreeMap::new();
     for c in r.spec.containers.iter() {
         let Some(running) = newest.get(c.name.as_str()) else {
             continue;
         };
-        let status = runtime
-            .container_status(&running.id, false)
-            .await
-            .map_err(|e| PassError::Runtime(e.to_string()))?;
+        let status = runtime.container_status(&running.id, false).await?;
         observed.insert(
             c.name.clone(),
             Observed {
@@ -480,7 +395,7 @@ async fn manage(
         );
     }
     let snapshot = decide::snapshot(r);
-    let now_ns = i64::try_from(now().as_nanosecond()).unwrap_or(i64::MAX);
+    let now_ns = i64::try_from(Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
     let killed = lock(&shared.killed)
         .get(&r.uid().unwrap_or_default())
         .cloned()
@@ -496,11 +411,11 @@ async fn manage(
         return Ok(None);
     }
     match decide::next_step(r, &mut states) {
-        Step::Complete => {
+        NextStep::Complete => {
             complete(shared, r, "", &states).await?;
             Ok(None)
         }
-        Step::Wait => {
+        NextStep::Wait => {
             if states != current {
                 patch(shared, r, StatusPatch::states(&states[..])).await?;
             }
@@ -510,7 +425,7 @@ async fn manage(
                 until_min_started.map_or(RECREATING_POLL, |d| d.min(RECREATING_POLL)),
             ))
         }
-        Step::Kill(container) => {
+        NextStep::Kill(container) => {
             let runtime = (&runtime, runtime_name.as_str());
             kill_one(shared, r, runtime, &container, &uid, &mut states, &newest).await?;
             Ok(Some(RECREATING_POLL))
@@ -524,7 +439,7 @@ async fn manage(
 /// no other pod's request moved). When the kill ends, the pod is looked at again; a failed kill
 /// marks the container Failed.
 async fn kill_one(
-    shared: &Arc<Shared>,
+    shared: &Arc<RecreateController>,
     r: &Arc<ContainerRecreateRequest>,
     (runtime, runtime_name): (&RemoteRuntime, &str),
     container: &str,
@@ -558,15 +473,15 @@ async fn kill_one(
     let uid = r.uid().unwrap_or_default();
     let token = shared.cancel.child_token();
     lock(&shared.inflight).insert(uid.clone(), token.clone());
-    let regarding = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        namespace: r.namespace(),
-        name: Some(r.spec.pod_name.clone()),
-        uid: Some(pod_uid.to_string()),
-        field_path: Some(format!("spec.containers{{{container}}}")),
-        ..Default::default()
+    let pod = PodId {
+        namespace: r.namespace().unwrap_or_default(),
+        name: r.spec.pod_name.clone(),
+        uid: pod_uid.to_string(),
     };
+    let regarding = kill::container_ref(
+        &write::pod_ref(&pod.namespace, &pod.name, &pod.uid),
+        container,
+    );
     // the pod's status IPs (for a host-network pod, whose sandbox has none), from the node's
     // pods where they are watched
     let status_ips = shared
@@ -592,11 +507,7 @@ async fn kill_one(
         regarding,
         token,
         status_ips,
-        pod: PodId {
-            namespace: r.namespace().unwrap_or_default(),
-            name: r.spec.pod_name.clone(),
-            uid: pod_uid.to_string(),
-        },
+        pod,
         kubelet_id: format!("{runtime_name}://{}", running.id),
     };
     shared.tracker.spawn(task.run().in_current_span());
@@ -613,7 +524,7 @@ fn set_state(states: &mut [State], container: &str, phase: Phase, message: Strin
 
 /// One container's kill for a request, on a task of its own.
 struct KillTask {
-    shared: Arc<Shared>,
+    shared: Arc<RecreateController>,
     request: Arc<ContainerRecreateRequest>,
     runtime: RemoteRuntime,
     running: crate::cri::Container,
@@ -634,29 +545,30 @@ impl KillTask {
         let (shared, r, container) = (&self.shared, &self.request, self.container.as_str());
         let key = (r.namespace().unwrap_or_default(), r.spec.pod_name.clone());
         let uid = r.uid().unwrap_or_default();
-        let ips = kill::pod_ips(
-            &self.runtime,
-            &self.running.pod_sandbox_id,
-            self.spec.pre_stop.is_some(),
-            &self.status_ips,
-        )
-        .await;
         tracing::info!(request = %r.name_any(), %container, id = %self.running.id, "stopping container for the recreate request");
-        shared.events.record(EventSpec {
+        let announcement = kill::Announcement {
             regarding: self.regarding.clone(),
-            warning: false,
-            reason: "Killing".into(),
+            container: container.to_string(),
             note: format!(
                 "Stopping container {container} by ContainerRecreateRequest {}",
                 r.name_any()
             ),
-            action: "Recreate".into(),
-        });
-        let outcome =
-            kill::kill_container(&self.runtime, &self.running, &self.spec, &ips, &self.token).await;
+            warning: false,
+            action: "Recreate",
+        };
+        let outcome = kill::kill_announced(
+            &self.runtime,
+            &self.running,
+            &self.spec,
+            &self.status_ips,
+            &self.token,
+            &shared.events,
+            announcement,
+        )
+        .await;
         lock(&shared.inflight).remove(&uid);
         let again = match outcome {
-            Ok(o) => {
+            Ok(_) => {
                 shared.metrics.killed();
                 // written on the pod by its next pass, which the add below brings at once
                 shared.book.record(
@@ -668,9 +580,6 @@ impl KillTask {
                         &r.name_any(),
                     ),
                 );
-                if let Some(event) = o.failed_hook_event(&self.regarding, container) {
-                    shared.events.record(event);
-                }
                 None
             }
             Err(kill::KillError::Cancelled) => {
@@ -715,7 +624,7 @@ impl KillTask {
 /// Completes the request: phase `Completed`, `completionTime` now, `message` (cleared when
 /// empty).
 async fn complete(
-    shared: &Shared,
+    shared: &RecreateController,
     r: &ContainerRecreateRequest,
     message: &str,
     states: &[State],
@@ -742,7 +651,34 @@ async fn complete(
 
 #[cfg(test)]
 mod tests {
-    use super::RuntimeLookupError;
+    use super::*;
+
+    #[test]
+    fn a_pass_the_runtime_failed_for_good_waits_as_a_failed_write_and_one_it_was_away_for_briefly()
+    {
+        let not_found = CriError::NotFound {
+            call: "ContainerStatus",
+            message: "container gone".into(),
+        };
+        let away = CriError::Unreachable {
+            endpoint: "unix:///run/containerd/containerd.sock".into(),
+            message: "connection refused".into(),
+        };
+        // before issue 35 only the text was kept, and a final NotFound was retried at 250 ms like
+        // a runtime that was away
+        assert_eq!(PassError::from(not_found).retry_delay(), RETRY_DELAY);
+        assert_eq!(PassError::from(away).retry_delay(), RUNTIME_RETRY_DELAY);
+        assert_eq!(
+            PassError::NotConnected(RuntimeLookupError::NotConnected).retry_delay(),
+            RUNTIME_RETRY_DELAY
+        );
+        let unsupported = CriError::Unsupported {
+            endpoint: "unix:///x".into(),
+            call: "ContainerStatus",
+            message: "unknown method".into(),
+        };
+        assert_eq!(PassError::from(unsupported).retry_delay(), RETRY_DELAY);
+    }
 
     #[test]
     fn a_runtime_lookup_that_ends_a_request_says_what_kruise_daemon_says() {

@@ -8,7 +8,7 @@ use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use super::{Key, Shared};
+use super::controller::{Key, RETRY_DELAY, RecreateController};
 use crate::controller::provenance::PodId;
 use crate::k8s::{keys, write};
 
@@ -16,7 +16,7 @@ use crate::k8s::{keys, write};
 /// is logged and tried again on a pass of its own where it may go through later (throttling, a
 /// server error); otherwise the stops are not written (the log, the event and
 /// `kruised_container_stops_total` still have them).
-pub(super) async fn write_stops_or_retry(shared: &Shared, key: &Key) {
+pub(super) async fn write_stops_or_retry(shared: &RecreateController, key: &Key) {
     let Err(e) = write_stops(shared, key).await else {
         return;
     };
@@ -24,7 +24,7 @@ pub(super) async fn write_stops_or_retry(shared: &Shared, key: &Key) {
         tracing::warn!(pod = %key.1, error = %e, "recording the stops on the pod failed; trying again");
         shared
             .queue
-            .retry_after(key.clone(), super::RETRY_DELAY, &shared.cancel);
+            .retry_after(key.clone(), RETRY_DELAY, &shared.cancel);
     } else {
         tracing::warn!(pod = %key.1, error = %e, "cannot record the stops on the pod; they are left out");
         if let Some(id) = shared.book.unwritten(&key.0, &key.1) {
@@ -33,7 +33,7 @@ pub(super) async fn write_stops_or_retry(shared: &Shared, key: &Key) {
     }
 }
 
-async fn write_stops(shared: &Shared, key: &Key) -> Result<(), kube::Error> {
+async fn write_stops(shared: &RecreateController, key: &Key) -> Result<(), kube::Error> {
     let Some(pod_id) = shared.book.unwritten(&key.0, &key.1) else {
         return Ok(());
     };
@@ -58,7 +58,7 @@ async fn write_stops(shared: &Shared, key: &Key) -> Result<(), kube::Error> {
 /// The pod `id` as the node's watch has it, else as the API lists it; `None` if no pod of that
 /// name has that UID.
 async fn current_pod(
-    shared: &Shared,
+    shared: &RecreateController,
     api: &Api<Pod>,
     id: &PodId,
 ) -> Result<Option<Pod>, kube::Error> {

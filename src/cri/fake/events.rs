@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tonic::Status;
 
 use super::super::{ContainerEvent, ContainerEventKind, convert, proto};
-use super::Shared;
+use super::Backend;
 use super::dialect::Events;
 use super::state::{FakeState, now_ns};
 
@@ -79,7 +79,7 @@ fn message(e: &ContainerEvent) -> proto::ContainerEventResponse {
     m
 }
 
-impl Shared {
+impl Backend {
     /// Sends events to every open stream (and wakes the tests waiting on the state).
     pub(super) fn send(&self, events: Vec<ContainerEvent>) {
         self.touch();
@@ -108,7 +108,7 @@ async fn next(rx: &mut broadcast::Receiver<ContainerEvent>) -> Option<ContainerE
 }
 
 /// `GetContainerEvents`, as the dialect answers it.
-pub(super) async fn get_container_events(shared: &Shared) -> Result<EventStream, Status> {
+pub(super) async fn get_container_events(shared: &Backend) -> Result<EventStream, Status> {
     // subscribe before the call is counted: a test that waits for the count may emit at once
     let mut rx = shared.events.subscribe();
     shared.enter("GetContainerEvents").await?;

@@ -30,7 +30,7 @@ use tonic::{Response, Status};
 
 use super::proto::image_service_server::ImageServiceServer;
 use super::proto::runtime_service_server::RuntimeServiceServer;
-use super::{Endpoint, types::*};
+use super::{Endpoint, parts::*, types::*};
 
 pub use dialect::{Dialect, ImageOfContainer};
 pub use state::{FakeContainer, FakeState};
@@ -40,8 +40,10 @@ use state::Fault;
 /// How long a stopping server may take to finish the calls in flight before it is left behind.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// The fake runtime's state as both of its gRPC services serve it, with what tells tests of
+/// its changes.
 #[derive(Clone)]
-struct Shared {
+struct Backend {
     state: Arc<Mutex<FakeState>>,
     /// Bumped after every call, so tests wait on the state instead of polling it.
     changed: Arc<tokio::sync::watch::Sender<u64>>,
@@ -51,7 +53,7 @@ struct Shared {
     runtime_name: String,
 }
 
-impl Shared {
+impl Backend {
     fn lock(&self) -> MutexGuard<'_, FakeState> {
         // a test that panicked while holding the lock already failed; keep serving
         crate::sync::lock(&self.state)
@@ -96,7 +98,7 @@ struct Serving {
 
 /// A running fake runtime. Dropping it stops the server.
 pub struct FakeRuntime {
-    shared: Shared,
+    shared: Backend,
     socket: PathBuf,
     serving: Option<Serving>,
 }
@@ -120,7 +122,7 @@ impl FakeRuntime {
         dialect: Dialect,
     ) -> std::io::Result<Self> {
         let (events, _) = broadcast::channel(1024);
-        let shared = Shared {
+        let shared = Backend {
             state: Arc::new(Mutex::new(FakeState::new(dialect))),
             changed: Arc::new(tokio::sync::watch::channel(0).0),
             events,
@@ -369,7 +371,7 @@ impl Drop for FakeRuntime {
 }
 
 #[derive(Clone)]
-struct Svc(Shared);
+struct Svc(Backend);
 
 fn unimplemented<T>(rpc: &str) -> Result<Response<T>, Status> {
     Err(Status::unimplemented(format!(

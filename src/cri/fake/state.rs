@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::super::parts::*;
 use super::super::types::*;
 use super::dialect::{Call, Dialect, ImageOfContainer, split_tag};
 

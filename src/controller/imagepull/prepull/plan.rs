@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::super::metrics::Skipped;
-use super::super::one_line;
 use super::super::reference::Reference;
+use crate::controller::text::one_line;
 use crate::k8s::keys;
 
 /// Most distinct next-batch images the node works on at once.

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
-use crate::controller::imagepull::Settings;
 use crate::controller::imagepull::keyring::Keyring;
 use crate::controller::imagepull::metrics::Metrics;
 use crate::controller::imagepull::pull::Puller;
 use crate::controller::imagepull::secrets::{Resolved, lent};
+use crate::controller::imagepull::settings::Settings;
 use crate::controller::imagepull::task::tests::Mock;
 
 /// Pull secrets as the config namespace holds them: name, `source-key` annotation (kruise
@@ -41,14 +41,14 @@ fn login(user: &str) -> Keyring {
     k
 }
 
-fn env<C: Credentials>(
+fn tools<C: Credentials>(
     mock: &Mock,
     credentials: C,
     floor: u64,
     free: fn(&std::path::Path) -> Option<u64>,
-) -> Env<Mock, C> {
+) -> PullTools<Mock, C> {
     let tracker = tokio_util::task::TaskTracker::new();
-    Env {
+    PullTools {
         puller: Puller::new(mock.clone(), tracker.clone(), Metrics::unregistered()),
         credentials: Arc::new(credentials),
         slots: None,
@@ -129,7 +129,7 @@ async fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
     // tenant-c's pod asks for tenant-b's private image: anonymous, though three secrets are
     // for that repository (and tenant-c owns a secret of another one)
     let mock = Mock::default();
-    let e = env(&mock, copies(), 0, |_| None);
+    let e = tools(&mock, copies(), 0, |_| None);
     pull_one(&e, &want("r.io/private:v2", "tenant-c"), &refs, None)
         .await
         .expect("pulled");
@@ -150,7 +150,7 @@ async fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
 async fn the_disk_floor_stops_a_next_batch_pre_pull() {
     let mock = Mock::default();
     // 100 MiB free, 1 GiB to keep: as for NodeImage tags (task_tests.rs)
-    let e = env(&mock, Copies(vec![]), 1 << 30, |_| Some(100 << 20));
+    let e = tools(&mock, Copies(vec![]), 1 << 30, |_| Some(100 << 20));
     let err = pull_one(&e, &want("r.io/app:v2", "t"), &[], None)
         .await
         .expect_err("refused");
@@ -167,7 +167,7 @@ async fn the_disk_floor_stops_a_next_batch_pre_pull() {
     assert!(mock.st().pulls.is_empty(), "nothing pulled");
 
     // with room the same image is pulled
-    let e = env(&mock, Copies(vec![]), 1 << 30, |_| Some(2 << 30));
+    let e = tools(&mock, Copies(vec![]), 1 << 30, |_| Some(2 << 30));
     pull_one(&e, &want("r.io/app:v2", "t"), &[], None)
         .await
         .expect("pulled");
@@ -178,7 +178,7 @@ async fn the_disk_floor_stops_a_next_batch_pre_pull() {
 async fn a_present_next_batch_image_is_neither_checked_nor_pulled() {
     let mock = Mock::default();
     mock.add_image("r.io/app:v2");
-    let e = env(&mock, Copies(vec![]), 1 << 30, |_| Some(0));
+    let e = tools(&mock, Copies(vec![]), 1 << 30, |_| Some(0));
     pull_one(&e, &want("r.io/app:v2", "t"), &[], None)
         .await
         .expect("present");

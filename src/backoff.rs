@@ -1,0 +1,133 @@
+//! Pauses between attempts: the daemon's one exponential back-off ([`exponential`], walked with
+//! jitter by [`Backoff`]) and the jitter that keeps a fleet's nodes from retrying in step. The
+//! API watches, the runtime loop and the controllers all pause through it.
+//!
+//! What a failed status write waits before it is tried again, by writer (they differ on
+//! purpose; each is the writer's own kind of retry):
+//!
+//! | writer | retry | why |
+//! |---|---|---|
+//! | NodeImage status (`imagepull::controller`), NodePodProbe status (`podprobe`) | [`Backoff`] from 200 ms to 30 s ([`STATUS_WRITE_RETRY_MIN`], [`STATUS_WRITE_RETRY_MAX`]) | one writer of one object per node, which keeps its own state: it writes again the state it holds then, and many nodes fail together when the API server does |
+//! | pod annotation (`containermeta`) | the pod's key again after 3 s, through its work queue | the write is the end of a pass, which is retried whole on fresh data (the pod may have changed) |
+//! | recreate request status (`recreate`) | the pod's key again after 2 s, through its work queue | the same; a pass that failed on the runtime instead waits by the error's kind |
+//!
+//! The queue-driven retries take the pass's key again rather than the write: the work queue
+//! keeps one timer per key (the earliest wins) and the pass reads the object anew.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The first pause of a node-scoped status writer after a failed write.
+pub const STATUS_WRITE_RETRY_MIN: Duration = Duration::from_millis(200);
+/// The longest pause of a node-scoped status writer between failed writes.
+pub const STATUS_WRITE_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// `d` ± 20 %, so many nodes do not retry in step.
+pub fn jitter(d: Duration) -> Duration {
+    d.mul_f64(rand::random_range(0.8..1.2))
+}
+
+/// The pause after failed attempt `attempt` (0-based): `base × 2^attempt`, at most `cap`. The
+/// daemon's one exponential back-off: [`Backoff`] walks it with jitter; the image puller's tags
+/// count their attempts themselves.
+pub fn exponential(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    base.saturating_mul(2u32.saturating_pow(attempt.min(31)))
+        .min(cap)
+}
+
+/// Jittered exponential back-off: `min`, doubling up to `max`, each pause ± 20 %; with
+/// [`Backoff::forgetting_after`], from `min` again after a quiet time without a failure.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    attempt: u32,
+    /// Failures this far apart count as a first one again.
+    forget_after: Option<Duration>,
+    /// When the last pause was asked for.
+    last: Option<Instant>,
+}
+
+impl Backoff {
+    /// A back-off that starts at `min` and doubles up to `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Backoff {
+            min,
+            max,
+            attempt: 0,
+            forget_after: None,
+            last: None,
+        }
+    }
+
+    /// The same back-off, starting from the minimum again when a failure comes more than
+    /// `quiet` after the one before (client-go's reflector: a watch that ran for a while is not
+    /// punished for the failures before it).
+    pub fn forgetting_after(self, quiet: Duration) -> Self {
+        Backoff {
+            forget_after: Some(quiet),
+            ..self
+        }
+    }
+
+    /// The back-off of a node-scoped status writer (see the module's table).
+    pub fn status_write() -> Self {
+        Backoff::new(STATUS_WRITE_RETRY_MIN, STATUS_WRITE_RETRY_MAX)
+    }
+
+    /// The next pause; each call doubles the one after it, up to the maximum.
+    pub fn pause(&mut self) -> Duration {
+        if let Some(quiet) = self.forget_after {
+            let now = Instant::now();
+            if self
+                .last
+                .is_some_and(|at| now.saturating_duration_since(at) > quiet)
+            {
+                self.attempt = 0;
+            }
+            self.last = Some(now);
+        }
+        let d = exponential(self.attempt, self.min, self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        jitter(d)
+    }
+
+    /// Starts again from the minimum (after a success).
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponential_backoff_doubles_from_the_base_up_to_the_cap() {
+        let (b, cap) = (Duration::from_secs(1), Duration::from_secs(30));
+        let steps: Vec<_> = (0..7).map(|i| exponential(i, b, cap).as_secs()).collect();
+        assert_eq!(steps, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(exponential(u32::MAX, b, cap), cap);
+        assert_eq!(
+            exponential(2, Duration::from_millis(1), cap),
+            Duration::from_millis(4)
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_maximum_and_starts_again_after_a_reset() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
+        let pauses: Vec<Duration> = (0..6).map(|_| b.pause()).collect();
+        let nominal = [500, 1000, 2000, 4000, 4000, 4000];
+        for (got, want) in pauses.iter().zip(nominal) {
+            let want = Duration::from_millis(want);
+            assert!(
+                *got >= want.mul_f64(0.8) && *got <= want.mul_f64(1.2),
+                "{got:?} is not {want:?} ± 20 %"
+            );
+        }
+        b.reset();
+        assert!(b.pause() <= Duration::from_millis(600));
+    }
+}

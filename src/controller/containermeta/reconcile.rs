@@ -1,0 +1,352 @@
+//! One pass over a pod, in three steps:
+//!
+//! 1. [`observe`]: the pod as the store has it, its containers in the runtime, the env of those
+//!    whose hash is not known yet, and what the memory holds of them (a [`View`]);
+//! 2. [`plan`]: pure, the decisions of `decide.rs` on what was observed: the new annotation and
+//!    the restart plan, with its stops;
+//! 3. [`apply`]: the stops (each on a task of its own, `restart.rs`), what the memory is to
+//!    keep, the next look at the pod, and the annotation's patch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, ResourceExt};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::controller::{ContainerMeta, Key};
+use super::decide::{self, Observation, Plan, RestartStep, Verdict};
+use super::env;
+use super::memory::View;
+use super::restart::{self, Stop};
+use crate::controller::containers::{containers_of_pod, newest_by_name};
+use crate::controller::provenance::{self, PodId};
+use crate::controller::queue::Pass;
+use crate::cri::{Container, CriError, RemoteRuntime, RuntimeLookupError};
+use crate::hash::env::{current_env_hash, expected_env_hash};
+use crate::k8s::keys::{self, RuntimeContainerMetaSet};
+
+/// Pause before retrying a pod whose pass failed.
+pub const RETRY_DELAY: Duration = Duration::from_secs(3);
+
+/// Why a pass must be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The pod's runtime is not known (yet).
+    #[error("runtime: {0}")]
+    Lookup(#[from] RuntimeLookupError),
+    /// The runtime failed a call.
+    #[error("runtime: {0}")]
+    Runtime(#[from] CriError),
+    /// The API server refused or failed the write.
+    #[error("writing the annotation: {0}")]
+    Api(#[from] kube::Error),
+    /// A container's env could not be read.
+    #[error("reading the env of {container}: {error}")]
+    Env {
+        /// The container.
+        container: String,
+        /// Why.
+        error: env::EnvError,
+    },
+}
+
+/// Works the queue until the daemon stops: one pass per pod at a time.
+pub async fn worker(c: Arc<ContainerMeta>) {
+    let queue = c.queue.clone();
+    let cancel = c.cancel.clone();
+    queue
+        .run_worker("containermeta", cancel, RETRY_DELAY, |key| {
+            let c = c.clone();
+            async move {
+                let started = Instant::now();
+                let result = reconcile(&c, &key)
+                    .instrument(tracing::info_span!("reconcile", pod = %key))
+                    .await;
+                c.metrics.observe_reconcile(started.elapsed());
+                match result {
+                    Ok(()) => Pass::Done,
+                    Err(e) => {
+                        tracing::warn!(pod = %key, error = %e, "reconcile failed; retrying");
+                        Pass::Retry(RETRY_DELAY)
+                    }
+                }
+            }
+        })
+        .await;
+}
+
+async fn reconcile(c: &ContainerMeta, key: &Key) -> Result<(), ReconcileError> {
+    let Some(seen) = observe(c, key).await? else {
+        return Ok(());
+    };
+    let planned = plan(&seen);
+    apply(c, key, &seen, planned).await?;
+    seen.env_error.map_or(Ok(()), Err)
+}
+
+/// What a pass saw of a pod.
+struct Observed {
+    pod: Arc<Pod>,
+    runtime: RemoteRuntime,
+    /// The runtime's name, as the kubelet's container IDs begin (`containerd`).
+    runtime_name: String,
+    /// Every container of the pod in the runtime.
+    containers: Vec<Container>,
+    /// The annotation as the pod carries it (`None`: none, or malformed).
+    old: Option<RuntimeContainerMetaSet>,
+    /// The annotation as it should be, every env hash the runtime gave filled in.
+    meta: RuntimeContainerMetaSet,
+    /// Why an env hash is missing from it, if one is.
+    env_error: Option<ReconcileError>,
+    /// Where env from metadata is followed: what a restart is decided on.
+    restarts: Option<RestartInputs>,
+    /// When it was observed.
+    now: Instant,
+}
+
+/// What the restart plan needs beyond the pod: per container of the new annotation that runs
+/// (in its order), whether its image matches the spec's, and what the memory holds of it.
+struct RestartInputs {
+    /// The containers' names, in the annotation's order.
+    names: Vec<String>,
+    /// Per container: whether the spec image resolves to the one it runs, where asked.
+    image_id_matches: Vec<Option<bool>>,
+    /// What the memory holds of them.
+    memory: View,
+}
+
+/// Observes pod `key`: `None` when there is nothing to do (gone, being deleted, not
+/// kruise-managed, no container yet).
+async fn observe(c: &ContainerMeta, key: &Key) -> Result<Option<Observed>, ReconcileError> {
+    let Some(pod) = c.pods.store().get(key) else {
+        return Ok(None);
+    };
+    if pod.metadata.deletion_timestamp.is_some() || !decide::is_managed(&pod) {
+        return Ok(None);
+    }
+    // a test build's failpoint: a pass stuck on a call that never returns (until the daemon
+    // stops), for the liveness check and systemd's watchdog (`controller::failpoint`)
+    #[cfg(feature = "test-util")]
+    if crate::controller::failpoint::pass_is_stuck(&pod) {
+        tracing::warn!("failpoint: this pass never ends");
+        c.cancel.cancelled().await;
+        return Ok(None);
+    }
+    // the pod's runtime and the runtime name of its container IDs; none before a container
+    // has an ID
+    let ids: Vec<&str> = decide::container_ids(&pod).collect();
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let (runtime, runtime_name) = c.runtimes.for_containers(ids)?;
+    let uid = pod.uid().unwrap_or_default();
+    let containers = containers_of_pod(&runtime, &uid).await?;
+    let old = match keys::parse_runtime_containers_meta(pod.annotations()) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring a malformed annotation; it will be rewritten");
+            None
+        }
+    };
+    let newest = newest_by_name(&containers);
+    let (mut meta, to_read) =
+        decide::build_meta(&pod, &runtime_name, &newest, old.as_ref(), c.with_env);
+    let mut env_error = None;
+    for r in to_read {
+        let Some(spec) = decide::spec_of(&pod, &r.name) else {
+            continue;
+        };
+        match env::read_env(&runtime, &r.id).await {
+            Ok((values, source)) => {
+                c.metrics.env_read(source);
+                let hash = current_env_hash(spec, |n| values.get(n).cloned());
+                if let Some(e) = meta.containers.iter_mut().find(|e| e.name == r.name) {
+                    e.hashes.extracted_env_from_metadata_hash = hash;
+                }
+            }
+            Err(e) => {
+                env_error = Some(ReconcileError::Env {
+                    container: r.name.clone(),
+                    error: e,
+                })
+            }
+        }
+    }
+    // per container of the new annotation that runs, where env from metadata is followed:
+    // whether its image matches the spec's, then what the memory holds of it, as of `now`
+    let mut names = Vec::new();
+    let mut running = Vec::new();
+    let mut image_id_matches = Vec::new();
+    for entry in meta.containers.iter().filter(|_| c.with_env) {
+        let (Some(spec), Some(current)) = (
+            decide::spec_of(&pod, &entry.name),
+            newest.get(entry.name.as_str()),
+        ) else {
+            continue;
+        };
+        image_id_matches.push(restart::image_id_matches(&runtime, spec, current).await);
+        names.push(entry.name.clone());
+        running.push((entry.name.as_str(), current.id.as_str()));
+    }
+    let now = Instant::now();
+    let restarts = c.with_env.then(|| RestartInputs {
+        memory: c.memory.view(&uid, &running, now, c.restart_delay),
+        names,
+        image_id_matches,
+    });
+    Ok(Some(Observed {
+        pod,
+        runtime,
+        runtime_name,
+        containers,
+        old,
+        meta,
+        env_error,
+        restarts,
+        now,
+    }))
+}
+
+/// What a pass decided.
+struct Planned<'a> {
+    /// The annotation's new value, where it changes.
+    annotation: Option<String>,
+    /// The restart plan, its steps paired with the containers they are about.
+    restarts: Plan,
+    /// The running container of each step, in the plan's order.
+    running: Vec<&'a Container>,
+    /// The stops to make now.
+    stops: Vec<Stop>,
+}
+
+/// Decides on what was observed, without any I/O: the annotation and the restart plan
+/// (`decide.rs`), the plan's stops with the env hash each stop is made for.
+fn plan(seen: &Observed) -> Planned<'_> {
+    let annotation = (seen.old.as_ref() != Some(&seen.meta) && !seen.meta.containers.is_empty())
+        .then(|| seen.meta.to_annotation_value());
+    let newest = newest_by_name(&seen.containers);
+    let mut planned = Planned {
+        annotation,
+        restarts: Plan::default(),
+        running: Vec::new(),
+        stops: Vec::new(),
+    };
+    let Some(inputs) = &seen.restarts else {
+        return planned;
+    };
+    let mut observed = Vec::new();
+    for (i, name) in inputs.names.iter().enumerate() {
+        let (Some(spec), Some(meta), Some(running)) = (
+            decide::spec_of(&seen.pod, name),
+            seen.meta.container(name),
+            newest.get(name.as_str()),
+        ) else {
+            continue;
+        };
+        let remembered = &inputs.memory.containers[i];
+        observed.push(Observation {
+            spec,
+            meta,
+            running,
+            image_id_matches: inputs.image_id_matches[i],
+            already_stopped: remembered.already_stopped,
+            previous_stop: remembered.previous_stop.as_ref(),
+            kubelet_expected_since: remembered.kubelet_expected_since,
+        });
+    }
+    planned.restarts = decide::plan_restarts(
+        &seen.pod,
+        &observed,
+        seen.now,
+        inputs.memory.stop_allowed_at,
+    );
+    let (labels, annotations) = decide::metadata_maps(&seen.pod);
+    for ((_, step), o) in planned.restarts.steps.iter().zip(&observed) {
+        if let RestartStep::Stop(reason) = step {
+            planned.stops.push(Stop {
+                container: o.running.clone(),
+                reason: *reason,
+                expected: expected_env_hash(o.spec, &labels, &annotations),
+            });
+        }
+    }
+    planned.running = observed.iter().map(|o| o.running).collect();
+    planned
+}
+
+/// Carries out what was planned: the memory learns what the kubelet is to do, the pod is
+/// looked at again when the plan changes by time alone, the stops start, and the annotation
+/// (with the stops this daemon made that the pod does not show yet) is written.
+async fn apply(
+    c: &ContainerMeta,
+    key: &Key,
+    seen: &Observed,
+    planned: Planned<'_>,
+) -> Result<(), ReconcileError> {
+    let now = seen.now;
+    let excess = seen
+        .restarts
+        .as_ref()
+        .map_or(Duration::ZERO, |r| r.memory.kubelet_lag_excess);
+    for ((name, step), running) in planned.restarts.steps.iter().zip(&planned.running) {
+        match step {
+            RestartStep::Stop(_) => {}
+            RestartStep::StopAt { at, .. } => tracing::debug!(
+                container = %name,
+                in_ms = (*at - now).as_millis() as u64,
+                kubelet_lag_excess_ms = excess.as_millis() as u64,
+                "stale env: stopping once the kubelet holds the change"
+            ),
+            RestartStep::KubeletRecreates { since, .. } => {
+                c.memory.expect_kubelet_recreation(&running.id, *since);
+                tracing::debug!(
+                    container = %name,
+                    reason = "its spec changed too: the kubelet recreates it with the new env",
+                    "stale env, not stopping"
+                );
+            }
+            RestartStep::Nothing(Verdict::Blocked(reason)) => {
+                tracing::debug!(container = %name, %reason, "stale env, not stopping")
+            }
+            RestartStep::Nothing(_) => {}
+        }
+    }
+    if let Some(at) = planned.restarts.recheck_at {
+        c.queue.add_after(
+            key.clone(),
+            at.saturating_duration_since(now) + Duration::from_millis(1),
+            &c.cancel,
+        );
+    }
+    for stop in planned.stops {
+        restart::spawn_kill(c, &seen.runtime, &seen.runtime_name, &seen.pod, stop);
+    }
+    // the stops this daemon made that the pod does not show yet ride along
+    let pod_id = PodId::of(&seen.pod);
+    let stops = c.book.update(&pod_id, seen.pod.annotations());
+    let meta = planned.annotation;
+    if meta.is_none() && stops.is_none() {
+        return Ok(());
+    }
+    let api: Api<Pod> =
+        Api::namespaced(c.client.clone(), &seen.pod.namespace().unwrap_or_default());
+    let written: Vec<(&str, &str)> = [
+        (keys::RUNTIME_CONTAINERS_META, meta.as_deref()),
+        (keys::LAST_RESTARTS, stops.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, v?)))
+    .collect();
+    let result = provenance::patch_annotations(&api, &seen.pod.name_any(), &written).await;
+    if meta.is_some() {
+        c.metrics.patched(result.is_ok());
+    }
+    result?;
+    if let Some(value) = &stops {
+        c.book.written(&pod_id, value);
+    }
+    tracing::debug!(meta = ?meta, stops = ?stops, "annotation updated");
+    Ok(())
+}

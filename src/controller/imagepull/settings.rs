@@ -1,0 +1,51 @@
+//! The image puller's tunables: the daemon's from its config, shorter waits in tests.
+
+use std::time::Duration;
+
+use crate::config::DaemonConfig;
+
+/// Tunables of the image puller. [`Settings::from_config`] gives the daemon's; tests shorten
+/// the waits.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Pause after the first failed attempt; doubles after each (kruise: 1 s).
+    pub backoff_base: Duration,
+    /// Longest pause between attempts (kruise: 30 s).
+    pub backoff_cap: Duration,
+    /// Delay of the first status write after a quiet period, to batch a burst.
+    pub status_coalesce: Duration,
+    /// Least time between two status writes while tasks are still running.
+    pub status_min_interval: Duration,
+    /// Least free bytes on the image filesystem before a pull; 0: no check.
+    pub image_fs_min_free: u64,
+    /// Most pulls at once; `None`: unlimited.
+    pub max_workers: Option<usize>,
+    /// Pre-pull the images of pods' next in-place batches.
+    pub prepull_next_batch: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(30),
+            status_coalesce: Duration::from_millis(50),
+            status_min_interval: Duration::from_millis(500),
+            image_fs_min_free: 0,
+            max_workers: None,
+            prepull_next_batch: true,
+        }
+    }
+}
+
+impl Settings {
+    /// The daemon's settings.
+    pub fn from_config(config: &DaemonConfig) -> Self {
+        Settings {
+            image_fs_min_free: config.image_fs_min_free,
+            max_workers: config.max_pull_workers,
+            prepull_next_batch: config.gates.prepull_next_batch,
+            ..Settings::default()
+        }
+    }
+}
