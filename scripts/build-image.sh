@@ -96,7 +96,13 @@ case "$kind" in
   *"statically linked"* | *"static-pie linked"*) ;;
   *) log "not a static binary: $binary: $kind"; exit 1 ;;
 esac
-[ "$binary" -ef "$out/kruised" ] || cp "$binary" "$out/kruised"
+# replaced by a rename, never rewritten in place, and only when it changed: a test may be
+# reading or running the last one (tests/run.sh builds the image twice to check its digest
+# while the layers use the binary; a copy in place once handed the systemd layer half a binary)
+if ! [ "$binary" -ef "$out/kruised" ] && ! cmp -s "$binary" "$out/kruised"; then
+  cp "$binary" "$out/kruised.new.$$"
+  mv -f "$out/kruised.new.$$" "$out/kruised"
+fi
 size=$(stat -c %s "$out/kruised")
 log "binary ${out#"$ROOT"/}/kruised: $size bytes ($(awk -v s="$size" 'BEGIN {printf "%.1f", s / 1048576}') MiB), $kind"
 
