@@ -350,7 +350,7 @@ async fn runtime_loop(
     let mut last_error = String::new();
     let mut runtimes = loop {
         heartbeat.beat();
-        match Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await {
+        match rt.discover().await {
             Ok(r) => break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT),
             Err(e) => {
                 let text = e.to_string();

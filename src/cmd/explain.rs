@@ -457,7 +457,7 @@ pub(crate) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         .await
         .map_err(|e| anyhow::anyhow!("pod {ns}/{name}: {e}"))?;
     let rt = args.runtime.resolve()?;
-    let runtimes = Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await?;
+    let runtimes = rt.discover().await?;
     let view = explain_pod(&pod, &runtimes).await;
     match args.output {
         OutputFormat::Table => print!("{}", render(&view)),

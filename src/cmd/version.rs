@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::RuntimeArgs;
-use crate::cri::{NodeRuntime, Runtimes};
+use crate::cri::NodeRuntime;
 use crate::k8s::client::{self, ClientSettings, ServedVersions};
 
 /// How long `kruised version` waits for its Node's answer.
@@ -43,7 +43,7 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let rt = args.runtime.resolve()?;
-    match Runtimes::discover(&rt.source, rt.image_endpoint.clone(), rt.timeouts).await {
+    match rt.discover().await {
         Ok(mut runtimes) => {
             if runtimes.several() {
                 runtimes.choose_primary(node_runtime(&args).await);

@@ -54,6 +54,15 @@ pub struct RuntimeConfig {
     pub warnings: Vec<String>,
 }
 
+impl RuntimeConfig {
+    /// The runtimes these settings find, each probed with CRI `Version`: the one way the
+    /// daemon and every command (`version`, `explain`, `crictl`) reach the runtime.
+    pub async fn discover(&self) -> Result<crate::cri::Runtimes, crate::cri::DiscoveryError> {
+        crate::cri::Runtimes::discover(&self.source, self.image_endpoint.clone(), self.timeouts)
+            .await
+    }
+}
+
 /// crictl's configuration file (`crictl.yaml`): crictl's keys, all optional. Any other key is
 /// refused, naming the key, as crictl refuses it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]

@@ -38,7 +38,7 @@ pub use args::CrictlArgs;
 use args::{CrictlCommand, GlobalArgs};
 
 use crate::build_info::VERSION;
-use crate::cri::{RemoteRuntime, Runtimes, Timeouts};
+use crate::cri::{RemoteRuntime, Timeouts};
 use json::Json;
 
 /// crictl's default `--timeout`.
@@ -110,7 +110,8 @@ async fn connect(g: &GlobalArgs) -> anyhow::Result<RemoteRuntime> {
         call: DEFAULT_TIMEOUT,
     })?;
     tracing::debug!(source = ?cfg.source, image = ?cfg.image_endpoint, timeouts = ?cfg.timeouts, "connecting");
-    let runtimes = Runtimes::discover(&cfg.source, cfg.image_endpoint.clone(), cfg.timeouts)
+    let runtimes = cfg
+        .discover()
         .await
         .context("connect to the container runtime")?;
     Ok(runtimes.primary().clone())
