@@ -2,7 +2,9 @@
 //! processed by two workers at once, and a key added while it is being processed is processed
 //! again afterwards. Delayed adds share one timer per queue, and a key waiting for its time is
 //! waiting once (the earlier time wins, as in client-go's delaying queue): a retry storm adds no
-//! task per retry. [`WorkQueue::run_worker`] survives a pass that panics: the key is released,
+//! task per retry. A key's retries back off as client-go's per-item failure limiter does: the
+//! pause asked for doubles with each failure in a row, up to [`RETRY_DELAY_LIMIT`], and a pass
+//! that succeeds starts the key over. [`WorkQueue::run_worker`] survives a pass that panics: the key is released,
 //! retried later, and the worker goes on; the key worked on longest is what liveness checks.
 //! A queue made [`WorkQueue::with_metrics`] reports client-go's work queue metrics
 //! ([`metrics`]), counted as client-go counts them.
@@ -26,6 +28,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::metrics::QueueSeries;
 
+/// The longest pause before a key's retry, however many of its passes failed in a row. client-go
+/// allows 1000 s; a key here is one pod on this node, whose pass should come soon after what
+/// failed it (an API server, a runtime) is back, and a minute bounds the calls of a node's pods
+/// during an outage (one per pod a minute).
+pub const RETRY_DELAY_LIMIT: Duration = Duration::from_secs(60);
+
 struct Inner<K> {
     queue: VecDeque<K>,
     queued: HashSet<K>,
@@ -39,6 +47,8 @@ struct Inner<K> {
     /// When each key waiting to be taken (queued, or added while in work) was added, for
     /// `workqueue_queue_duration_seconds`; kept only where the queue has metrics.
     added_at: HashMap<K, Instant>,
+    /// Keys whose last passes failed, and how many in a row.
+    failures: HashMap<K, u32>,
 }
 
 /// A deduplicating work queue shared by the event handlers and the workers.
@@ -78,9 +88,56 @@ pub enum Pass {
     Done,
     /// Again after this long, as planned (a poll, a grace period running out): not a retry.
     After(Duration),
-    /// The pass failed: again after this long, counted in `workqueue_retries_total` (as
-    /// controller-runtime counts a reconcile that returned an error).
-    Retry(Duration),
+    /// The pass failed: again after the pause of [`Retry`], counted in `workqueue_retries_total`
+    /// (as controller-runtime counts a reconcile that returned an error).
+    Retry(Retry),
+}
+
+/// The longer of `a` and `b` (in a `const fn`).
+const fn longer(a: Duration, b: Duration) -> Duration {
+    if a.as_nanos() >= b.as_nanos() { a } else { b }
+}
+
+/// How a key's retries back off: the first pause, doubled with each failure in a row, up to a
+/// limit ([`RETRY_DELAY_LIMIT`] unless said otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retry {
+    first: Duration,
+    limit: Duration,
+}
+
+impl Retry {
+    /// First after `first`, then doubling up to [`RETRY_DELAY_LIMIT`] (or `first`, if longer).
+    pub const fn after(first: Duration) -> Self {
+        Retry {
+            first,
+            limit: longer(RETRY_DELAY_LIMIT, first),
+        }
+    }
+
+    /// Doubling up to `limit` only (a failure that costs nothing to retry and should be retried
+    /// soon after it ends, such as a runtime restarting).
+    #[must_use]
+    pub const fn at_most(self, limit: Duration) -> Self {
+        Retry {
+            first: self.first,
+            limit: longer(limit, self.first),
+        }
+    }
+
+    /// The first pause.
+    pub const fn first(self) -> Duration {
+        self.first
+    }
+
+    /// The pause after `failures` failed passes in a row (the first is 1).
+    fn pause(self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(31);
+        self.first
+            .checked_mul(1u32 << doublings)
+            .unwrap_or(Duration::MAX)
+            .min(self.limit)
+    }
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
@@ -95,6 +152,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 waiting: HashMap::new(),
                 timer: false,
                 added_at: HashMap::new(),
+                failures: HashMap::new(),
             })),
             notify: Arc::new(Notify::new()),
             wake_timer: Arc::new(Notify::new()),
@@ -152,13 +210,31 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         }
     }
 
-    /// Adds `key` after `delay` as the retry of a failed pass, counted in
-    /// `workqueue_retries_total` (client-go's `AddRateLimited`).
-    pub fn retry_after(&self, key: K, delay: Duration, cancel: &CancellationToken) {
+    /// Adds `key` again as the retry of a failed pass, counted in `workqueue_retries_total`
+    /// (client-go's `AddRateLimited`): after the pause of `retry` for the failures of `key` in a
+    /// row, until [`WorkQueue::forget`].
+    pub fn retry_after(&self, key: K, retry: Retry, cancel: &CancellationToken) {
         if let Some(s) = &self.series {
             s.retries.inc();
         }
-        self.add_after(key, delay, cancel);
+        let failures = {
+            let mut q = self.lock();
+            let n = q.failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        self.add_after(key, retry.pause(failures), cancel);
+    }
+
+    /// Starts `key`'s retries over: its pass succeeded (client-go's `Forget`).
+    pub fn forget(&self, key: &K) {
+        self.lock().failures.remove(key);
+    }
+
+    /// The pause [`WorkQueue::retry_after`] would give `key` now: for logs.
+    pub fn next_retry(&self, key: &K, retry: Retry) -> Duration {
+        let failed = self.lock().failures.get(key).copied().unwrap_or(0);
+        retry.pause(failed.saturating_add(1))
     }
 
     /// Adds `key` after `delay` (for retries and planned passes), unless `cancel` fires first.
@@ -312,8 +388,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 .catch_unwind()
                 .await;
             match outcome {
-                Ok(Pass::Done) => {}
-                Ok(Pass::After(delay)) => self.add_after(key.clone(), delay, &cancel),
+                Ok(Pass::Done) => self.forget(&key),
+                Ok(Pass::After(delay)) => {
+                    self.forget(&key);
+                    self.add_after(key.clone(), delay, &cancel);
+                }
                 Ok(Pass::Retry(delay)) => self.retry_after(key.clone(), delay, &cancel),
                 Err(panic) => {
                     let message = panic
@@ -324,7 +403,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     tracing::error!(queue = what, key = ?key, panic = %message, retry_in = ?after_panic,
                         "a pass panicked (a bug): its key is released and tried again later");
                     self.panics.fetch_add(1, Ordering::Relaxed);
-                    self.retry_after(key.clone(), after_panic, &cancel);
+                    self.retry_after(key.clone(), Retry::after(after_panic), &cancel);
                 }
             }
             self.done(&key);
@@ -447,6 +526,80 @@ mod tests {
         assert!(q.longest_active().is_none(), "no key held");
         cancel.cancel();
         tokio::time::timeout(LIMIT, worker).await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_in_a_row_double_the_pause_up_to_a_minute_and_a_success_starts_over() {
+        // the 5-minute outage test of 9805b61 failed in CI: three pods whose annotation write
+        // failed were retried every 3 s, 273 writes while the API server was away
+        let q = WorkQueue::new();
+        let cancel = CancellationToken::new();
+        let passes: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let worker = {
+            let (q, cancel, passes, fail) =
+                (q.clone(), cancel.clone(), passes.clone(), fail.clone());
+            tokio::spawn(async move {
+                q.run_worker(
+                    "test",
+                    cancel,
+                    Duration::from_secs(1),
+                    |_k: &'static str| {
+                        let (passes, fail) = (passes.clone(), fail.clone());
+                        async move {
+                            crate::sync::lock(&passes).push(Instant::now());
+                            if fail.load(Ordering::Relaxed) {
+                                Pass::Retry(Retry::after(Duration::from_secs(3)))
+                            } else {
+                                Pass::Done
+                            }
+                        }
+                    },
+                )
+                .await;
+            })
+        };
+        let passes_after = |n: usize| {
+            let passes = passes.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(600);
+                while crate::sync::lock(&passes).len() < n {
+                    assert!(Instant::now() < deadline, "pass {n} never came");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let pauses = |from: usize| -> Vec<u64> {
+            let p = crate::sync::lock(&passes);
+            p[from..]
+                .windows(2)
+                .map(|w| w[1].duration_since(w[0]).as_secs_f64().round() as u64)
+                .collect()
+        };
+        q.add("k");
+        passes_after(9).await;
+        assert_eq!(pauses(0), vec![3, 6, 12, 24, 48, 60, 60, 60]);
+        // a pass that succeeds forgets the failures: the next failure waits 3 s again
+        fail.store(false, Ordering::Relaxed);
+        passes_after(10).await;
+        fail.store(true, Ordering::Relaxed);
+        q.add("k");
+        passes_after(12).await;
+        assert_eq!(pauses(10), vec![3]);
+        cancel.cancel();
+        tokio::time::timeout(LIMIT, worker).await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_pause_longer_than_the_limit_is_kept_a_lower_limit_holds_and_doubling_never_overflows() {
+        let secs = Duration::from_secs;
+        assert_eq!(Retry::after(secs(600)).pause(5), secs(600));
+        let soon = Retry::after(Duration::from_millis(250));
+        assert_eq!(soon.pause(1), Duration::from_millis(250));
+        assert_eq!(soon.pause(3), secs(1));
+        assert_eq!(soon.pause(u32::MAX), RETRY_DELAY_LIMIT);
+        assert_eq!(soon.at_most(secs(2)).pause(100), secs(2));
+        assert_eq!(Retry::after(secs(3)).at_most(secs(1)).pause(2), secs(3));
     }
 
     #[tokio::test(start_paused = true)]
@@ -637,7 +790,7 @@ mod tests {
                             }
                             match k {
                                 "planned" => Pass::After(Duration::from_secs(600)),
-                                "failed" => Pass::Retry(Duration::from_secs(600)),
+                                "failed" => Pass::Retry(Retry::after(Duration::from_secs(600))),
                                 _ => panic!("boom"),
                             }
                         }

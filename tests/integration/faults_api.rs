@@ -391,3 +391,55 @@ async fn no_env_change_missed_no_double_stop_no_foreign_annotation_lost_under_ap
     d.terminate();
     assert!(d.wait_exit(Duration::from_secs(20)).await.success());
 }
+
+// the 5-minute outage test failed in CI on 9805b61: three pods whose annotation write failed
+// (it fell in the outage) were retried every 3 s, 273 writes while the API server was away
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_annotation_write_failing_three_times_in_a_row_waits_12_seconds_before_the_fourth() {
+    let mut node = FakeNode::start().await;
+    let args = node.daemon_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut d = Daemon::start(NODE, &args);
+    d.wait_for_log("daemon ready", CHANGE_LIMIT).await;
+    node.api.add_fault(Fault {
+        count: 3,
+        code: 500,
+        verb: Some("patch".into()),
+        resource: Some("pods/status".into()),
+        ..Fault::default()
+    });
+    node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
+    let mut tries = Vec::new();
+    for n in 1..=4 {
+        node.api
+            .wait_for_requests(CHANGE_LIMIT, |log| log.count("patch", "pods/status") >= n)
+            .await
+            .unwrap_or_else(|_| panic!("annotation write {n} never came; log:\n{}", d.log_text()));
+        tries.push(Instant::now());
+    }
+    let annotated = node
+        .wait_meta("web-0", CHANGE_LIMIT, |m| m.containers.len() == 2)
+        .await;
+    assert!(
+        annotated.is_some(),
+        "the fourth write did not land; log:\n{}",
+        d.log_text()
+    );
+    let gaps: Vec<f64> = tries
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).as_secs_f64())
+        .collect();
+    eprintln!("annotation writes failing three times: retried after {gaps:.1?} s");
+    // the third failure in a row waits 12 s (3 s doubled twice): a write that lands must have
+    // waited that long after it (the test sees each write a little late: 0.5 s slack). The
+    // pauses before may be shorter: the pod's own events (its status written by the kubelet)
+    // start a pass at once, as client-go's queue does, and those count as failures too.
+    let last = gaps.last().copied().unwrap_or_default();
+    assert!(
+        last >= 11.5,
+        "retried after {gaps:.1?} s: the third failure in a row did not wait 12 s; log:\n{}",
+        d.log_text()
+    );
+    d.terminate();
+    assert!(d.wait_exit(CHANGE_LIMIT).await.success());
+}

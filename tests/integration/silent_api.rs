@@ -349,7 +349,9 @@ async fn changes_made_while_the_api_server_was_away_for_five_minutes_are_each_ac
         noticed.as_secs_f64(),
         acted.join(", ")
     );
-    // backoff, not a storm: 4 watches retrying with 0.8 s doubling to 30 s make about 60. Counted
+    // backoff, not a storm: 4 watches retrying with 0.8 s doubling to 30 s make about 60, and a
+    // pod whose annotation write fails in it is retried 3 s doubling to 1 min, 8 times (its
+    // planned look, or the watch's event of its last write, can fall in the outage). Counted
     // by kruised itself (client-go's rest_client_requests_total): the relay's port may be one
     // another test's client used before, and what it accepts is not all kruised's.
     assert!(

@@ -22,12 +22,13 @@ use super::memory::View;
 use super::restart::{self, Stop};
 use crate::controller::containers::{containers_of_pod, newest_by_name};
 use crate::controller::provenance::{self, PodId};
-use crate::controller::queue::Pass;
+use crate::controller::queue::{Pass, Retry};
 use crate::cri::{Container, CriError, RemoteRuntime, RuntimeLookupError};
 use crate::hash::env::{current_env_hash, expected_env_hash};
 use crate::k8s::keys::{self, RuntimeContainerMetaSet};
 
-/// Pause before retrying a pod whose pass failed.
+/// Pause before retrying a pod whose pass failed, doubled with each failure in a row
+/// ([`crate::controller::queue::RETRY_DELAY_LIMIT`]).
 pub const RETRY_DELAY: Duration = Duration::from_secs(3);
 
 /// Why a pass must be retried.
@@ -68,8 +69,10 @@ pub async fn worker(c: Arc<ContainerMeta>) {
                 match result {
                     Ok(()) => Pass::Done,
                     Err(e) => {
-                        tracing::warn!(pod = %key, error = %e, "reconcile failed; retrying");
-                        Pass::Retry(RETRY_DELAY)
+                        let retry = Retry::after(RETRY_DELAY);
+                        let retry_in = c.queue.next_retry(&key, retry);
+                        tracing::warn!(pod = %key, error = %e, ?retry_in, "reconcile failed; retrying");
+                        Pass::Retry(retry)
                     }
                 }
             }

@@ -11,15 +11,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
 use crate::controller::provenance::Book;
-use crate::controller::queue::WorkQueue;
+use crate::controller::queue::{Retry, WorkQueue};
 use crate::cri::RuntimeHandle;
 use crate::k8s::crd::ContainerRecreateRequest;
 use crate::k8s::watch::Watched;
 use crate::k8s::write::EventSink;
 use crate::sync::lock;
 
-/// Pause before retrying a pod whose pass failed.
-pub const RETRY_DELAY: Duration = Duration::from_secs(2);
+/// How a pod whose pass failed is retried: after 2 s, doubling up to a minute.
+pub const RETRY: Retry = Retry::after(Duration::from_secs(2));
 
 /// A pod: namespace and name.
 pub type Key = (String, String);

@@ -33,14 +33,14 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use self::controller::{Key, RETRY_DELAY, RecreateController, key_of};
+use self::controller::{Key, RETRY, RecreateController, key_of};
 use self::decide::{NextStep, Observed};
 pub use self::metrics::Metrics;
 use super::containers::{containers_of_pod, newest_by_name};
 use super::context::Context;
 use super::kill::{self, KillSpec};
 use super::provenance::{Book, PodId, RECREATE_REQUEST, Restart};
-use super::queue::{Pass, QueueMetrics, RECREATE_QUEUE, WorkQueue};
+use super::queue::{Pass, QueueMetrics, RECREATE_QUEUE, Retry, WorkQueue};
 use crate::cri::{CriError, RemoteRuntime, RuntimeLookupError, RuntimeService};
 use crate::k8s::crd::{
     ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
@@ -55,8 +55,8 @@ use crate::sync::lock;
 const WORKERS: usize = 8;
 /// Pause before retrying a pod whose pass failed because the runtime did not answer: short, so
 /// the work resumes soon after a restarted runtime answers again (a call to a missing socket
-/// costs nothing).
-const RUNTIME_RETRY_DELAY: Duration = Duration::from_millis(250);
+/// costs nothing): 250 ms, doubling up to the 2 s of other failures' first pause.
+const RUNTIME_RETRY: Retry = Retry::after(Duration::from_millis(250)).at_most(RETRY.first());
 /// How often a recreating request is looked at again without any event (the runtime has no
 /// container events on containerd 1.6; kruise's manager polls every 3 s too).
 const RECREATING_POLL: Duration = Duration::from_secs(3);
@@ -134,7 +134,7 @@ async fn worker(shared: Arc<RecreateController>) {
     let queue = shared.queue.clone();
     let cancel = shared.cancel.clone();
     queue
-        .run_worker("recreate", cancel, RETRY_DELAY, |key| {
+        .run_worker("recreate", cancel, RETRY.first(), |key| {
             let shared = shared.clone();
             async move {
                 let result = sync_pod(&shared, &key)
@@ -144,9 +144,10 @@ async fn worker(shared: Arc<RecreateController>) {
                     Ok(Some(after)) => Pass::After(after),
                     Ok(None) => Pass::Done,
                     Err(e) => {
-                        let after = e.retry_delay();
-                        tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, retry_in = ?after, "recreate request pass failed; retrying");
-                        Pass::Retry(after)
+                        let retry = e.retry();
+                        let retry_in = shared.queue.next_retry(&key, retry);
+                        tracing::warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, ?retry_in, "recreate request pass failed; retrying");
+                        Pass::Retry(retry)
                     }
                 }
             }
@@ -173,11 +174,11 @@ impl PassError {
     /// that may go through next time (it answers again soon after a restart, and a call to a
     /// missing socket costs nothing); the ordinary pause after an answer that stays the same
     /// whenever asked (not found, not supported), as after a failed write.
-    fn retry_delay(&self) -> Duration {
+    fn retry(&self) -> Retry {
         match self {
-            PassError::NotConnected(_) => RUNTIME_RETRY_DELAY,
-            PassError::Runtime(e) if e.is_retryable() => RUNTIME_RETRY_DELAY,
-            PassError::Runtime(_) | PassError::Api(_) => RETRY_DELAY,
+            PassError::NotConnected(_) => RUNTIME_RETRY,
+            PassError::Runtime(e) if e.is_retryable() => RUNTIME_RETRY,
+            PassError::Runtime(_) | PassError::Api(_) => RETRY,
         }
     }
 }
@@ -594,7 +595,7 @@ impl KillTask {
             // supported) fails it.
             Err(kill::KillError::Cri(e)) if e.is_retryable() => {
                 tracing::warn!(request = %r.name_any(), %container, error = %e, "stopping the container failed; trying again");
-                Some(RUNTIME_RETRY_DELAY)
+                Some(RUNTIME_RETRY)
             }
             Err(kill::KillError::Cri(e)) => {
                 tracing::warn!(request = %r.name_any(), %container, error = %e, "could not stop the container");
@@ -609,7 +610,7 @@ impl KillTask {
                     Ok(()) => None,
                     Err(e) => {
                         tracing::warn!(request = %r.name_any(), error = %e, "writing the failed kill; trying again");
-                        Some(RETRY_DELAY)
+                        Some(RETRY)
                     }
                 }
             }
@@ -666,18 +667,18 @@ mod tests {
         };
         // before issue 35 only the text was kept, and a final NotFound was retried at 250 ms like
         // a runtime that was away
-        assert_eq!(PassError::from(not_found).retry_delay(), RETRY_DELAY);
-        assert_eq!(PassError::from(away).retry_delay(), RUNTIME_RETRY_DELAY);
+        assert_eq!(PassError::from(not_found).retry(), RETRY);
+        assert_eq!(PassError::from(away).retry(), RUNTIME_RETRY);
         assert_eq!(
-            PassError::NotConnected(RuntimeLookupError::NotConnected).retry_delay(),
-            RUNTIME_RETRY_DELAY
+            PassError::NotConnected(RuntimeLookupError::NotConnected).retry(),
+            RUNTIME_RETRY
         );
         let unsupported = CriError::Unsupported {
             endpoint: "unix:///x".into(),
             call: "ContainerStatus",
             message: "unknown method".into(),
         };
-        assert_eq!(PassError::from(unsupported).retry_delay(), RETRY_DELAY);
+        assert_eq!(PassError::from(unsupported).retry(), RETRY);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use super::controller::{Key, RETRY_DELAY, RecreateController};
+use super::controller::{Key, RETRY, RecreateController};
 use crate::controller::provenance::PodId;
 use crate::k8s::{keys, write};
 
@@ -22,9 +22,7 @@ pub(super) async fn write_stops_or_retry(shared: &RecreateController, key: &Key)
     };
     if write::is_retryable(&e) {
         tracing::warn!(pod = %key.1, error = %e, "recording the stops on the pod failed; trying again");
-        shared
-            .queue
-            .retry_after(key.clone(), RETRY_DELAY, &shared.cancel);
+        shared.queue.retry_after(key.clone(), RETRY, &shared.cancel);
     } else {
         tracing::warn!(pod = %key.1, error = %e, "cannot record the stops on the pod; they are left out");
         if let Some(id) = shared.book.unwritten(&key.0, &key.1) {
