@@ -2,7 +2,8 @@
 //! container IDs (`containerd://…`, `cri-o://…`, `docker://…`), and which of them is the
 //! primary one: the kubelet's, as its Node reports it (`status.nodeInfo.containerRuntimeVersion`,
 //! `cri-o://1.36.3`), where more than one answers (kruise #1825: kruise-daemon took the first
-//! found, and pulled images into a runtime the kubelet does not use).
+//! found, and pulled images into a runtime the kubelet does not use). Two of one name (k3s's own
+//! containerd beside the host's) are told apart by the version the Node reports.
 
 use std::fmt;
 
@@ -136,7 +137,7 @@ impl Runtimes {
     }
 
     /// Probes every candidate of `source` with CRI v1 `Version` (concurrently) and keeps each
-    /// that answers, first by name wins. `image_endpoint` overrides the primary's image service.
+    /// that answers, in the order of the candidates. `image_endpoint` overrides the primary's image service.
     pub async fn discover(
         source: &EndpointSource,
         image_endpoint: Option<Endpoint>,
@@ -161,9 +162,12 @@ impl Runtimes {
             .await;
         let mut found: Vec<(RuntimeVersion, RemoteRuntime)> = Vec::new();
         let mut tried = Vec::new();
+        // every socket that answers is kept, two of one name too (a k3s node's own containerd
+        // beside the host's: only the Node can tell which is the kubelet's); the candidates are
+        // distinct sockets already (`EndpointSource::candidates` resolves links)
         for (rt, probe) in probes {
             match &probe.outcome {
-                Ok(v) if !found.iter().any(|(f, _)| f.runtime_name == v.runtime_name) => {
+                Ok(v) => {
                     tracing::info!(
                         endpoint = %probe.endpoint,
                         runtime = %v.runtime_name,
@@ -173,11 +177,6 @@ impl Runtimes {
                     );
                     found.push((v.clone(), rt));
                 }
-                Ok(v) => tracing::info!(
-                    endpoint = %probe.endpoint,
-                    runtime = %v.runtime_name,
-                    "ignoring a second socket of the same runtime"
-                ),
                 Err(e) => {
                     tracing::warn!(endpoint = %probe.endpoint, error = %e, "runtime candidate does not answer")
                 }
@@ -236,24 +235,66 @@ impl Runtimes {
                 return;
             }
         };
-        match self.found.iter().position(|(v, _)| v.runtime_name == name) {
-            Some(i) => {
+        // the kubelet writes `<runtimeName>://<runtimeVersion>` of its runtime's `Version`
+        // answer: the whole of it tells two runtimes of one name apart (k3s's containerd and
+        // the host's); the name alone does where it is the only one of its name
+        let whole = |v: &RuntimeVersion| format!("{}://{}", v.runtime_name, v.runtime_version);
+        let exact: Vec<usize> = self.positions(|v| whole(v) == reported);
+        let named: Vec<usize> = self.positions(|v| v.runtime_name == name);
+        let chosen = match (exact.as_slice(), named.as_slice()) {
+            ([i], _) | ([], [i]) => Ok(*i),
+            ([], []) => Err(format!(
+                "its Node reports {reported}, and no {name} answers here (only {})",
+                self.described(|_| true)
+            )),
+            ([], _) => Err(format!(
+                "its Node reports {reported}, and none of the {name} runtimes here answers as                  that version ({})",
+                self.described(|v| v.runtime_name == name)
+            )),
+            _ => Err(format!(
+                "its Node reports {reported}, and more than one runtime here answers as that ({});                  set --runtime-endpoint to the kubelet's",
+                self.described(|v| whole(v) == reported)
+            )),
+        };
+        match chosen {
+            Ok(i) => {
                 let kubelets = self.found.remove(i);
                 self.found.insert(0, kubelets);
                 self.reason = PrimaryReason::NodeReports(reported);
             }
-            None => {
-                let here: Vec<&str> = self
-                    .found
-                    .iter()
-                    .map(|(v, _)| v.runtime_name.as_str())
-                    .collect();
-                self.reason = PrimaryReason::FirstFound(format!(
-                    "its Node reports {reported}, and no {name} answers here (only {})",
-                    here.join(", ")
-                ));
-            }
+            Err(why) => self.reason = PrimaryReason::FirstFound(why),
         }
+    }
+
+    /// Where the runtimes whose `Version` answer passes `keep` stand in the list.
+    fn positions(&self, keep: impl Fn(&RuntimeVersion) -> bool) -> Vec<usize> {
+        (0..self.found.len())
+            .filter(|i| keep(&self.found[*i].0))
+            .collect()
+    }
+
+    /// The runtimes whose `Version` answer passes `keep`, for a reason: each name alone where
+    /// names differ, else `name version at endpoint`.
+    fn described(&self, keep: impl Fn(&RuntimeVersion) -> bool) -> String {
+        let kept: Vec<&(RuntimeVersion, RemoteRuntime)> =
+            self.found.iter().filter(|(v, _)| keep(v)).collect();
+        let names: std::collections::BTreeSet<&str> =
+            kept.iter().map(|(v, _)| v.runtime_name.as_str()).collect();
+        let parts: Vec<String> = if names.len() == kept.len() {
+            kept.iter().map(|(v, _)| v.runtime_name.clone()).collect()
+        } else {
+            kept.iter()
+                .map(|(v, rt)| {
+                    format!(
+                        "{} {} at {}",
+                        v.runtime_name,
+                        v.runtime_version,
+                        rt.endpoint()
+                    )
+                })
+                .collect()
+        };
+        parts.join(", ")
     }
 
     /// Why the primary runtime is the one it is.
@@ -276,7 +317,8 @@ impl Runtimes {
         self.found.iter().map(|(v, r)| (v, r))
     }
 
-    /// The runtime whose name is `name`.
+    /// The runtime whose name is `name`: of two with that name, the primary, else the first
+    /// found (the kubelet's containers are all in its own runtime).
     pub fn by_name(&self, name: &str) -> Option<&RemoteRuntime> {
         self.found
             .iter()
@@ -598,6 +640,95 @@ mod tests {
         let mut r = both();
         r.choose_primary(NodeRuntime::Reported(String::new()));
         assert!(r.primary_reason().is_fallback(), "{}", r.primary_reason());
+    }
+
+    /// A runtime answering `name` `version` at `socket`.
+    fn runtime_at(name: &str, version: &str, socket: &str) -> (RuntimeVersion, RemoteRuntime) {
+        let (mut v, rt) = runtime(name, socket);
+        v.runtime_version = version.into();
+        (v, rt)
+    }
+
+    /// A k3s node with the host's containerd 1.6 found first and k3s's own containerd 2.1.
+    fn host_and_k3s() -> Runtimes {
+        Runtimes {
+            found: vec![
+                runtime_at(
+                    "containerd",
+                    "1.6.20~ds1",
+                    "/run/containerd/containerd.sock",
+                ),
+                runtime_at(
+                    "containerd",
+                    "v2.1.5-k3s1",
+                    "/run/k3s/containerd/containerd.sock",
+                ),
+                runtime_at("cri-o", "1.36.3", "/run/crio/crio.sock"),
+            ],
+            reason: PrimaryReason::FirstFound("its Node was not asked".into()),
+        }
+    }
+
+    // before: discovery kept the first socket of each name, so on a k3s node with the host's
+    // containerd at /run/containerd images went to the host's, never to the kubelet's
+    #[tokio::test]
+    async fn of_two_containerds_the_one_answering_the_version_the_node_reports_is_primary() {
+        let mut r = host_and_k3s();
+        r.choose_primary(NodeRuntime::Reported("containerd://v2.1.5-k3s1".into()));
+        assert_eq!(
+            socket(r.primary()),
+            "unix:///run/k3s/containerd/containerd.sock"
+        );
+        assert!(!r.primary_reason().is_fallback());
+        let (rt, name) = r
+            .for_containers(["containerd://abc"])
+            .expect("a containerd ID");
+        assert_eq!(
+            (socket(rt).as_str(), name.as_str()),
+            ("unix:///run/k3s/containerd/containerd.sock", "containerd"),
+            "the kubelet's containers are looked up in the kubelet's containerd"
+        );
+        let mut r = host_and_k3s();
+        r.choose_primary(NodeRuntime::Reported("containerd://1.6.20~ds1".into()));
+        assert_eq!(
+            socket(r.primary()),
+            "unix:///run/containerd/containerd.sock"
+        );
+    }
+
+    #[tokio::test]
+    async fn of_two_containerds_neither_at_the_reported_version_the_first_stays_and_says_which() {
+        let mut r = host_and_k3s();
+        r.choose_primary(NodeRuntime::Reported("containerd://2.2.0".into()));
+        assert_eq!(
+            socket(r.primary()),
+            "unix:///run/containerd/containerd.sock"
+        );
+        let why = r.primary_reason().to_string();
+        assert!(r.primary_reason().is_fallback(), "{why}");
+        assert!(
+            why.contains("containerd 1.6.20~ds1 at unix:///run/containerd/containerd.sock")
+                && why.contains(
+                    "containerd v2.1.5-k3s1 at unix:///run/k3s/containerd/containerd.sock"
+                )
+                && !why.contains("cri-o"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn two_runtimes_answering_the_same_name_and_version_leave_the_choice_to_the_operator() {
+        let mut r = Runtimes {
+            found: vec![
+                runtime_at("containerd", "2.1.9", "/run/containerd/containerd.sock"),
+                runtime_at("containerd", "2.1.9", "/run/k3s/containerd/containerd.sock"),
+            ],
+            reason: PrimaryReason::FirstFound("its Node was not asked".into()),
+        };
+        r.choose_primary(NodeRuntime::Reported("containerd://2.1.9".into()));
+        let why = r.primary_reason().to_string();
+        assert!(r.primary_reason().is_fallback(), "{why}");
+        assert!(why.contains("--runtime-endpoint"), "{why}");
     }
 
     #[tokio::test]

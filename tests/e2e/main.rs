@@ -21,4 +21,5 @@ mod hostile;
 mod imagepull;
 mod podprobe;
 mod recreate;
+mod runtimes;
 mod systemd;

@@ -156,6 +156,38 @@ impl Lab {
         lab
     }
 
+    /// Another lab's runtime, beside the one under test (`KRUISED_LAB_OTHER`, its runtime
+    /// `KRUISED_LAB_OTHER_RUNTIME`): `tests/run.sh` names one where it runs two labs, for the
+    /// tests of a node where two runtimes answer. `None` (the test skipped, with a message)
+    /// where none is named; a lab named whose socket is missing fails the test. Only its runtime
+    /// is known (its registries are not named).
+    pub fn other() -> Option<Lab> {
+        let Some(dir) = std::env::var_os("KRUISED_LAB_OTHER").map(PathBuf::from) else {
+            eprintln!(
+                "SKIPPED: no second runtime (KRUISED_LAB_OTHER, KRUISED_LAB_OTHER_RUNTIME: \
+                 tests/run.sh names one where it starts two labs)"
+            );
+            return None;
+        };
+        let runtime =
+            LabRuntime::parse(&std::env::var("KRUISED_LAB_OTHER_RUNTIME").unwrap_or_default());
+        let socket = runtime.socket_in(&dir);
+        assert!(
+            socket.exists(),
+            "KRUISED_LAB_OTHER={} runs no {} ({} is missing)",
+            dir.display(),
+            runtime.lab_name(),
+            socket.display()
+        );
+        Some(Lab {
+            registry: String::new(),
+            auth_registry: String::new(),
+            dir,
+            runtime,
+            socket,
+        })
+    }
+
     /// The CRI endpoint of the lab's runtime.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::unix(&self.socket)
