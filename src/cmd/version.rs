@@ -58,6 +58,8 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
                 "PrimaryRuntime:  {}",
                 runtimes.primary_version().runtime_name
             );
+            // two runtimes of one name (k3s's containerd beside the host's) differ here only
+            println!("PrimaryEndpoint:  {}", runtimes.primary().endpoint());
             println!("PrimaryBecause:  {}", runtimes.primary_reason());
             Ok(ExitCode::SUCCESS)
         }

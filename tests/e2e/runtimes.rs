@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::pull_support::{self, NODE};
-use crate::support::daemon::{Daemon, http_get};
+use crate::support::daemon::{Daemon, http_get, kruised_bin};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::node::meta_of;
 use crate::support::{Lab, LabRuntime, Plane, within};
@@ -65,6 +65,8 @@ async fn on_a_node_where_two_runtimes_answer_the_kubelets_gets_the_images_and_it
     let kubelets_at = socket_path(lab.runtime, lab.runtime == other.runtime);
     link(host.path(), other_at, &other.socket);
     link(host.path(), kubelets_at, &lab.socket);
+    // `kruised version` reads crictl's config: none here
+    std::fs::write(host.path().join("crictl.yaml"), "").unwrap();
 
     let image = format!("{}/{REPO}:v1", lab.registry);
     pull_support::remove_images(&kubelets, std::slice::from_ref(&image)).await;
@@ -111,6 +113,41 @@ async fn on_a_node_where_two_runtimes_answer_the_kubelets_gets_the_images_and_it
     assert!(
         body.contains(&format!("the Node reports {reported}")),
         "/readyz says which runtime and why: {body}"
+    );
+
+    // `kruised version` says the same, asked by an operator on the node
+    let out = tokio::time::timeout(
+        LIMIT,
+        tokio::process::Command::new(kruised_bin())
+            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+            .env_remove("IMAGE_SERVICE_ENDPOINT")
+            .env_remove("CRI_CONFIG_FILE")
+            .env("KUBECONFIG", plane.kubeconfig())
+            .args(["version", "--host-run-dir", &run_dir, "--node-name", NODE])
+            .arg("--config")
+            .arg(host.path().join("crictl.yaml"))
+            .output(),
+    )
+    .await
+    .expect("kruised version ended")
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!(
+            "PrimaryEndpoint:  unix://{}\n",
+            host.path().join(kubelets_at).display()
+        )) && text.contains(&format!("the Node reports {reported}")),
+        "kruised version names the kubelet's runtime and why: {text}"
+    );
+    assert_eq!(
+        text.matches("RuntimeEndpoint:").count(),
+        2,
+        "both runtimes listed: {text}"
     );
 
     // images go to the kubelet's runtime, and only there
