@@ -354,11 +354,12 @@ async fn runtime_loop(
             Ok(r) => break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT),
             Err(e) => {
                 let text = e.to_string();
+                // readiness first: what the log says is already what /readyz says
+                ready.set_not_ready(text.clone());
                 if text != last_error {
                     tracing::error!(error = %text, "container runtime not found; retrying");
-                    last_error = text.clone();
+                    last_error = text;
                 }
-                ready.set_not_ready(text);
             }
         }
         tokio::select! {
@@ -375,12 +376,12 @@ async fn runtime_loop(
     let name = runtimes.primary_version().runtime_name.clone();
     let reason = runtimes.primary_reason().clone();
     let note = format!("{name} at {}, {reason}", primary.endpoint());
+    ready.set_ready_noting(note.clone());
     if reason.is_fallback() {
         tracing::warn!(runtime = %name, endpoint = %primary.endpoint(), %reason, "primary container runtime: the first found, not known to be the kubelet's");
     } else {
         tracing::info!(runtime = %name, endpoint = %primary.endpoint(), %reason, "primary container runtime");
     }
-    ready.set_ready_noting(note.clone());
     let _ = publish.send(Some(runtimes));
     let mut was_up = true;
     loop {
@@ -395,17 +396,18 @@ async fn runtime_loop(
             () = tokio::time::sleep(crate::backoff::jitter(every)) => {}
         }
         match primary.version().await {
+            // readiness first, then the log, here and below
             Ok(_) if !was_up => {
-                tracing::info!(endpoint = %primary.endpoint(), "container runtime is back");
                 ready.set_ready_noting(note.clone());
+                tracing::info!(endpoint = %primary.endpoint(), "container runtime is back");
                 was_up = true;
             }
             Ok(_) => {}
             Err(e) => {
+                ready.set_not_ready(e.to_string());
                 if was_up {
                     tracing::error!(error = %e, "container runtime stopped answering");
                 }
-                ready.set_not_ready(e.to_string());
                 was_up = false;
             }
         }
@@ -434,11 +436,11 @@ async fn kubelets_runtime(
                 let text = format!(
                     "several container runtimes answer; asking Node {node} which the kubelet uses: {e}"
                 );
+                ready.set_not_ready(text.clone());
                 if text != last_error {
                     tracing::warn!("{text}; retrying");
-                    last_error = text.clone();
+                    last_error = text;
                 }
-                ready.set_not_ready(text);
             }
         }
         tokio::select! {
