@@ -7,13 +7,12 @@
 use std::time::Duration;
 
 use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
-use kruised::k8s::keys;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use serde_json::json;
 
 use super::containermeta::stops_logged;
 use super::support::cluster::{self, KubeLab, Rbac, TestNamespace, wait_for};
+use super::support::crr::Request;
 use super::support::daemon::Daemon;
 use super::{Scene, status_of};
 
@@ -45,18 +44,11 @@ fn request(
     node: &str,
     grace: i64,
 ) -> ContainerRecreateRequest {
-    let id = status_of(pod, "main").container_id.clone().unwrap();
-    serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": name, "namespace": namespace, "labels": {
-            keys::CRR_NODE_NAME_LABEL: node, keys::CRR_ACTIVE_LABEL: "true",
-            keys::CRR_POD_UID_LABEL: pod.uid().unwrap()}},
-        "spec": {"podName": pod.name_any(),
-                 "containers": [{"name": "main",
-                                 "statusContext": {"containerID": id, "restartCount": 0}}],
-                 "strategy": {"terminationGracePeriodSeconds": grace}}
-    }))
-    .unwrap()
+    let id = status_of(pod, "main").container_id.clone();
+    let request = Request::new(name, namespace, node, &pod.name_any(), &pod.uid().unwrap())
+        .container("main", id.as_deref(), None)
+        .grace(grace);
+    serde_json::from_value(request.json()).unwrap()
 }
 
 #[tokio::test]

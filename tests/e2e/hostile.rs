@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use crate::support::{Lab, Plane, unique, within};
@@ -381,16 +382,16 @@ async fn an_int64_maximum_grace_period_or_deadline_never_panics_the_daemon() {
         .api
         .create(
             "containerrecreaterequests",
-            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-                "metadata": {"name": "max", "namespace": "tenant-a", "labels": {
-                    "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true",
-                    "crr.apps.kruise.io/pod-uid": pod.spec.uid}},
-                "spec": {"podName": pod.spec.name, "activeDeadlineSeconds": i64::MAX,
-                    "containers": [{"name": "main", "statusContext": {
-                        "containerID": crate::support::kubelet_id(pod.container("main")),
-                        "restartCount": 0}}],
-                    "strategy": {"terminationGracePeriodSeconds": i64::MAX,
-                                 "unreadyGracePeriodSeconds": i64::MAX}}}),
+            Request::new("max", "tenant-a", NODE, &pod.spec.name, &pod.spec.uid)
+                .container(
+                    "main",
+                    Some(&crate::support::kubelet_id(pod.container("main"))),
+                    None,
+                )
+                .strategy(json!({"terminationGracePeriodSeconds": i64::MAX,
+                                 "unreadyGracePeriodSeconds": i64::MAX}))
+                .active_deadline(i64::MAX)
+                .json(),
         )
         .unwrap();
     // and a NodeImage tag whose deadline and timeout are the maximum
@@ -485,21 +486,18 @@ async fn published_pod(sc: &Scene, namespace: &str) -> RunningPod {
 /// grace of `grace` seconds; returns its name.
 fn recreate_request(api: &Handle, pod: &RunningPod, pre_stop: Option<Value>, grace: i64) -> String {
     let name = unique("r");
-    let mut c = json!({"name": "main", "statusContext": {
-        "containerID": crate::support::kubelet_id(pod.container("main")), "restartCount": 0}});
-    if let Some(h) = pre_stop {
-        c["preStop"] = h;
-    }
-    api.create(
-        "containerrecreaterequests",
-        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-            "metadata": {"name": name, "namespace": pod.spec.namespace, "labels": {
-                "crr.apps.kruise.io/node-name": NODE, "crr.apps.kruise.io/active": "true",
-                "crr.apps.kruise.io/pod-uid": pod.spec.uid}},
-            "spec": {"podName": pod.spec.name, "containers": [c],
-                     "strategy": {"terminationGracePeriodSeconds": grace}}}),
+    let id = crate::support::kubelet_id(pod.container("main"));
+    let request = Request::new(
+        &name,
+        &pod.spec.namespace,
+        NODE,
+        &pod.spec.name,
+        &pod.spec.uid,
     )
-    .unwrap();
+    .container("main", Some(&id), pre_stop)
+    .grace(grace);
+    api.create("containerrecreaterequests", request.json())
+        .unwrap();
     name
 }
 

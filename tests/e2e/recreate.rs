@@ -7,6 +7,7 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use crate::support::restarts::HookServer;
@@ -53,28 +54,13 @@ async fn run_pod(e: &Env, lab: &Lab, containers: &[&str]) -> RunningPod {
 
 /// A request as kruise's webhook fills it: labels, statusContext from the pod's containers.
 fn request(pod: &RunningPod, containers: &[(&str, Option<Value>)], strategy: Value) -> Value {
-    let name = unique("r");
-    let containers: Vec<Value> = containers
-        .iter()
-        .map(|(c, pre_stop)| {
-            let mut v = json!({"name": c});
-            if let Some(id) = pod.containers.get(*c) {
-                v["statusContext"] =
-                    json!({"containerID": support::kubelet_id(id), "restartCount": 0});
-            }
-            if let Some(h) = pre_stop {
-                v["preStop"] = h.clone();
-            }
-            v
-        })
-        .collect();
-    json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": name, "namespace": "default", "labels": {
-            keys::CRR_NODE_NAME_LABEL: NODE, keys::CRR_ACTIVE_LABEL: "true",
-            keys::CRR_POD_UID_LABEL: pod.spec.uid}},
-        "spec": {"podName": pod.spec.name, "containers": containers, "strategy": strategy}
-    })
+    let mut request = Request::new(&unique("r"), "default", NODE, &pod.spec.name, &pod.spec.uid)
+        .strategy(strategy);
+    for (c, pre_stop) in containers {
+        let id = pod.containers.get(*c).map(|id| support::kubelet_id(id));
+        request = request.container(c, id.as_deref(), pre_stop.clone());
+    }
+    request.json()
 }
 
 fn crr(api: &Handle, name: &str) -> ContainerRecreateRequest {

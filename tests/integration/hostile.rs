@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
 use crate::support::node::{FakeNode, NODE};
 use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
@@ -23,19 +24,12 @@ async fn start(node: &FakeNode) -> Daemon {
 /// A request for `pod`'s container `main`, as kruise's webhook fills it, in `namespace`.
 fn request(node: &FakeNode, namespace: &str, name: &str, pod: &str, hook: Option<Value>) -> Value {
     let p = node.api.get("pods", "default", pod).unwrap();
-    let id = p["status"]["containerStatuses"][0]["containerID"].clone();
-    let mut c = json!({"name": "main", "statusContext": {"containerID": id, "restartCount": 0}});
-    if let Some(h) = hook {
-        c["preStop"] = h;
-    }
-    json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": name, "namespace": namespace, "labels": {
-            keys::CRR_NODE_NAME_LABEL: NODE, keys::CRR_ACTIVE_LABEL: "true",
-            keys::CRR_POD_UID_LABEL: p["metadata"]["uid"]}},
-        "spec": {"podName": pod, "containers": [c],
-                 "strategy": {"terminationGracePeriodSeconds": 600}}
-    })
+    let id = p["status"]["containerStatuses"][0]["containerID"].as_str();
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    Request::new(name, namespace, NODE, pod, uid)
+        .container("main", id, hook)
+        .grace(600)
+        .json()
 }
 
 async fn wait_crr(

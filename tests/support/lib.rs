@@ -4,6 +4,7 @@
 
 pub mod authority;
 pub mod cluster;
+pub mod crr;
 pub mod daemon;
 pub mod events;
 pub mod fleet;
