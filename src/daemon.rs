@@ -122,10 +122,12 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     let node = config.node_name.as_str();
     let pods = config.gates.daemon_watching_pod.then(|| {
         kwatch::spawn(
-            "pods",
-            Api::<Pod>::all(client.clone()),
-            kwatch::pods_of_node(node),
-            kwatch::prune_pod,
+            kwatch::WatchSpec::new(
+                "pods",
+                Api::<Pod>::all(client.clone()),
+                kwatch::pods_of_node(node),
+                kwatch::prune_pod,
+            ),
             readiness.condition("pods"),
             cancel.clone(),
             &tracker,
@@ -134,10 +136,12 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         )
     });
     let node_images = kwatch::spawn(
-        "nodeimages",
-        Api::<NodeImage>::all(client.clone()),
-        kwatch::named(node),
-        kwatch::prune_managed_fields,
+        kwatch::WatchSpec::new(
+            "nodeimages",
+            Api::<NodeImage>::all(client.clone()),
+            kwatch::named(node),
+            kwatch::prune_managed_fields,
+        ),
         readiness.condition("nodeimage"),
         cancel.clone(),
         &tracker,
@@ -145,10 +149,12 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         discovered(),
     );
     let recreate_requests = kwatch::spawn(
-        "containerrecreaterequests",
-        Api::<ContainerRecreateRequest>::all(client.clone()),
-        kube::runtime::watcher::Config::default().labels(&keys::crr_label_selector(node)),
-        kwatch::prune_managed_fields,
+        kwatch::WatchSpec::new(
+            "containerrecreaterequests",
+            Api::<ContainerRecreateRequest>::all(client.clone()),
+            kube::runtime::watcher::Config::default().labels(&keys::crr_label_selector(node)),
+            kwatch::prune_managed_fields,
+        ),
         readiness.condition("containerrecreaterequests"),
         cancel.clone(),
         &tracker,
@@ -157,10 +163,12 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     );
     let pod_probes = config.gates.pod_probe_marker.then(|| {
         kwatch::spawn(
-            "nodepodprobes",
-            Api::<NodePodProbe>::all(client.clone()),
-            kwatch::named(node),
-            kwatch::prune_managed_fields,
+            kwatch::WatchSpec::new(
+                "nodepodprobes",
+                Api::<NodePodProbe>::all(client.clone()),
+                kwatch::named(node),
+                kwatch::prune_managed_fields,
+            ),
             readiness.condition("nodepodprobe"),
             cancel.clone(),
             &tracker,

@@ -170,20 +170,49 @@ where
     }
 }
 
-/// Starts a watch of `api` with the selectors of `config` (the rest of it is kruised's own:
-/// bookmarks, [`Renewal::DEFAULT`], unpaged lists), once `after` is done, in a task that ends
-/// with `cancel`. `prune` drops what the daemon never reads before the object is stored.
-/// `ready` becomes ready once the first list is in and its watch accepted, and says whenever
-/// the watch is not live after that.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "each is a distinct part of the watch; the callers read best with them spelt out"
-)]
-pub fn spawn<K>(
+/// What to watch: the objects of `api` that the selectors of `config` pick (the rest of it is
+/// kruised's own: bookmarks, unpaged lists), named `name` in logs and readiness, with `prune`
+/// dropping what the daemon never reads before an object is stored, each watch request
+/// renewed as [`Renewal::DEFAULT`] says.
+pub struct WatchSpec<K> {
     name: &'static str,
     api: Api<K>,
     config: watcher::Config,
     prune: fn(&mut K),
+    renewal: Renewal,
+}
+
+impl<K> WatchSpec<K> {
+    /// The watch `name` of what `config` picks of `api`, pruned by `prune`.
+    pub fn new(
+        name: &'static str,
+        api: Api<K>,
+        config: watcher::Config,
+        prune: fn(&mut K),
+    ) -> Self {
+        WatchSpec {
+            name,
+            api,
+            config,
+            prune,
+            renewal: Renewal::DEFAULT,
+        }
+    }
+
+    /// Renewed as `renewal` says, for tests that cannot wait 10 minutes for a watch to end
+    /// (only with the `test-util` feature).
+    #[cfg(any(test, feature = "test-util"))]
+    #[must_use]
+    pub fn with_renewal(self, renewal: Renewal) -> Self {
+        WatchSpec { renewal, ..self }
+    }
+}
+
+/// Starts the watch `spec` once `after` is done, in a task of `tracker` that ends with
+/// `cancel` and beats on `liveness`. `ready` becomes ready once the first list is in and its
+/// watch accepted, and says whenever the watch is not live after that.
+pub fn spawn<K>(
+    spec: WatchSpec<K>,
     ready: ReadinessCondition,
     cancel: CancellationToken,
     tracker: &tokio_util::task::TaskTracker,
@@ -193,63 +222,13 @@ pub fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    start(
+    let WatchSpec {
         name,
         api,
         config,
         prune,
-        ready,
-        cancel,
-        tracker,
-        liveness,
-        after,
-        Renewal::DEFAULT,
-    )
-}
-
-/// [`spawn`] with another [`Renewal`], for tests that cannot wait 10 minutes for a watch to
-/// end (only with the `test-util` feature).
-#[cfg(any(test, feature = "test-util"))]
-#[expect(
-    clippy::too_many_arguments,
-    reason = "spawn's, and the renewal under test"
-)]
-pub fn spawn_with_renewal<K>(
-    name: &'static str,
-    api: Api<K>,
-    config: watcher::Config,
-    prune: fn(&mut K),
-    ready: ReadinessCondition,
-    cancel: CancellationToken,
-    tracker: &tokio_util::task::TaskTracker,
-    liveness: &crate::health::Liveness,
-    after: impl std::future::Future<Output = ()> + Send + 'static,
-    renewal: Renewal,
-) -> Watched<K>
-where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
-    start(
-        name, api, config, prune, ready, cancel, tracker, liveness, after, renewal,
-    )
-}
-
-#[expect(clippy::too_many_arguments, reason = "spawn's, and the renewal")]
-fn start<K>(
-    name: &'static str,
-    api: Api<K>,
-    config: watcher::Config,
-    prune: fn(&mut K),
-    ready: ReadinessCondition,
-    cancel: CancellationToken,
-    tracker: &tokio_util::task::TaskTracker,
-    liveness: &crate::health::Liveness,
-    after: impl std::future::Future<Output = ()> + Send + 'static,
-    renewal: Renewal,
-) -> Watched<K>
-where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
+        renewal,
+    } = spec;
     let (reader, writer) = reflector::store();
     let (changes, _) = broadcast::channel(CHANGE_BUFFER);
     let (gen_tx, generation) = watch::channel(0u64);

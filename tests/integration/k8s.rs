@@ -82,10 +82,12 @@ fn watch_pods(
     tracker: &TaskTracker,
 ) -> kwatch::Watched<Pod> {
     kwatch::spawn(
-        "pods",
-        Api::<Pod>::all(client.clone()),
-        kwatch::pods_of_node(node),
-        kwatch::prune_pod,
+        kwatch::WatchSpec::new(
+            "pods",
+            Api::<Pod>::all(client.clone()),
+            kwatch::pods_of_node(node),
+            kwatch::prune_pod,
+        ),
         readiness.condition("pods"),
         cancel.clone(),
         tracker,
@@ -242,21 +244,24 @@ fn watch_pods_renewing(
     timeout: Duration,
     margin: Duration,
 ) -> kwatch::Watched<Pod> {
-    kwatch::spawn_with_renewal(
+    let spec = kwatch::WatchSpec::new(
         "pods",
         Api::<Pod>::all(client.clone()),
         kwatch::pods_of_node("n1"),
         kwatch::prune_pod,
+    )
+    .with_renewal(kwatch::Renewal {
+        min: timeout,
+        max: timeout,
+        margin,
+    });
+    kwatch::spawn(
+        spec,
         readiness.condition("pods"),
         cancel.clone(),
         tracker,
         &kruised::health::Liveness::new(),
         std::future::ready(()),
-        kwatch::Renewal {
-            min: timeout,
-            max: timeout,
-            margin,
-        },
     )
 }
 
