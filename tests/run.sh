@@ -538,9 +538,28 @@ demo_part() {
   KRUISED_DEMO_BINARIES="$ROOT/target/debug" bash scripts/demo.sh --api double
 }
 run_part demo demo_part
+# the five-minute outage (tests/integration/silent_api.rs) waits more than it works: in a process
+# of its own from the start, beside the rest, it no longer lengthens the layer by its 5 minutes
+# (libtest takes tests in name order, and it came late: the layer took 486 s, the rest alone
+# about 240). Only for a whole run: a run given test names runs them as asked.
+OUTAGE_TEST=silent_api::changes_made_while_the_api_server_was_away_for_five_minutes_are_each_acted_on_once_after_it
 integration_part() {
   echo "layer: the fake CRI runtime and the API-server double (and the manager double), the fuzz seeds"
-  "$(bin integration)" "${TEST_ARGS[@]}"
+  if [ "${#TEST_ARGS[@]}" -gt 0 ]; then
+    "$(bin integration)" "${TEST_ARGS[@]}"
+    return
+  fi
+  local ok=1 outage_pid
+  "$(bin integration)" --exact "$OUTAGE_TEST" > "$RUN/integration-outage.log" 2>&1 &
+  outage_pid=$!
+  "$(bin integration)" --skip "$OUTAGE_TEST" || ok=0
+  wait "$outage_pid" || ok=0
+  echo "the outage test, in a process of its own:"
+  cat "$RUN/integration-outage.log"
+  # a renamed test must not drop out of the run unseen
+  grep -q '^running 1 test$' "$RUN/integration-outage.log" ||
+    { echo "ERROR: no integration test named $OUTAGE_TEST (renamed? say so here)"; ok=0; }
+  [ "$ok" = 1 ]
 }
 run_part integration integration_part
 # the fleet benchmark's smoke run: five simulated nodes against an API server of its own (a real
