@@ -80,7 +80,11 @@ async fn update(node: &FakeNode, kubelet: &KubeletTiming, pod: &str, value: &str
 /// The value `main` of `pod` runs with now (the env the fake runtime holds for its container),
 /// and the container's attempt.
 fn running(node: &FakeNode, pod: &str, container: &str) -> Option<(String, u32)> {
-    let obj = node.api.get("pods", "default", pod)?;
+    running_in(node, &node.api.get("pods", "default", pod)?, container)
+}
+
+/// [`running`] for the pod object `obj` (read inside a wait on the API double's store).
+fn running_in(node: &FakeNode, obj: &serde_json::Value, container: &str) -> Option<(String, u32)> {
     let id = obj["status"]["containerStatuses"]
         .as_array()?
         .iter()
@@ -120,15 +124,20 @@ async fn wait_value(node: &FakeNode, pod: &str, container: &str, value: &str) {
                 node.api.get("pods", "default", pod).unwrap_or_default()
             )
         });
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while running(node, pod, container).map(|(v, _)| v).as_deref() != Some(value) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{pod}/{container} runs {:?}, not {value}",
-            running(node, pod, container)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // the status names a container only after the fake runtime made it, so a change of what
+    // runs is a change of the store
+    node.api
+        .wait_for_value(LIMIT, |v| {
+            let obj = v.get("pods", "default", pod)?;
+            (running_in(node, &obj, container)?.0 == value).then_some(())
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{pod}/{container} runs {:?}, not {value}",
+                running(node, pod, container)
+            )
+        });
 }
 
 fn stops(d: &Daemon, reason: &str) -> usize {
