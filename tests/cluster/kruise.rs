@@ -5,11 +5,15 @@
 //! its own. The other modules play the manager by hand, where they do what it cannot (faults,
 //! exact timing, v1alpha1-only clusters).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kruised::cri::{ImageService, RuntimeService};
-use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, WatchEvent, WatchParams,
+};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -512,6 +516,174 @@ async fn a_users_recreate_request_is_filled_by_the_webhook_and_carried_out_by_kr
         assert_eq!(status_of(&after, c).restart_count, 1, "{c} recreated once");
     }
     assert_eq!(hooks.count("web", "a"), 1, "a's preStop hook ran once");
+    cluster::assert_never_forbidden(&daemon);
+    user.cleanup().await;
+}
+
+/// The names of the namespace's requests in the order their status turned `Completed`, as a
+/// watch begun at `version` (before any was made) saw the writes: the API server's order.
+fn completions(
+    api: &Api<DynamicObject>,
+    version: String,
+    n: usize,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    let api = api.clone();
+    tokio::spawn(async move {
+        let mut events = api
+            .watch(&WatchParams::default(), &version)
+            .await
+            .expect("watch the requests")
+            .boxed();
+        let mut order = Vec::new();
+        while order.len() < n {
+            match tokio::time::timeout(LIMIT, events.try_next()).await {
+                Ok(Ok(Some(WatchEvent::Added(o) | WatchEvent::Modified(o)))) => {
+                    let name = o.name_any();
+                    if o.data["status"]["phase"] == "Completed" && !order.contains(&name) {
+                        order.push(name);
+                    }
+                }
+                Ok(Ok(Some(_))) => {}
+                other => panic!("no more completions after {order:?}: {other:?}"),
+            }
+        }
+        order
+    })
+}
+
+/// A user's request to recreate `main` of `pod`: what the webhook fills is left out.
+fn recreate_main(name: &str, pod: &str) -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": name},
+        "spec": {"podName": pod, "containers": [{"name": "main"}]}})
+}
+
+/// Waits until the request `name` is Completed with every container Succeeded.
+async fn recreate_succeeded(api: &Api<DynamicObject>, name: &str) {
+    wait_kruise(api, name, |o| {
+        o.data["status"]["phase"] == "Completed"
+            && o.data["status"]["containerRecreateStates"]
+                .as_array()
+                .is_some_and(|st| !st.is_empty() && st.iter().all(|c| c["phase"] == "Succeeded"))
+    })
+    .await
+    .unwrap_or_else(|status| {
+        panic!(
+            "{name} not Completed with its containers Succeeded within {LIMIT:?}: {status:#}\n\
+             kruise-manager's log:\n{}",
+            manager_log_tail()
+        )
+    });
+}
+
+/// `n` requests for one pod made together through the real manager's webhook (kruise issues
+/// #1058, #1626, kruise-rollouts #207: on kruise-daemon the second stayed `Pending`): each is
+/// Completed, in creation order, and the container is recreated by kruise's rule, once for
+/// each container the requests were made against (their `statusContext`): requests made
+/// before one recreation share it, never more. The manager double's twin:
+/// `tests/integration/manager.rs`, `requests_made_together`.
+async fn recreate_requests_made_together_with_the_real_manager(n: usize) {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kcrrs").await;
+    let daemon = user.kruised().await;
+    user.cloneset(vec![container("main", &lab.image("busybox:v1"), &[])])
+        .await;
+    let pod = user.cloneset_updated("the pod").await;
+    let api = user.api(&kind(
+        "apps.kruise.io",
+        "v1beta1",
+        "ContainerRecreateRequest",
+    ));
+    let version = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let order = completions(&api, version, n);
+    let names: Vec<String> = (1..=n).map(|i| format!("r{i}")).collect();
+    let mut made_against = BTreeSet::new();
+    for name in &names {
+        let made = user
+            .create(
+                &kind("apps.kruise.io", "v1beta1", "ContainerRecreateRequest"),
+                recreate_main(name, &pod.name_any()),
+            )
+            .await;
+        made_against.insert(
+            made.data["spec"]["containers"][0]["statusContext"]["containerID"]
+                .as_str()
+                .expect("the webhook filled the statusContext")
+                .to_string(),
+        );
+    }
+    for name in &names {
+        recreate_succeeded(&api, name).await;
+    }
+    let order = tokio::time::timeout(LIMIT, order)
+        .await
+        .expect("every completion watched")
+        .expect("the watch task");
+    assert_eq!(order, names, "Completed in creation order");
+    let after = user.ns.pods().get(&pod.name_any()).await.unwrap();
+    assert_eq!(
+        usize::try_from(status_of(&after, "main").restart_count).unwrap(),
+        made_against.len(),
+        "one recreation for each container the requests were made against: {made_against:?}"
+    );
+    cluster::assert_never_forbidden(&daemon);
+    user.cleanup().await;
+}
+
+#[tokio::test]
+async fn two_recreate_requests_made_together_through_the_real_manager_complete_in_creation_order() {
+    recreate_requests_made_together_with_the_real_manager(2).await;
+}
+
+#[tokio::test]
+async fn three_recreate_requests_made_together_through_the_real_manager_complete_in_creation_order()
+{
+    recreate_requests_made_together_with_the_real_manager(3).await;
+}
+
+/// Requests for one pod made one after the other through the real manager (kruise issues
+/// #1058, #1626): each is made after the last recreation, so each recreates `main` once more,
+/// never more. The manager double's twin: `tests/integration/manager.rs`.
+#[tokio::test]
+async fn recreate_requests_made_one_after_the_other_through_the_real_manager_each_restart_once_more()
+ {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kcrrs").await;
+    let daemon = user.kruised().await;
+    user.cloneset(vec![container("main", &lab.image("busybox:v1"), &[])])
+        .await;
+    let pod = user.cloneset_updated("the pod").await;
+    let crrs = kind("apps.kruise.io", "v1beta1", "ContainerRecreateRequest");
+    for (i, name) in ["r1", "r2", "r3"].iter().enumerate() {
+        let made = user
+            .create(&crrs, recreate_main(name, &pod.name_any()))
+            .await;
+        assert_eq!(
+            made.data["spec"]["containers"][0]["statusContext"]["restartCount"], i,
+            "the webhook took the container as it runs now"
+        );
+        recreate_succeeded(&user.api(&crrs), name).await;
+        let after = user.ns.pods().get(&pod.name_any()).await.unwrap();
+        assert_eq!(
+            usize::try_from(status_of(&after, "main").restart_count).unwrap(),
+            i + 1,
+            "{name} recreated main once more"
+        );
+    }
     cluster::assert_never_forbidden(&daemon);
     user.cleanup().await;
 }
