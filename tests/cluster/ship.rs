@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::api::{Api, ListParams, LogParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
@@ -23,6 +23,8 @@ use super::{meta, runtime_id, status_of};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const NAMESPACE: &str = "kruise-system";
+/// The feature gates a user set in the chart's install: the swap must keep them.
+const USERS_GATES: &str = "ImagePullJobGate=true,PodProbeMarkerGate=true";
 const CHART_DAEMON_YAML: &str = include_str!("../fixtures/kruise-chart/daemon.yaml");
 const CHART_RBAC_YAML: &str = include_str!("../fixtures/kruise-chart/rbac.yaml");
 /// From `kubectl apply` to the DaemonSet's pod Ready: pull, start, caches synced.
@@ -363,6 +365,18 @@ async fn kubectl_apply_k_deploy_runs_the_image_and_it_restarts_a_stale_env() {
     scene.cleanup().await;
 }
 
+/// The pod template's spec of the DaemonSet `kruise-daemon` now.
+async fn template_spec(sets: &Api<DaemonSet>) -> PodSpec {
+    sets.get("kruise-daemon")
+        .await
+        .expect("the DaemonSet")
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec")
+}
+
 #[tokio::test]
 async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
     let Some(lab) = KubeLab::get() else { return };
@@ -382,24 +396,44 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
             "        env:\n",
             &format!(
                 "        env:\n        - name: KUBERNETES_SERVICE_HOST\n          value: \"{host}\"\n\
-                 \x20       - name: KUBERNETES_SERVICE_PORT\n          value: \"{api_port}\"\n"
+                 \x20       - name: KUBERNETES_SERVICE_PORT\n          value: \"{api_port}\"\n\
+                 \x20       - name: USERS_OWN_SETTING\n          value: kept\n"
             ),
+        )
+        // a user's own flags (the field case: feature gates lost in the swap)
+        .replace(
+            "--feature-gates=ImagePullJobGate=true\n",
+            &format!("--feature-gates={USERS_GATES}\n"),
         );
     cluster::apply_yaml(&admin, &chart).await;
     cluster::apply_yaml(&admin, CHART_RBAC_YAML).await;
     let sets: Api<DaemonSet> = Api::namespaced(admin.clone(), NAMESPACE);
-    let installed_args = sets
-        .get("kruise-daemon")
-        .await
-        .expect("the chart's DaemonSet")
-        .spec
-        .expect("spec")
-        .template
-        .spec
-        .expect("pod spec")
-        .containers[0]
-        .args
-        .clone();
+    // the controller has written the install's revision (before its status): what
+    // `rollout undo` goes back to
+    let installed = wait_for(
+        &sets,
+        "kruise-daemon",
+        "the chart's DaemonSet observed",
+        |d: Option<&DaemonSet>| {
+            d.is_some_and(|d| {
+                d.status.as_ref().and_then(|s| s.observed_generation) == d.metadata.generation
+            })
+        },
+    )
+    .await
+    .spec
+    .expect("spec")
+    .template
+    .spec
+    .expect("pod spec");
+    let installed_args = installed.containers[0].args.clone();
+    assert!(
+        installed_args
+            .iter()
+            .flatten()
+            .any(|a| *a == format!("--feature-gates={USERS_GATES}")),
+        "the install has the user's gates: {installed_args:?}"
+    );
     let image = push_image(&lab);
     // the documented swap: the overlay rendered (the lab's image, the probe on the lab's port)
     // and sent as a strategic-merge patch
@@ -416,7 +450,7 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
     std::fs::write(&patch, rendered).expect("write the rendered patch");
     let selector = "control-plane=daemon";
     let since = Instant::now();
-    let installed = Installed {
+    let uninstall = Installed {
         lab: &lab,
         name: "kruise-daemon",
     };
@@ -442,6 +476,13 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
         spec.containers[0].args, installed_args,
         "the install's arguments kept"
     );
+    // the rest, in the template (the pod adds its service account token's volume and mount)
+    let swapped = template_spec(&sets).await;
+    let (now, then) = (&swapped.containers[0], &installed.containers[0]);
+    assert_eq!(now.env, then.env, "the install's env kept");
+    assert_eq!(now.volume_mounts, then.volume_mounts, "its mounts kept");
+    assert_eq!(now.resources, then.resources, "its resources kept");
+    assert_eq!(swapped.volumes, installed.volumes, "its volumes kept");
     assert_eq!(spec.containers[0].name, "daemon");
     assert_eq!(
         spec.containers[0].command.as_deref(),
@@ -453,5 +494,21 @@ async fn the_swap_overlay_turns_kruises_chart_daemonset_into_kruised() {
         log.contains("no effect here"),
         "the chart's kruise-daemon flags were accepted:\n{log}"
     );
-    drop(installed);
+    // and the way back: the install's revision, exactly
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            NAMESPACE,
+            "rollout",
+            "undo",
+            "daemonset/kruise-daemon",
+        ],
+    );
+    assert_eq!(
+        template_spec(&sets).await,
+        installed,
+        "rollout undo gives back the install's pod template"
+    );
+    drop(uninstall);
 }
