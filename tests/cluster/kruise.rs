@@ -493,24 +493,9 @@ async fn a_users_recreate_request_is_filled_by_the_webhook_and_carried_out_by_kr
         made.labels().get(kruised::k8s::keys::CRR_NODE_NAME_LABEL),
         Some(&lab.node)
     );
-    let crr = wait_kruise(&user.api(&crrs), "again", |o| {
-        o.data["status"]["phase"] == "Completed"
-    })
-    .await
-    .unwrap_or_else(|status| {
-        panic!(
-            "not Completed within {LIMIT:?}: {status:#}\nkruise-manager's log:\n{}",
-            manager_log_tail()
-        )
-    });
-    let states = crr.data["status"]["containerRecreateStates"]
-        .as_array()
-        .unwrap();
-    assert_eq!(states.len(), 2, "{states:#?}");
-    assert!(
-        states.iter().all(|s| s["phase"] == "Succeeded"),
-        "{states:#?}"
-    );
+    let crr = recreate_succeeded(&user.api(&crrs), "again").await;
+    let states = &crr.data["status"]["containerRecreateStates"];
+    assert_eq!(states.as_array().map(Vec::len), Some(2), "{states:#}");
     let after = user.ns.pods().get(&pod.name_any()).await.unwrap();
     for c in ["a", "b"] {
         assert_eq!(status_of(&after, c).restart_count, 1, "{c} recreated once");
@@ -558,22 +543,26 @@ fn recreate_main(name: &str, pod: &str) -> Value {
         "spec": {"podName": pod, "containers": [{"name": "main"}]}})
 }
 
-/// Waits until the request `name` is Completed with every container Succeeded.
-async fn recreate_succeeded(api: &Api<DynamicObject>, name: &str) {
-    wait_kruise(api, name, |o| {
-        o.data["status"]["phase"] == "Completed"
-            && o.data["status"]["containerRecreateStates"]
-                .as_array()
-                .is_some_and(|st| !st.is_empty() && st.iter().all(|c| c["phase"] == "Succeeded"))
-    })
-    .await
-    .unwrap_or_else(|status| {
-        panic!(
-            "{name} not Completed with its containers Succeeded within {LIMIT:?}: {status:#}\n\
-             kruise-manager's log:\n{}",
-            manager_log_tail()
-        )
-    });
+/// Waits until the request `name` is Completed, and asserts that every container of it
+/// Succeeded; the request then.
+async fn recreate_succeeded(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
+    let crr = wait_kruise(api, name, |o| o.data["status"]["phase"] == "Completed")
+        .await
+        .unwrap_or_else(|status| {
+            panic!(
+                "{name} not Completed within {LIMIT:?}: {status:#}\nkruise-manager's log:\n{}",
+                manager_log_tail()
+            )
+        });
+    let states = crr.data["status"]["containerRecreateStates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !states.is_empty() && states.iter().all(|s| s["phase"] == "Succeeded"),
+        "{name}: {states:#?}"
+    );
+    crr
 }
 
 /// `n` requests for one pod made together through the real manager's webhook (kruise issues
