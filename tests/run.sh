@@ -419,7 +419,7 @@ systemd_part() { # kruised installed and run by a real systemd, on the container
     return 1
   fi
   cat "$RUN/systemd-lab.log"
-  echo "layer: $(SYSTEMD_LAB=$SDLAB bash tests/systemd-lab.sh run systemctl --version | head -1) (Debian bookworm's, in systemd-nspawn), containerd 1.6"
+  echo "layer: $(SYSTEMD_LAB=$SDLAB bash tests/systemd-lab.sh run systemctl --version | sed -n 1p) (Debian bookworm's, in systemd-nspawn), containerd 1.6"
   export KRUISED_SYSTEMD_LAB=$SDLAB KRUISED_REQUIRE_SYSTEMD=1
   export KRUISED_LAB=${E2E_LAB[containerd]} KRUISED_LAB_RUNTIME=containerd
   export KRUISED_LAB_REGISTRY=${E2E_REG[containerd]} KRUISED_LAB_AUTH_REGISTRY=${E2E_AUTH[containerd]}
@@ -591,7 +591,7 @@ for p in "${parts[@]}"; do
   wait "${PART_PID[$p]}" || true
   read -r status secs < "$RUN/$p.status"
   PHASES+=("$(printf '%-44s %7ss  %s' "  $p" "$secs" "$status")")
-  what=$(sed -n 's/^layer: //p' "$RUN/$p.log" | head -1)
+  what=$(sed -n '/^layer: /{s///p;q}' "$RUN/$p.log")
   layer "$p" "$([ "$status" = ok ] && echo ran || echo FAILED): ${what:-?}"
   if [ "$status" != ok ]; then
     failed=1
