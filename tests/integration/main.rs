@@ -39,3 +39,4 @@ mod runtimes;
 mod settle;
 mod silent_api;
 mod swap;
+mod test_tree;
