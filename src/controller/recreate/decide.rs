@@ -1,6 +1,8 @@
 //! What the recreate controller decides, as pure functions over the requests, the runtime's
-//! containers and the time: which request of a pod runs, the state of each of its containers,
-//! and the next step (wait, kill one container, complete).
+//! containers and the time: which request of a pod runs, whether the one picked is ready to
+//! work on ([`admit`]), whether its pod's containers are its own ([`foreign_pod`]), the state of
+//! each of its containers, and the pass's plan ([`plan`]: write the states, wait, kill one
+//! container, complete).
 //!
 //! kruise-daemon's rules (`crr_daemon_util.go`, docs/kruise-wire.md), with these differences:
 //! a container that does not exist on the node fails (kruise leaves it Pending until the
@@ -10,10 +12,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 
-use crate::cri::ContainerState;
+use crate::cri::{Container, ContainerState};
 use crate::k8s::crd::{
     ContainerRecreateRequest, ContainerRecreateRequestContainerRecreateState as State,
     ContainerRecreateRequestPhase as Phase, ContainerStatusSnapshot,
@@ -23,8 +27,33 @@ use crate::k8s::keys;
 /// The message of a container that does not exist on the node (kruise's).
 pub const NOT_FOUND_ON_NODE: &str = "not found container on Node";
 
+/// The message of a request without the pod-uid label, which completes it.
+pub const NO_POD_UID: &str =
+    "the request has no crr.apps.kruise.io/pod-uid label (kruise's webhook sets it): refused";
+
+/// How often a recreating request is looked at again without any event (the runtime has no
+/// container events on containerd 1.6; kruise's manager polls every 3 s too).
+pub const RECREATING_POLL: Duration = Duration::from_secs(3);
+
+/// How long after its unready grace ends a request is looked at again.
+const GRACE_MARGIN: Duration = Duration::from_millis(100);
+
 /// The condition type that carries the unready time in `v1beta1`.
 const PRE_RECREATE_GRACE: &str = keys::CRR_PRE_RECREATE_GRACE;
+
+/// A pod: namespace and name (the work queue's key: one pass per pod at a time).
+pub type Key = (String, String);
+
+/// The pod of request `r`.
+pub fn key_of(r: &ContainerRecreateRequest) -> Key {
+    (r.namespace().unwrap_or_default(), r.spec.pod_name.clone())
+}
+
+/// The time from `since` to `now` (zero when `since` is later).
+pub fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    let d = now.as_nanosecond() - since.as_nanosecond();
+    Duration::from_nanos(u64::try_from(d).unwrap_or(0))
+}
 
 /// Picks the request of a pod to work on: the first by phase (Completed, Recreating, Pending,
 /// new) and creation time among those not deleting and not completed; the others that are new
@@ -252,12 +281,165 @@ pub fn min_started_deadline(
 }
 
 /// Whether container `c` is of pod `namespace`/`name` by the kubelet's labels.
-pub fn is_pod(c: &crate::cri::Container, namespace: &str, name: &str) -> bool {
+pub fn is_pod(c: &Container, namespace: &str, name: &str) -> bool {
     c.labels
         .get(keys::KUBELET_POD_NAMESPACE)
         .map(String::as_str)
         == Some(namespace)
         && c.labels.get(keys::KUBELET_POD_NAME).map(String::as_str) == Some(name)
+}
+
+/// What the request picked for a pod is ready for, before its containers are looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// It is not `Recreating` yet: set it so (the write's watch event brings the next pass).
+    SetRecreating,
+    /// Its unready time cannot be read: complete it with this message (kruise 1.9's).
+    Refuse(String),
+    /// It has an unready grace, and the manager has not taken the pod out of service yet (the
+    /// manager's write brings the next pass).
+    AwaitUnready,
+    /// In its unready grace for `left` more: look again after `look_again`.
+    InGrace {
+        /// What is left of the grace.
+        left: Duration,
+        /// When to look again: just after it ends.
+        look_again: Duration,
+    },
+    /// Its containers are to be looked at.
+    Proceed,
+}
+
+/// Whether request `r` is ready to work on at `now`: phase `Recreating` first, then the
+/// unready grace (`unreadyGracePeriodSeconds`) from the time the manager took the pod out of
+/// service.
+pub fn admit(r: &ContainerRecreateRequest, now: Timestamp) -> Admission {
+    if r.phase() != Phase::Recreating {
+        return Admission::SetRecreating;
+    }
+    let Some(grace) = r.spec.unready_grace_period() else {
+        return Admission::Proceed;
+    };
+    match unready_since(r) {
+        Err(e) => Admission::Refuse(e.to_string()),
+        Ok(None) => Admission::AwaitUnready,
+        Ok(Some(since)) => {
+            let left = grace.saturating_sub(elapsed(since, now));
+            if left.is_zero() {
+                Admission::Proceed
+            } else {
+                Admission::InGrace {
+                    left,
+                    look_again: left.saturating_add(GRACE_MARGIN),
+                }
+            }
+        }
+    }
+}
+
+/// The message that refuses request `r` when a container its pod-uid label (`uid`) names is
+/// not of the request's pod in the request's namespace: the label alone is the creator's word
+/// where the webhook was bypassed, and would point at another tenant's pod.
+pub fn foreign_pod(
+    containers: &[Container],
+    r: &ContainerRecreateRequest,
+    uid: &str,
+) -> Option<String> {
+    let namespace = r.namespace().unwrap_or_default();
+    let other = containers
+        .iter()
+        .find(|c| !is_pod(c, &namespace, &r.spec.pod_name))?;
+    let of = |k: &str| other.labels.get(k).map(String::as_str).unwrap_or("?");
+    Some(format!(
+        "pod-uid {uid} names pod {}/{}, not this request's {}/{}: refused",
+        of(keys::KUBELET_POD_NAMESPACE),
+        of(keys::KUBELET_POD_NAME),
+        namespace,
+        r.spec.pod_name
+    ))
+}
+
+/// What a pass does with a recreating request whose containers it observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// The containers' states differ from the status's: write them (the write's watch event
+    /// brings the next pass).
+    WriteStates(Vec<State>),
+    /// Complete the request; its containers ended in these states.
+    Complete(Vec<State>),
+    /// Wait for the kubelet and the manager: write `states` first where given, and look again
+    /// after `after`.
+    Wait {
+        /// The states to write, where they changed.
+        states: Option<Vec<State>>,
+        /// When to look again.
+        after: Duration,
+    },
+    /// Kill `container`, once `states` (which record it killed) are written.
+    Kill {
+        /// The container.
+        container: String,
+        /// The states to write first.
+        states: Vec<State>,
+    },
+}
+
+/// The plan of a pass over recreating request `r`: `observed` is what the runtime shows of its
+/// containers, by name; `killed` the containers this daemon recorded as killed for it
+/// ([`container_states`]); `now_ns` the wall clock.
+pub fn plan(
+    r: &ContainerRecreateRequest,
+    observed: &BTreeMap<String, Observed>,
+    killed: &BTreeSet<String>,
+    now_ns: i64,
+) -> Plan {
+    let snapshot = snapshot(r);
+    let mut states = container_states(r, observed, &snapshot, killed, now_ns);
+    let current = r
+        .status
+        .as_ref()
+        .map(|s| s.container_recreate_states.clone())
+        .unwrap_or_default();
+    if states != current {
+        return Plan::WriteStates(states);
+    }
+    match next_step(r, &mut states) {
+        NextStep::Complete => Plan::Complete(states),
+        NextStep::Wait => {
+            let until_min_started = min_started_deadline(r, &states, observed)
+                .map(|at| Duration::from_nanos(u64::try_from(at - now_ns).unwrap_or(0)));
+            let changed = states != current;
+            Plan::Wait {
+                states: changed.then_some(states),
+                after: until_min_started.map_or(RECREATING_POLL, |d| d.min(RECREATING_POLL)),
+            }
+        }
+        NextStep::Kill(container) => {
+            set_state(
+                &mut states,
+                &container,
+                Phase::Recreating,
+                String::new(),
+                true,
+            );
+            Plan::Kill { container, states }
+        }
+    }
+}
+
+/// Sets the state of `container` in `states`.
+pub fn set_state(
+    states: &mut [State],
+    container: &str,
+    phase: Phase,
+    message: String,
+    killed: bool,
+) {
+    if let Some(s) = states.iter_mut().find(|s| s.name == container) {
+        s.phase = phase;
+        s.message = message;
+        s.is_killed = killed;
+    }
 }
 
 #[cfg(test)]
@@ -488,5 +670,167 @@ mod tests {
                 .to_string()
                 .starts_with("failed to parse unready time yesterday")
         );
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_request_is_set_recreating_first_then_waits_out_its_unready_grace() {
+        let mut r = crr(json!({"unreadyGracePeriodSeconds": 10}), json!([]));
+        r.status.as_mut().unwrap().phase = Phase::Pending;
+        let now = at("2026-01-01T00:01:00Z");
+        assert_eq!(admit(&r, now), Admission::SetRecreating);
+        let mut r = crr(json!({"unreadyGracePeriodSeconds": 10}), json!([]));
+        assert_eq!(
+            admit(&r, now),
+            Admission::AwaitUnready,
+            "the manager has not taken the pod out of service"
+        );
+        r.metadata.annotations.get_or_insert_default().insert(
+            keys::CRR_UNREADY_ACQUIRED.into(),
+            "2026-01-01T00:00:56Z".into(),
+        );
+        assert_eq!(
+            admit(&r, now),
+            Admission::InGrace {
+                left: Duration::from_secs(6),
+                look_again: Duration::from_millis(6100)
+            }
+        );
+        assert_eq!(admit(&r, at("2026-01-01T00:01:06Z")), Admission::Proceed);
+        r.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(keys::CRR_UNREADY_ACQUIRED.into(), "yesterday".into());
+        assert!(matches!(
+            admit(&r, now),
+            Admission::Refuse(m) if m.starts_with("failed to parse unready time yesterday")
+        ));
+        let r = crr(json!({}), json!([]));
+        assert_eq!(admit(&r, now), Admission::Proceed, "no grace: at once");
+    }
+
+    fn container_of(namespace: &str, pod: &str) -> Container {
+        Container {
+            id: "c1".into(),
+            pod_sandbox_id: "s1".into(),
+            metadata: crate::cri::ContainerMetadata {
+                name: "a".into(),
+                attempt: 0,
+            },
+            image: String::new(),
+            image_ref: String::new(),
+            state: ContainerState::Running,
+            created_at: 0,
+            labels: [
+                (
+                    keys::KUBELET_POD_NAMESPACE.to_string(),
+                    namespace.to_string(),
+                ),
+                (keys::KUBELET_POD_NAME.to_string(), pod.to_string()),
+            ]
+            .into(),
+            annotations: BTreeMap::new(),
+            image_id: String::new(),
+            image_spec: crate::cri::ImageSpec::default(),
+        }
+    }
+
+    #[test]
+    fn a_pod_uid_that_names_another_pods_containers_refuses_the_request() {
+        let r = crr(json!({}), json!([]));
+        assert_eq!(foreign_pod(&[container_of("ns", "p")], &r, "u1"), None);
+        assert_eq!(
+            foreign_pod(
+                &[container_of("ns", "p"), container_of("other", "q")],
+                &r,
+                "u1"
+            )
+            .as_deref(),
+            Some("pod-uid u1 names pod other/q, not this request's ns/p: refused")
+        );
+    }
+
+    #[test]
+    fn a_pass_writes_changed_states_first_then_kills_one_container_recorded_killed() {
+        let o = observed(&[
+            ("a", obs("a1", ContainerState::Running, 0, SEC)),
+            ("b", obs("b1", ContainerState::Running, 0, SEC)),
+        ]);
+        let r = crr(json!({}), json!([]));
+        let Plan::WriteStates(states) = plan(&r, &o, &BTreeSet::new(), 10 * SEC) else {
+            panic!("the status has no states yet: they are written first");
+        };
+        let r = crr(json!({}), serde_json::to_value(&states).unwrap());
+        let Plan::Kill { container, states } = plan(&r, &o, &BTreeSet::new(), 10 * SEC) else {
+            panic!("the states are written: the first container is killed");
+        };
+        assert_eq!(container, "a");
+        assert_eq!(
+            (states[0].phase.clone(), states[0].is_killed),
+            (Phase::Recreating, true),
+            "recorded as killed before the kill"
+        );
+        assert_eq!(states[1].phase, Phase::Pending);
+    }
+
+    #[test]
+    fn a_pass_waits_for_min_started_and_completes_when_every_container_is_done() {
+        let r = crr(
+            json!({"minStartedSeconds": 5}),
+            json!([{"name": "a", "phase": "Recreating", "isKilled": true},
+                   {"name": "b", "phase": "Succeeded", "isKilled": true}]),
+        );
+        let o = observed(&[("a", obs("a2", ContainerState::Running, 1, 100 * SEC))]);
+        assert_eq!(
+            plan(&r, &o, &BTreeSet::new(), 104 * SEC),
+            Plan::Wait {
+                states: None,
+                after: Duration::from_secs(1)
+            },
+            "up 4 s of 5: looked at again when it has been up 5"
+        );
+        assert_eq!(
+            plan(&r, &o, &BTreeSet::new(), 90 * SEC),
+            Plan::Wait {
+                states: None,
+                after: RECREATING_POLL
+            },
+            "never later than the poll"
+        );
+        let r = crr(
+            json!({}),
+            json!([{"name": "a", "phase": "Succeeded", "isKilled": true},
+                   {"name": "b", "phase": "Succeeded", "isKilled": true}]),
+        );
+        assert!(matches!(
+            plan(&r, &o, &BTreeSet::new(), 104 * SEC),
+            Plan::Complete(states) if states.len() == 2
+        ));
+    }
+
+    #[test]
+    fn a_recreating_container_the_status_shows_unkilled_is_written_killed_while_waiting() {
+        // the kubelet restarted it by itself: recreating, but never recorded as killed
+        let r = crr(
+            json!({"orderedRecreate": true}),
+            json!([{"name": "a", "phase": "Recreating"},
+                   {"name": "b", "phase": "Pending"}]),
+        );
+        let o = observed(&[
+            ("a", obs("a1", ContainerState::Exited, 0, SEC)),
+            ("b", obs("b1", ContainerState::Running, 0, SEC)),
+        ]);
+        let Plan::Wait {
+            states: Some(states),
+            after,
+        } = plan(&r, &o, &BTreeSet::new(), 10 * SEC)
+        else {
+            panic!("ordered: waits for a, its state written killed");
+        };
+        assert!(states[0].is_killed);
+        assert_eq!(after, RECREATING_POLL);
     }
 }

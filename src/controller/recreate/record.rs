@@ -8,7 +8,8 @@ use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use super::controller::{Key, RETRY, RecreateController};
+use super::controller::{RETRY, RecreateController};
+use super::decide::Key;
 use crate::controller::provenance::PodId;
 use crate::k8s::{keys, write};
 
