@@ -1,0 +1,485 @@
+//! What the pod probes decide, as pure functions: the probes the spec asks for ([`wanted`]),
+//! whether a probe runs on its container now ([`due`]), the kubelet's thresholds over
+//! consecutive outcomes ([`Thresholds`], [`judge`]), a new result and whether it is news
+//! ([`next_result`]), and the NodePodProbe status built from the spec, the old status and the
+//! current results ([`build_status`], [`status_to_write`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Probe};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::prober::{self, Outcome};
+use crate::k8s::crd::{
+    ContainerProbeState, NodePodProbe, NodePodProbeStatus, PodProbeStatus, ProbeState,
+};
+use crate::k8s::write;
+
+/// The reason of the event of a probe that passes again (kruise's).
+pub const REASON_SUCCEEDED: &str = "KruiseProbeSucceeded";
+/// The reason of the event of a probe that fails (kruise's).
+pub const REASON_FAILED: &str = "KruiseProbeFailed";
+/// The longest probe timeout honoured: a longer `timeoutSeconds` is cut to this (the kubelet
+/// has no cap; here a probe holds a shared slot for as long as its timeout).
+pub const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+
+/// A probe task's identity: pod UID, probe name, container name.
+pub type TaskKey = (String, String, String);
+
+/// What one probe task works from; replaced in place when the spec changes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeSpec {
+    /// The pod, for events.
+    pub pod: ObjectReference,
+    /// The pod's IP as kruise-manager wrote it from the pod's status.
+    pub ip: String,
+    /// The container probed.
+    pub container: String,
+    /// The probe.
+    pub probe: Probe,
+}
+
+/// The probes the node's NodePodProbe (none: no probes) asks for, by task.
+pub fn wanted(npp: Option<&NodePodProbe>) -> HashMap<TaskKey, ProbeSpec> {
+    let mut wanted = HashMap::new();
+    for pod in npp.iter().flat_map(|n| n.spec.pod_probes.iter()) {
+        for p in &pod.probes {
+            let pod_ref = write::pod_ref(&pod.namespace, &pod.name, &pod.uid);
+            wanted.insert(
+                (pod.uid.clone(), p.name.clone(), p.container_name.clone()),
+                ProbeSpec {
+                    pod: pod_ref,
+                    ip: pod.ip.clone(),
+                    container: p.container_name.clone(),
+                    probe: p.probe.clone(),
+                },
+            );
+        }
+    }
+    wanted
+}
+
+/// A probe's seconds field: at least 1 (the kubelet's floor), at most a year.
+pub fn seconds(v: Option<i32>) -> Duration {
+    crate::k8s::crd::api_seconds(i64::from(v.unwrap_or(0).max(1)))
+}
+
+/// A probe's timeout: its `timeoutSeconds`, at most [`PROBE_TIMEOUT_MAX`].
+pub fn timeout(probe: &Probe) -> Duration {
+    seconds(probe.timeout_seconds).min(PROBE_TIMEOUT_MAX)
+}
+
+/// Whether a probe runs on its container now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// The container is not running: the probe fails, saying so.
+    NotRunning(String),
+    /// The container has not been up `initialDelaySeconds` yet.
+    TooEarly,
+    /// The probe runs.
+    Run,
+}
+
+/// Whether `spec`'s probe runs on its container, running or not, created at `created_at_ns`,
+/// at `now_ns` (ns since the epoch).
+pub fn due(spec: &ProbeSpec, running: bool, created_at_ns: i64, now_ns: i64) -> Due {
+    if !running {
+        return Due::NotRunning(format!("Container({}) is Non-running", spec.container));
+    }
+    let up = Duration::from_nanos(u64::try_from(now_ns - created_at_ns).unwrap_or(0));
+    if up < seconds(spec.probe.initial_delay_seconds) {
+        return Due::TooEarly;
+    }
+    Due::Run
+}
+
+/// What a run's `outcome` makes of the probe's result, given its thresholds: the state and
+/// message to record, or nothing (the run could not be made, or the run of outcomes is shorter
+/// than the threshold).
+pub fn judge(
+    thresholds: &mut Thresholds,
+    outcome: Outcome,
+    probe: &Probe,
+) -> Option<(ProbeState, String)> {
+    let (success, message) = match outcome {
+        Outcome::Success(m) => (true, m),
+        Outcome::Failure(m) => (false, m),
+        Outcome::Error(_) => return None,
+    };
+    let success_threshold = probe.success_threshold.unwrap_or(1);
+    let failure_threshold = probe.failure_threshold.unwrap_or(1);
+    if !thresholds.observe(success, success_threshold, failure_threshold) {
+        return None;
+    }
+    let state = if success {
+        ProbeState::Succeeded
+    } else {
+        ProbeState::Failed
+    };
+    Some((state, prober::truncate(message.trim_end())))
+}
+
+/// The result that replaces `previous` when a probe says `state` and `message` at `now`, and
+/// whether it is news (an event): `None` when it is the same as `previous`. A first success is
+/// not news (the kubelet records no event for a passing probe): 1000 probes starting would
+/// otherwise make 1000 events, drained at the client's rate limit.
+pub fn next_result(
+    previous: Option<&Result>,
+    state: ProbeState,
+    message: String,
+    now: Time,
+) -> Option<(Result, bool)> {
+    if previous.is_some_and(|p| p.state == state && p.message == message) {
+        return None;
+    }
+    let state_changed = previous.is_none_or(|p| p.state != state);
+    let was_known = previous.is_some_and(|p| p.state != ProbeState::Unknown);
+    let since = match previous {
+        Some(p) if !state_changed => p.since.clone(),
+        _ => now.clone(),
+    };
+    let event =
+        state_changed && state != ProbeState::Unknown && (was_known || state == ProbeState::Failed);
+    let result = Result {
+        state,
+        message,
+        since,
+        observed: now,
+    };
+    Some((result, event))
+}
+
+/// The reason of the event of a result in `state`.
+pub fn reason(state: &ProbeState) -> &'static str {
+    if *state == ProbeState::Succeeded {
+        REASON_SUCCEEDED
+    } else {
+        REASON_FAILED
+    }
+}
+
+/// A probe's identity in the status: pod UID and probe name (`<marker>#<probe>`).
+pub type ProbeKey = (String, String);
+
+/// A probe's current result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Result {
+    /// Succeeded, Failed or Unknown.
+    pub state: ProbeState,
+    /// What the probe said (at most 1024 bytes).
+    pub message: String,
+    /// When this state began.
+    pub since: Time,
+    /// When this state and message were first seen.
+    pub observed: Time,
+}
+
+/// Consecutive outcomes of one probe, and the thresholds that turn them into results.
+#[derive(Clone, Debug, Default)]
+pub struct Thresholds {
+    last: Option<bool>,
+    run: u32,
+}
+
+impl Thresholds {
+    /// Forgets the run (a new container).
+    pub fn reset(&mut self) {
+        self.last = None;
+        self.run = 0;
+    }
+
+    /// Records an outcome (`true`: success); whether it is to be reported, given the
+    /// success and failure thresholds (each at least 1).
+    pub fn observe(
+        &mut self,
+        success: bool,
+        success_threshold: i32,
+        failure_threshold: i32,
+    ) -> bool {
+        if self.last == Some(success) {
+            self.run = self.run.saturating_add(1);
+        } else {
+            self.last = Some(success);
+            self.run = 1;
+        }
+        let needed = if success {
+            success_threshold
+        } else {
+            failure_threshold
+        };
+        self.run >= u32::try_from(needed.max(1)).unwrap_or(1)
+    }
+}
+
+/// The status to write: the old entries of pods and probes still in the spec, each probe's
+/// current result applied (new probes appended), pods and probes gone from the spec dropped.
+pub fn build_status(
+    npp: &NodePodProbe,
+    results: &BTreeMap<ProbeKey, Result>,
+) -> NodePodProbeStatus {
+    let old = npp.status.clone().unwrap_or_default();
+    let mut out = NodePodProbeStatus::default();
+    for pod in &npp.spec.pod_probes {
+        let previous = old.pod_probe_statuses.iter().find(|p| p.uid == pod.uid);
+        let mut entry = PodProbeStatus {
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: pod.uid.clone(),
+            probe_states: Vec::new(),
+        };
+        for probe in &pod.probes {
+            let key = (pod.uid.clone(), probe.name.clone());
+            let before =
+                previous.and_then(|p| p.probe_states.iter().find(|s| s.name == probe.name));
+            match results.get(&key) {
+                Some(r) => entry.probe_states.push(ContainerProbeState {
+                    name: probe.name.clone(),
+                    state: r.state.clone(),
+                    last_probe_time: Some(r.observed.clone()),
+                    last_transition_time: Some(r.since.clone()),
+                    message: r.message.clone(),
+                }),
+                None => entry.probe_states.extend(before.cloned()),
+            }
+        }
+        if !entry.probe_states.is_empty() {
+            out.pod_probe_statuses.push(entry);
+        }
+    }
+    out
+}
+
+/// The status to write on `npp`: [`build_status`], unless it is what `npp` shows already, or
+/// there is nothing to show and `npp` shows nothing.
+pub fn status_to_write(
+    npp: &NodePodProbe,
+    results: &BTreeMap<ProbeKey, Result>,
+) -> Option<NodePodProbeStatus> {
+    let status = build_status(npp, results);
+    if Some(&status) == npp.status.as_ref()
+        || (status.pod_probe_statuses.is_empty()
+            && npp
+                .status
+                .as_ref()
+                .is_none_or(|s| s.pod_probe_statuses.is_empty()))
+    {
+        return None;
+    }
+    Some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn thresholds_need_that_many_outcomes_in_a_row() {
+        let mut t = Thresholds::default();
+        assert!(!t.observe(false, 1, 3));
+        assert!(!t.observe(false, 1, 3));
+        assert!(t.observe(false, 1, 3));
+        assert!(
+            t.observe(true, 1, 3),
+            "one success is enough with threshold 1"
+        );
+        let mut t = Thresholds::default();
+        assert!(
+            t.observe(true, 0, 0),
+            "0 counts as 1, as kruise's manager leaves it"
+        );
+    }
+
+    fn time(s: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
+    }
+
+    #[test]
+    fn the_status_keeps_what_is_in_the_spec_applies_results_and_drops_the_rest() {
+        let npp: NodePodProbe = serde_json::from_value(json!({
+            "metadata": {"name": "node-a"},
+            "spec": {"podProbes": [{"name": "p", "namespace": "ns", "uid": "u1", "IP": "1.2.3.4",
+                "probes": [{"name": "m#a", "containerName": "c", "probe": {}},
+                           {"name": "m#b", "containerName": "c", "probe": {}}]}]},
+            "status": {"podProbeStatuses": [
+                {"name": "p", "namespace": "ns", "uid": "u1", "probeStates": [
+                    {"name": "m#a", "state": "Failed", "message": "old"},
+                    {"name": "m#gone", "state": "Succeeded"}]},
+                {"name": "q", "namespace": "ns", "uid": "u-gone", "probeStates": [{"name": "m#a", "state": "Succeeded"}]}]}
+        }))
+        .unwrap();
+        let mut results = BTreeMap::new();
+        results.insert(
+            ("u1".to_string(), "m#b".to_string()),
+            Result {
+                state: ProbeState::Succeeded,
+                message: "fine".into(),
+                since: time(100),
+                observed: time(100),
+            },
+        );
+        let s = build_status(&npp, &results);
+        assert_eq!(
+            s.pod_probe_statuses.len(),
+            1,
+            "the pod gone from the spec is dropped"
+        );
+        let states = &s.pod_probe_statuses[0].probe_states;
+        let names: Vec<_> = states.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["m#a", "m#b"],
+            "the probe gone from the spec is dropped"
+        );
+        assert_eq!(
+            states[0].message, "old",
+            "no result yet: the old state is kept"
+        );
+        assert_eq!(states[1].state, ProbeState::Succeeded);
+        assert_eq!(states[1].last_transition_time, Some(time(100)));
+    }
+
+    fn node_probes() -> NodePodProbe {
+        serde_json::from_value(json!({
+            "metadata": {"name": "node-a"},
+            "spec": {"podProbes": [{"name": "p", "namespace": "ns", "uid": "u1", "IP": "1.2.3.4",
+                "probes": [{"name": "m#a", "containerName": "c", "probe": {"periodSeconds": 5}},
+                           {"name": "m#b", "containerName": "d", "probe": {}}]}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_probe_of_the_spec_is_a_task_of_its_pod_probe_and_container() {
+        let npp = node_probes();
+        let tasks = wanted(Some(&npp));
+        assert_eq!(tasks.len(), 2);
+        let a = &tasks[&("u1".to_string(), "m#a".to_string(), "c".to_string())];
+        assert_eq!((a.ip.as_str(), a.container.as_str()), ("1.2.3.4", "c"));
+        assert_eq!(a.pod.name.as_deref(), Some("p"));
+        assert_eq!(a.pod.namespace.as_deref(), Some("ns"));
+        assert_eq!(a.probe.period_seconds, Some(5));
+        assert!(wanted(None).is_empty(), "no NodePodProbe: no probes");
+    }
+
+    fn spec(probe: serde_json::Value) -> ProbeSpec {
+        ProbeSpec {
+            pod: ObjectReference::default(),
+            ip: String::new(),
+            container: "c".into(),
+            probe: serde_json::from_value(probe).unwrap(),
+        }
+    }
+
+    const SEC: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_probe_runs_on_a_running_container_up_its_initial_delay_and_fails_on_a_stopped_one() {
+        let s = spec(json!({"initialDelaySeconds": 10}));
+        assert_eq!(
+            due(&s, false, 0, 100 * SEC),
+            Due::NotRunning("Container(c) is Non-running".into())
+        );
+        assert_eq!(due(&s, true, 95 * SEC, 100 * SEC), Due::TooEarly);
+        assert_eq!(due(&s, true, 90 * SEC, 100 * SEC), Due::Run);
+        let s = spec(json!({}));
+        assert_eq!(
+            due(&s, true, 99 * SEC + 1, 100 * SEC),
+            Due::TooEarly,
+            "the kubelet's floor: at least 1 s"
+        );
+    }
+
+    #[test]
+    fn a_timeout_is_at_least_a_second_and_at_most_the_cap() {
+        assert_eq!(timeout(&Probe::default()), Duration::from_secs(1));
+        let long = Probe {
+            timeout_seconds: Some(3600),
+            ..Default::default()
+        };
+        assert_eq!(timeout(&long), PROBE_TIMEOUT_MAX);
+    }
+
+    #[test]
+    fn an_outcome_counts_once_its_threshold_is_reached_and_one_that_could_not_run_never() {
+        let probe = Probe {
+            failure_threshold: Some(2),
+            ..Default::default()
+        };
+        let mut t = Thresholds::default();
+        assert_eq!(judge(&mut t, Outcome::Failure("no".into()), &probe), None);
+        assert_eq!(
+            judge(&mut t, Outcome::Error("bad port".into()), &probe),
+            None
+        );
+        assert_eq!(
+            judge(&mut t, Outcome::Failure("no\n".into()), &probe),
+            Some((ProbeState::Failed, "no".into())),
+            "the second failure in a row, its message trimmed"
+        );
+        assert_eq!(
+            judge(&mut t, Outcome::Success("x".repeat(2000)), &probe),
+            Some((ProbeState::Succeeded, "x".repeat(prober::MESSAGE_LIMIT))),
+            "cut to the limit"
+        );
+    }
+
+    #[test]
+    fn a_new_result_keeps_its_transition_time_while_the_state_holds_and_is_news_as_kruise_says() {
+        let first = next_result(None, ProbeState::Succeeded, "ok".into(), time(1));
+        let (r, event) = first.unwrap();
+        assert!(!event, "a first success is no news");
+        assert_eq!(
+            next_result(Some(&r), ProbeState::Succeeded, "ok".into(), time(2)),
+            None
+        );
+        let (r2, event) =
+            next_result(Some(&r), ProbeState::Succeeded, "fine".into(), time(3)).unwrap();
+        assert!(!event, "the same state, another message");
+        assert_eq!((r2.since.clone(), r2.observed.clone()), (time(1), time(3)));
+        let (r3, event) =
+            next_result(Some(&r2), ProbeState::Failed, "down".into(), time(4)).unwrap();
+        assert!(event);
+        assert_eq!(r3.since, time(4));
+        let (_, event) = next_result(None, ProbeState::Failed, "down".into(), time(5)).unwrap();
+        assert!(event, "a first failure is news");
+        let (u, event) =
+            next_result(Some(&r3), ProbeState::Unknown, String::new(), time(6)).unwrap();
+        assert!(!event, "Unknown is never news");
+        let (_, event) =
+            next_result(Some(&u), ProbeState::Succeeded, "ok".into(), time(7)).unwrap();
+        assert!(!event, "a success after Unknown is a first success");
+        assert_eq!(reason(&ProbeState::Succeeded), REASON_SUCCEEDED);
+        assert_eq!(reason(&ProbeState::Failed), REASON_FAILED);
+    }
+
+    #[test]
+    fn the_status_is_written_only_when_it_differs_from_the_stored_one() {
+        let mut npp = node_probes();
+        assert_eq!(
+            status_to_write(&npp, &BTreeMap::new()),
+            None,
+            "no results and none stored"
+        );
+        let mut results = BTreeMap::new();
+        results.insert(
+            ("u1".to_string(), "m#a".to_string()),
+            Result {
+                state: ProbeState::Failed,
+                message: "down".into(),
+                since: time(100),
+                observed: time(100),
+            },
+        );
+        let status = status_to_write(&npp, &results).expect("a result to write");
+        npp.status = Some(status);
+        assert_eq!(status_to_write(&npp, &results), None, "already written");
+        npp.spec.pod_probes.clear();
+        assert_eq!(
+            status_to_write(&npp, &results),
+            Some(NodePodProbeStatus::default()),
+            "the pod left the spec: its entry is dropped"
+        );
+    }
+}

@@ -1,0 +1,192 @@
+//! The probe tasks: one per (pod, probe, container), started, updated in place or stopped as
+//! the spec changes ([`sync_workers`]), each running its probe on its period ([`probe_task`]):
+//! observe the container, decide whether the probe runs and what its outcome makes of the
+//! result, run it, keep the result.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::apply::set_result;
+use super::controller::ProbeController;
+use super::decide::{self, Due, ProbeKey, ProbeSpec, TaskKey, Thresholds};
+use super::observe;
+use super::prober::{self, Handler, Outcome};
+use crate::controller::target::PodIps;
+use crate::cri::{ContainerState, RemoteRuntime};
+use crate::k8s::crd::ProbeState;
+
+struct Worker {
+    spec: watch::Sender<ProbeSpec>,
+    cancel: CancellationToken,
+}
+
+/// The probe tasks follow the spec; the container listing runs while there are probes.
+pub async fn sync_workers(shared: Arc<ProbeController>, runtime: RemoteRuntime) {
+    let mut generation = shared.probes.generation();
+    let mut workers: HashMap<TaskKey, Worker> = HashMap::new();
+    let mut refresher: Option<CancellationToken> = None;
+    loop {
+        let npp = observe::node_probes(&shared);
+        let wanted = decide::wanted(npp.as_deref());
+        // stop what left the spec and forget its result
+        workers.retain(|key, w| {
+            if wanted.contains_key(key) {
+                return true;
+            }
+            w.cancel.cancel();
+            shared.memory.forget(&(key.0.clone(), key.1.clone()));
+            false
+        });
+        for (key, spec) in wanted {
+            match workers.get(&key) {
+                Some(w) => {
+                    w.spec.send_if_modified(|s| {
+                        if *s == spec {
+                            return false;
+                        }
+                        *s = spec.clone();
+                        true
+                    });
+                }
+                None => {
+                    let (tx, rx) = watch::channel(spec);
+                    let cancel = shared.cancel.child_token();
+                    shared.tracker.spawn(
+                        probe_task(
+                            shared.clone(),
+                            runtime.clone(),
+                            (key.0.clone(), key.1.clone()),
+                            rx,
+                            cancel.clone(),
+                        )
+                        .instrument(tracing::debug_span!("probe", pod = %key.0, probe = %key.1)),
+                    );
+                    workers.insert(key, Worker { spec: tx, cancel });
+                }
+            }
+        }
+        shared.memory.changed();
+        match (workers.is_empty(), &refresher) {
+            (false, None) => {
+                let t = shared.cancel.child_token();
+                shared.tracker.spawn(
+                    observe::refresh_containers(shared.clone(), runtime.clone(), t.clone())
+                        .in_current_span(),
+                );
+                refresher = Some(t);
+            }
+            (true, Some(t)) => {
+                t.cancel();
+                refresher = None;
+            }
+            _ => {}
+        }
+        tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            r = generation.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// One probe, until its token is cancelled.
+async fn probe_task(
+    shared: Arc<ProbeController>,
+    runtime: RemoteRuntime,
+    key: ProbeKey,
+    mut spec: watch::Receiver<ProbeSpec>,
+    cancel: CancellationToken,
+) {
+    let mut container_id: Option<String> = None;
+    // the pod's IPs, and the IP the spec gave when they were found
+    let mut pod_ips: Option<(String, PodIps)> = None;
+    let mut thresholds = Thresholds::default();
+    let mut handler = Handler::of(&spec.borrow().probe);
+    // spread the first runs of many probes over a period, as the kubelet does after a restart
+    let period = decide::seconds(spec.borrow().probe.period_seconds);
+    if shared.started.elapsed() < period {
+        let delay = period.mul_f64(rand::random_range(0.0..1.0));
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+            r = spec.changed() => {
+                if r.is_err() { return }
+                let s = spec.borrow_and_update().clone();
+                let new_handler = Handler::of(&s.probe);
+                if new_handler != handler && container_id.is_some() {
+                    set_result(&shared, &key, &s, ProbeState::Unknown, String::new());
+                    thresholds.reset();
+                }
+                handler = new_handler;
+                let p = decide::seconds(s.probe.period_seconds);
+                if p != tick.period() {
+                    tick = tokio::time::interval_at(Instant::now() + p, p);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                continue;
+            }
+        }
+        let s = spec.borrow().clone();
+        let Some(c) = shared.memory.container(&key.0, &s.container) else {
+            continue;
+        };
+        if container_id.as_deref() != Some(c.id.as_str()) {
+            container_id = Some(c.id.clone());
+            pod_ips = None;
+            thresholds.reset();
+            set_result(&shared, &key, &s, ProbeState::Unknown, String::new());
+        }
+        let now_ns =
+            i64::try_from(k8s_openapi::jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
+        match decide::due(&s, c.state == ContainerState::Running, c.created_at, now_ns) {
+            Due::NotRunning(message) => {
+                set_result(&shared, &key, &s, ProbeState::Failed, message);
+                continue;
+            }
+            Due::TooEarly => continue,
+            Due::Run => {}
+        }
+        let Some(h) = handler else { continue };
+        let timeout = decide::timeout(&s.probe);
+        // where network probes may go: the pod's IPs, asked of the runtime once per container
+        // (the sandbox's) beside the one kruise-manager wrote from the pod's status
+        if h != Handler::Exec && pod_ips.as_ref().is_none_or(|(ip, _)| *ip != s.ip) {
+            pod_ips = Some((s.ip.clone(), observe::pod_ips(&runtime, &c, &s.ip).await));
+        }
+        let ips = pod_ips
+            .as_ref()
+            .map(|(_, ips)| ips.clone())
+            .unwrap_or_default();
+        let started = Instant::now();
+        let outcome = if h == Handler::Exec {
+            // the namespace's share first, then the node's: waiting for the node's slot never
+            // holds one of another namespace's
+            let ns = s.pod.namespace.clone().unwrap_or_default();
+            let share = shared.memory.namespace_slots(&ns);
+            let _ns_slot = share.acquire().await;
+            let _slot = shared.exec_slots.acquire().await;
+            prober::run(&runtime, &s.probe, &c.id, &ips, timeout).await
+        } else {
+            prober::run(&runtime, &s.probe, &c.id, &ips, timeout).await
+        };
+        shared.metrics.probed(h, &outcome, started.elapsed());
+        if let Outcome::Error(e) = &outcome {
+            tracing::debug!(error = %e, "probe could not run");
+        }
+        if let Some((state, message)) = decide::judge(&mut thresholds, outcome, &s.probe) {
+            set_result(&shared, &key, &s, state, message);
+        }
+    }
+}
