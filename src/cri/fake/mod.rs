@@ -64,11 +64,6 @@ impl Backend {
         let (delay, fault) = {
             let mut st = self.lock();
             *st.calls.entry(rpc.to_string()).or_default() += 1;
-            if st.unimplemented.iter().any(|u| u == rpc) {
-                return Err(Status::unimplemented(format!(
-                    "unknown service runtime.v1 method {rpc}"
-                )));
-            }
             let delay = st.delays.get(rpc).copied();
             let fault = st
                 .faults
@@ -267,11 +262,6 @@ impl FakeRuntime {
     /// Every call of `rpc` is delayed by `delay` (zero removes it).
     pub fn delay(&self, rpc: &str, delay: Duration) {
         self.state().delays.insert(rpc.to_string(), delay);
-    }
-
-    /// `rpc` answers `Unimplemented`, as a runtime without it would.
-    pub fn unimplement(&self, rpc: &str) {
-        self.state().unimplemented.push(rpc.to_string());
     }
 
     /// Pulls of `image` fail with `code` and `message` (as a registry error would).

@@ -58,7 +58,6 @@ pub struct FakeState {
     pub(super) dialect: Dialect,
     pub(super) faults: HashMap<String, VecDeque<Fault>>,
     pub(super) delays: HashMap<String, Duration>,
-    pub(super) unimplemented: Vec<String>,
     pub(super) pull_failures: HashMap<String, (tonic::Code, String)>,
     /// Tags whose image is another tag's (same content, so the same ID).
     pub(super) same_as: HashMap<String, String>,
