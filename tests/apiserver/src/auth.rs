@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::selectors::FieldSelector;
 use crate::status::ApiError;
 use crate::util::{path_segment_problem, percent_decode};
 
@@ -153,48 +154,6 @@ fn go_true(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
-/// The value a field selector requires `metadata.name` to equal (`metadata.name=x` or
-/// `metadata.name==x` among its comma-separated terms), as `RequiresExactMatch` finds it.
-fn exact_name(selector: &str) -> Option<String> {
-    let mut terms = Vec::new();
-    let mut cur = String::new();
-    let mut chars = selector.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => {
-                cur.push(c);
-                if let Some(n) = chars.next() {
-                    cur.push(n);
-                }
-            }
-            ',' => terms.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    terms.push(cur);
-    terms.iter().find_map(|t| {
-        let t = t.trim();
-        let rest = t.strip_prefix("metadata.name")?;
-        if rest.starts_with("!=") {
-            return None;
-        }
-        let value = rest.strip_prefix("==").or_else(|| rest.strip_prefix('='))?;
-        Some(unescape(value))
-    })
-}
-
-fn unescape(v: &str) -> String {
-    let mut out = String::new();
-    let mut chars = v.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => out.extend(chars.next()),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 /// The attributes of a request, derived as kube-apiserver's `RequestInfoFactory.NewRequestInfo`
 /// does (k8s.io/apiserver `pkg/endpoints/request/requestinfo.go`).
 pub(crate) fn attributes(method: &str, path: &str, query: &[(String, String)]) -> Attributes {
@@ -261,10 +220,12 @@ pub(crate) fn attributes(method: &str, path: &str, query: &[(String, String)]) -
         } else {
             "list".into()
         };
-        if let Some(name) = param("fieldSelector").and_then(|s| exact_name(s))
-            && path_segment_problem(&name).is_none()
+        // the value a field selector requires `metadata.name` to equal (`RequiresExactMatch`)
+        let selector = param("fieldSelector").and_then(|s| FieldSelector::parse(s).ok());
+        if let Some(name) = selector.as_ref().and_then(|s| s.required("metadata.name"))
+            && path_segment_problem(name).is_none()
         {
-            info.name = name;
+            info.name = name.to_string();
         }
     }
     if info.name.is_empty() && info.verb == "delete" {
@@ -403,11 +364,15 @@ mod tests {
 
     #[test]
     fn only_an_exact_metadata_name_term_names_the_object() {
-        assert_eq!(exact_name("metadata.name=a"), Some("a".into()));
-        assert_eq!(exact_name("x=y,metadata.name==b"), Some("b".into()));
-        assert_eq!(exact_name("metadata.name!=a"), None);
-        assert_eq!(exact_name("metadata.namespace=a"), None);
-        assert_eq!(exact_name("metadata.name=a\\,b"), Some("a,b".into()));
+        let name = |selector: &str| {
+            let query = [("fieldSelector".to_string(), selector.to_string())];
+            attributes("GET", "/api/v1/namespaces/default/pods", &query).name
+        };
+        assert_eq!(name("metadata.name=a"), "a");
+        assert_eq!(name("x=y,metadata.name==b"), "b");
+        assert_eq!(name("metadata.name!=a"), "");
+        assert_eq!(name("metadata.namespace=a"), "");
+        assert_eq!(name("metadata.name=a\\,b"), "a,b");
     }
 
     #[test]

@@ -139,6 +139,11 @@ impl KindInfo {
         self
     }
 
+    /// Add field selector keys read from the path of the same name, `""` when absent.
+    pub fn with_fields(self, keys: &[&str]) -> Self {
+        keys.iter().fold(self, |k, key| k.with_field(key, key, ""))
+    }
+
     /// Set what HTTP create does with `.status`.
     pub fn with_status_on_create(mut self, s: StatusOnCreate) -> Self {
         self.status_on_create = s;
@@ -148,12 +153,6 @@ impl KindInfo {
     /// Let PUT on a missing object create it.
     pub fn with_create_on_update(mut self) -> Self {
         self.allow_create_on_update = true;
-        self
-    }
-
-    /// Prune, default and validate objects with `schema`.
-    pub fn with_schema(mut self, schema: Arc<Schema>) -> Self {
-        self.schema = Some(schema);
         self
     }
 
@@ -237,41 +236,31 @@ fn core_kinds() -> Vec<KindInfo> {
         .with_status_subresource(true)
         .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Pending"})))
         .with_delete_returning_object()
-        .with_field("spec.nodeName", "spec.nodeName", "")
-        .with_field("spec.restartPolicy", "spec.restartPolicy", "")
-        .with_field("spec.schedulerName", "spec.schedulerName", "")
-        .with_field("spec.serviceAccountName", "spec.serviceAccountName", "")
+        .with_fields(&["spec.nodeName", "spec.restartPolicy", "spec.schedulerName"])
+        .with_fields(&["spec.serviceAccountName", "status.phase", "status.podIP"])
+        .with_fields(&["status.nominatedNodeName"])
         .with_field("spec.hostNetwork", "spec.hostNetwork", "false")
-        .with_field("status.phase", "status.phase", "")
-        .with_field("status.podIP", "status.podIP", "")
-        .with_field("status.nominatedNodeName", "status.nominatedNodeName", "")
         .with_short_names(&["po"]),
         KindInfo::core("", "v1", "events", "Event", true)
             .with_create_on_update()
-            .with_field("involvedObject.kind", "involvedObject.kind", "")
-            .with_field("involvedObject.namespace", "involvedObject.namespace", "")
-            .with_field("involvedObject.name", "involvedObject.name", "")
-            .with_field("involvedObject.uid", "involvedObject.uid", "")
-            .with_field("involvedObject.apiVersion", "involvedObject.apiVersion", "")
-            .with_field(
+            .with_fields(&["involvedObject.kind", "involvedObject.namespace"])
+            .with_fields(&["involvedObject.name", "involvedObject.uid"])
+            .with_fields(&[
+                "involvedObject.apiVersion",
                 "involvedObject.resourceVersion",
-                "involvedObject.resourceVersion",
-                "",
-            )
-            .with_field("involvedObject.fieldPath", "involvedObject.fieldPath", "")
-            .with_field("reason", "reason", "")
-            .with_field("reportingComponent", "reportingComponent", "")
+            ])
+            .with_fields(&["involvedObject.fieldPath", "reason", "reportingComponent"])
             .with_field("source", "source.component", "")
-            .with_field("type", "type", "")
+            .with_fields(&["type"])
             .with_short_names(&["ev"]),
-        KindInfo::core("", "v1", "secrets", "Secret", true).with_field("type", "type", ""),
+        KindInfo::core("", "v1", "secrets", "Secret", true).with_fields(&["type"]),
         KindInfo::core("", "v1", "serviceaccounts", "ServiceAccount", true)
             .with_short_names(&["sa"]),
         KindInfo::core("", "v1", "namespaces", "Namespace", false)
             .with_status_subresource(true)
             .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Active"})))
             .with_delete_returning_object()
-            .with_field("status.phase", "status.phase", "")
+            .with_fields(&["status.phase"])
             .with_short_names(&["ns"]),
         KindInfo::core("", "v1", "nodes", "Node", false)
             .with_status_subresource(true)
@@ -281,13 +270,8 @@ fn core_kinds() -> Vec<KindInfo> {
             conversion: Some(Conversion::EventsV1),
             ..KindInfo::core("events.k8s.io", "v1", "events", "Event", true)
                 .with_create_on_update()
-                .with_field("regarding.kind", "regarding.kind", "")
-                .with_field("regarding.namespace", "regarding.namespace", "")
-                .with_field("regarding.name", "regarding.name", "")
-                .with_field("regarding.uid", "regarding.uid", "")
-                .with_field("reason", "reason", "")
-                .with_field("reportingController", "reportingController", "")
-                .with_field("type", "type", "")
+                .with_fields(&["regarding.kind", "regarding.namespace", "regarding.name"])
+                .with_fields(&["regarding.uid", "reason", "reportingController", "type"])
                 .with_short_names(&["ev"])
         },
         // apps/v1 DaemonSets: what an operator's `kubectl apply` or `kubectl patch` changes when
@@ -319,65 +303,38 @@ fn core_kinds() -> Vec<KindInfo> {
 /// The API group of RBAC's kinds.
 pub(crate) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
-/// One of kruise's CRDs (openkruise/kruise `config/crd/bases`, as in the real test cluster).
-struct KruiseCrd {
-    plural: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-    short_names: &'static [&'static str],
-    /// Served versions; the first is the storage version.
-    versions: &'static [&'static str],
-}
+/// One of kruise's CRDs (openkruise/kruise `config/crd/bases`, as in the real test cluster):
+/// plural, kind, namespaced, short names, and the served versions, the storage version first.
+type KruiseCrd = (&'static str, &'static str, bool, Names, Names);
+type Names = &'static [&'static str];
 
+const BOTH: &[&str] = &["v1beta1", "v1alpha1"];
 const KRUISE: &[KruiseCrd] = &[
-    KruiseCrd {
-        plural: "nodeimages",
-        kind: "NodeImage",
-        namespaced: false,
-        short_names: &[],
-        versions: &["v1beta1", "v1alpha1"],
-    },
-    KruiseCrd {
-        plural: "containerrecreaterequests",
-        kind: "ContainerRecreateRequest",
-        namespaced: true,
-        short_names: &["crr"],
-        versions: &["v1beta1", "v1alpha1"],
-    },
-    KruiseCrd {
-        plural: "imagepulljobs",
-        kind: "ImagePullJob",
-        namespaced: true,
-        short_names: &[],
-        versions: &["v1beta1", "v1alpha1"],
-    },
-    KruiseCrd {
-        plural: "nodepodprobes",
-        kind: "NodePodProbe",
-        namespaced: false,
-        short_names: &[],
-        versions: &["v1alpha1"],
-    },
-    KruiseCrd {
-        plural: "podprobemarkers",
-        kind: "PodProbeMarker",
-        namespaced: true,
-        short_names: &[],
-        versions: &["v1alpha1"],
-    },
+    ("nodeimages", "NodeImage", false, &[], BOTH),
+    (
+        "containerrecreaterequests",
+        "ContainerRecreateRequest",
+        true,
+        &["crr"],
+        BOTH,
+    ),
+    ("imagepulljobs", "ImagePullJob", true, &[], BOTH),
+    ("nodepodprobes", "NodePodProbe", false, &[], &["v1alpha1"]),
+    (
+        "podprobemarkers",
+        "PodProbeMarker",
+        true,
+        &[],
+        &["v1alpha1"],
+    ),
 ];
 
-fn kruise_kind(crd: &KruiseCrd, version: &str) -> KindInfo {
-    let mut k = KindInfo::custom(
-        "apps.kruise.io",
-        version,
-        crd.plural,
-        crd.kind,
-        crd.namespaced,
-    )
-    .with_short_names(crd.short_names);
-    k.schema = kruise_schema(crd.plural, version);
-    k
+fn kruise_kind(&(plural, kind, namespaced, short_names, _): &KruiseCrd, version: &str) -> KindInfo {
+    KindInfo {
+        schema: kruise_schema(plural, version),
+        ..KindInfo::custom("apps.kruise.io", version, plural, kind, namespaced)
+            .with_short_names(short_names)
+    }
 }
 
 /// OpenKruise's custom resources as kruise's CRDs serve them: NodeImage,
@@ -387,7 +344,7 @@ fn kruise_kind(crd: &KruiseCrd, version: &str) -> KindInfo {
 pub fn kruise_kinds() -> Vec<KindInfo> {
     let mut out = Vec::new();
     for crd in KRUISE {
-        for (i, v) in crd.versions.iter().enumerate() {
+        for (i, v) in crd.4.iter().enumerate() {
             let k = kruise_kind(crd, v);
             out.push(if i == 0 { k } else { k.as_other_version() });
         }

@@ -66,7 +66,8 @@ impl Tls {
         }
     }
 
-    fn acceptor(&self) -> io::Result<tokio_rustls::TlsAcceptor> {
+    /// A TLS acceptor with this certificate and these protocols (a test's own TLS front too).
+    pub fn acceptor(&self) -> io::Result<tokio_rustls::TlsAcceptor> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let bad = |what: &str, e: &dyn std::fmt::Display| {

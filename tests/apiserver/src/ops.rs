@@ -52,6 +52,29 @@ fn non_empty(s: Option<&str>) -> Option<&str> {
     s.filter(|s| !s.is_empty())
 }
 
+/// `422 Invalid` with one cause.
+fn invalid(kind: &KindInfo, name: &str, field: &str, reason: &str, msg: String) -> ApiError {
+    ApiError::invalid(kind, name, &[(field, reason, msg)])
+}
+
+/// The namespace of a write: the URL's, which the body's must match, else the body's (`""`
+/// for a cluster-scoped kind).
+fn namespace_of(
+    kind: &KindInfo,
+    url_ns: Option<&str>,
+    obj: &Value,
+) -> Result<Option<String>, ApiError> {
+    if !kind.namespaced {
+        return Ok(Some(String::new()));
+    }
+    match (url_ns, non_empty(meta_str(obj, "namespace"))) {
+        (Some(u), Some(b)) if b != u => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+        (u, b) => Ok(u.or(b).map(str::to_string)),
+    }
+}
+
 /// Check `kind`/`apiVersion` of a request body like the real decoders: built-in
 /// kinds default missing ones from the URL, custom resources require both;
 /// the control API fills them in.
@@ -88,15 +111,8 @@ fn check_type(kind: &KindInfo, body: &mut Value, origin: Origin) -> Result<(), A
                 ..kind.clone()
             };
             let name = meta_str(body, "name").unwrap_or("").to_string();
-            return Err(ApiError::invalid(
-                &other,
-                &name,
-                &[(
-                    "kind",
-                    "FieldValueInvalid",
-                    format!("Invalid value: \"{k}\": must be {}", kind.kind),
-                )],
-            ));
+            let why = format!("Invalid value: \"{k}\": must be {}", kind.kind);
+            return Err(invalid(&other, &name, "kind", "FieldValueInvalid", why));
         }
         return Ok(());
     }
@@ -150,10 +166,6 @@ fn check_schema(
     if causes.is_empty() {
         return Ok(());
     }
-    let causes: Vec<(&str, &str, String)> = causes
-        .iter()
-        .map(|(f, r, m)| (f.as_str(), *r, m.clone()))
-        .collect();
     Err(ApiError::invalid(kind, name, &causes))
 }
 
@@ -176,14 +188,13 @@ fn check_event(kind: &KindInfo, name: &str, ns: &str, obj: &Value) -> Result<(),
     if ok {
         return Ok(());
     }
-    Err(ApiError::invalid(
+    let why = format!("Invalid value: \"{involved}\": does not match event.namespace");
+    Err(invalid(
         kind,
         name,
-        &[(
-            "involvedObject.namespace",
-            "FieldValueInvalid",
-            format!("Invalid value: \"{involved}\": does not match event.namespace"),
-        )],
+        "involvedObject.namespace",
+        "FieldValueInvalid",
+        why,
     ))
 }
 
@@ -248,10 +259,6 @@ fn check_meta(kind: &KindInfo, name: &str, obj: &Value) -> Result<(), ApiError> 
     if causes.is_empty() {
         return Ok(());
     }
-    let causes: Vec<(&str, &str, String)> = causes
-        .iter()
-        .map(|(f, r, m)| (f.as_str(), *r, m.clone()))
-        .collect();
     Err(ApiError::invalid(kind, name, &causes))
 }
 
@@ -274,25 +281,14 @@ pub(crate) fn create(
     obj["kind"] = json!(storage_kind.kind);
     obj["apiVersion"] = json!(storage_kind.api_version());
 
-    let body_ns = non_empty(meta_str(&obj, "namespace")).map(str::to_string);
-    let ns = if kind.namespaced {
-        match (url_ns, body_ns) {
-            (Some(u), Some(b)) if b != u => {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-            (Some(u), _) => u.to_string(),
-            (None, Some(b)) => b,
-            (None, None) if origin == Origin::Control => "default".to_string(),
-            (None, None) => {
-                return Err(ApiError::bad_request(
-                    "the namespace of the object must be set",
-                ));
-            }
+    let ns = match namespace_of(kind, url_ns, &obj)? {
+        Some(ns) => ns,
+        None if origin == Origin::Control => "default".to_string(),
+        None => {
+            return Err(ApiError::bad_request(
+                "the namespace of the object must be set",
+            ));
         }
-    } else {
-        String::new()
     };
 
     let mut name = non_empty(meta_str(&obj, "name")).unwrap_or("").to_string();
@@ -308,14 +304,13 @@ pub(crate) fn create(
                 }
             }
             None => {
-                return Err(ApiError::invalid(
+                let why = "Required value: name or generateName is required".into();
+                return Err(invalid(
                     kind,
                     "",
-                    &[(
-                        "metadata.name",
-                        "FieldValueRequired",
-                        "Required value: name or generateName is required".into(),
-                    )],
+                    "metadata.name",
+                    "FieldValueRequired",
+                    why,
                 ));
             }
         }
@@ -533,21 +528,7 @@ pub(crate) fn update(
         (None, Some(b)) => b,
         (None, None) => return Err(ApiError::bad_request("name is required")),
     };
-    let body_ns = non_empty(meta_str(&new, "namespace")).map(str::to_string);
-    let ns = if kind.namespaced {
-        match (url_ns, body_ns) {
-            (Some(u), Some(b)) if b != u => {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-            (Some(u), _) => u.to_string(),
-            (None, Some(b)) => b,
-            (None, None) => "default".to_string(),
-        }
-    } else {
-        String::new()
-    };
+    let ns = namespace_of(kind, url_ns, &new)?.unwrap_or_else(|| "default".to_string());
 
     let Some(stored) = st.get(sidx, &ns, &name).cloned() else {
         if kind.allow_create_on_update && sub == Sub::Main {
@@ -590,24 +571,20 @@ pub(crate) fn update(
                 copy_field(&mut new, &old, "status");
             }
             if is_core(storage_kind, "pods") && container_count(&new) != container_count(&old) {
-                return Err(ApiError::invalid(
+                let why = "Forbidden: pod updates may not add or remove containers".into();
+                return Err(invalid(
                     kind,
                     &name,
-                    &[(
-                        "spec.containers",
-                        "FieldValueForbidden",
-                        "Forbidden: pod updates may not add or remove containers".into(),
-                    )],
+                    "spec.containers",
+                    "FieldValueForbidden",
+                    why,
                 ));
             }
             if is_core(storage_kind, "pods")
                 && immutable_pod_spec(new.get("spec")) != immutable_pod_spec(old.get("spec"))
             {
-                return Err(ApiError::invalid(
-                    kind,
-                    &name,
-                    &[("spec", "FieldValueForbidden", POD_UPDATE_FORBIDDEN.into())],
-                ));
+                let why = POD_UPDATE_FORBIDDEN.into();
+                return Err(invalid(kind, &name, "spec", "FieldValueForbidden", why));
             }
             new
         }
@@ -663,16 +640,15 @@ pub(crate) fn update(
             .filter(|f| !before.contains(f))
             .collect();
         if !added.is_empty() {
-            return Err(ApiError::invalid(
+            let why = format!(
+                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+            );
+            return Err(invalid(
                 kind,
                 &name,
-                &[(
-                    "metadata.finalizers",
-                    "FieldValueForbidden",
-                    format!(
-                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
-                    ),
-                )],
+                "metadata.finalizers",
+                "FieldValueForbidden",
+                why,
             ));
         }
     }
@@ -734,14 +710,13 @@ pub(crate) fn patch(
     if ptype == PatchType::Apply {
         if non_empty(field_manager).is_none() {
             let pkind = KindInfo::core("meta.k8s.io", "v1", "patchoptions", "PatchOptions", false);
-            return Err(ApiError::invalid(
+            let why = "Required value: is required for apply patch".into();
+            return Err(invalid(
                 &pkind,
                 "",
-                &[(
-                    "fieldManager",
-                    "FieldValueRequired",
-                    "Required value: is required for apply patch".into(),
-                )],
+                "fieldManager",
+                "FieldValueRequired",
+                why,
             ));
         }
         if !body.is_object() {
@@ -753,11 +728,7 @@ pub(crate) fn patch(
     if ptype == PatchType::Merge && !body.is_object() {
         return Err(ApiError::bad_request("merge patch must be a JSON object"));
     }
-    let ns_key = if kind.namespaced {
-        ns.unwrap_or("")
-    } else {
-        ""
-    };
+    let ns_key = ns.filter(|_| kind.namespaced).unwrap_or("");
     let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
         if ptype == PatchType::Apply && sub == Sub::Main {
             let mut b = body.clone();
@@ -808,11 +779,7 @@ pub(crate) fn delete(
     let kinds = st.kinds.clone();
     let kind = kinds.get(kidx);
     let sidx = kinds.storage_of(kidx);
-    let ns_key = if kind.namespaced {
-        ns.unwrap_or("")
-    } else {
-        ""
-    };
+    let ns_key = ns.filter(|_| kind.namespaced).unwrap_or("");
     let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
         return Err(ApiError::not_found(kind, name));
     };

@@ -34,30 +34,25 @@ pub(crate) fn authorize(st: &State, user: &UserInfo, attrs: &Attributes) -> Resu
             })
             .unwrap_or_default()
     };
-    for binding in objects("clusterrolebindings") {
-        if !applies_to(user, &binding["subjects"], "") {
+    // RoleBindings only for a namespaced request, and only those of its namespace
+    let bindings = objects("clusterrolebindings").into_iter().chain(
+        (!attrs.namespace.is_empty())
+            .then(|| objects("rolebindings"))
+            .unwrap_or_default(),
+    );
+    for binding in bindings {
+        let ns = binding
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if (!ns.is_empty() && ns != attrs.namespace) || !applies_to(user, &binding["subjects"], ns)
+        {
             continue;
         }
-        match role_rules(st, &binding["roleRef"], "") {
+        match role_rules(st, &binding["roleRef"], ns) {
             Ok(rules) if rules.iter().any(|r| rule_allows(attrs, r)) => return Ok(()),
             Ok(_) => {}
             Err(e) => errors.push(e),
-        }
-    }
-    if !attrs.namespace.is_empty() {
-        for binding in objects("rolebindings") {
-            let ns = binding
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if ns != attrs.namespace || !applies_to(user, &binding["subjects"], ns) {
-                continue;
-            }
-            match role_rules(st, &binding["roleRef"], ns) {
-                Ok(rules) if rules.iter().any(|r| rule_allows(attrs, r)) => return Ok(()),
-                Ok(_) => {}
-                Err(e) => errors.push(e),
-            }
         }
     }
     // the RBAC authorizer's reason: only the errors it met (missing roles), aggregated

@@ -49,6 +49,9 @@ pub struct Schema {
     list_map_keys: Vec<String>,
 }
 
+/// The fields of an object's root that its schema neither prunes nor checks.
+const ROOT_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
+
 /// The fields of `ObjectMeta`; anything else under `metadata` is dropped.
 const OBJECT_META: &[&str] = &[
     "name",
@@ -149,52 +152,14 @@ fn number_text(f: f64) -> String {
 /// What `strfmt` accepts as a `date-time`: RFC 3339 and the ISO 8601 variants
 /// (seconds, fraction and zone optional; `T` or a space); `""` is valid.
 fn is_date_time(s: &str) -> bool {
-    if s.is_empty() {
-        return true;
-    }
-    let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| {
-        b.get(r.clone())
-            .is_some_and(|x| x.iter().all(u8::is_ascii_digit))
-    };
-    if b.len() < 16
-        || !digits(0..4)
-        || b[4] != b'-'
-        || !digits(5..7)
-        || b[7] != b'-'
-        || !digits(8..10)
-        || !matches!(b[10], b'T' | b't' | b' ')
-        || !digits(11..13)
-        || b[13] != b':'
-        || !digits(14..16)
-    {
-        return false;
-    }
-    let mut i = 16;
-    if b.get(i) == Some(&b':') {
-        if !digits(i + 1..i + 3) {
-            return false;
-        }
-        i += 3;
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            let start = i;
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == start {
-                return false;
-            }
-        }
-    }
-    match &b[i..] {
-        [] | [b'Z'] | [b'z'] => true,
-        [b'+' | b'-', rest @ ..] => {
-            let rest: Vec<u8> = rest.iter().copied().filter(|c| *c != b':').collect();
-            rest.len() == 4 && rest.iter().all(u8::is_ascii_digit)
-        }
-        _ => false,
-    }
+    static RE: OnceLock<regex::Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(
+            r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?([Zz]|[+-](:*[0-9]){4}:*)?$",
+        )
+        .expect("the date-time pattern compiles")
+    });
+    s.is_empty() || re.is_match(s)
 }
 
 impl Schema {
@@ -258,45 +223,20 @@ impl Schema {
     /// With `warnings`, every dropped unknown field is reported like the real
     /// server's `Warning: 299 - "unknown field \"spec.x\""` headers.
     pub fn normalize(&self, obj: &mut Value, warnings: Option<&mut Vec<String>>) {
-        let mut sink = Vec::new();
-        let report = warnings.is_some();
         let Value::Object(map) = obj else {
             return;
         };
-        let mut unknown = Vec::new();
-        if let Some(props) = &self.properties {
-            map.retain(|k, v| {
-                if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                    return true;
-                }
-                if v.is_null() && !props.get(k).is_some_and(|p| p.nullable) {
-                    return false;
-                }
-                let known = props.contains_key(k) || self.preserve_unknown;
-                if !known {
-                    unknown.push(k.clone());
-                }
-                known
-            });
-        }
-        sink.extend(unknown.iter().map(|k| format!("unknown field \"{k}\"")));
-        if let Some(props) = &self.properties {
-            for (k, p) in props {
-                if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                if !map.contains_key(k)
-                    && let Some(d) = &p.default
-                {
-                    map.insert(k.clone(), d.clone());
-                }
-                if let Some(v) = map.get_mut(k) {
-                    p.normalize_node(v, k, &mut sink);
-                }
-            }
+        let kept: Vec<(String, Value)> = ROOT_FIELDS
+            .iter()
+            .filter_map(|k| map.remove_entry(*k))
+            .collect();
+        let mut sink = Vec::new();
+        self.normalize_node(obj, "", &mut sink);
+        if let Value::Object(map) = obj {
+            map.extend(kept);
         }
         prune_object_meta(obj, &mut sink);
-        if report && let Some(w) = warnings {
+        if let Some(w) = warnings {
             sink.sort();
             w.extend(sink);
         }
@@ -360,20 +300,8 @@ impl Schema {
     /// those at the same place in `old` are not checked (ratcheting).
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
-        let Some(props) = &self.properties else {
-            return causes;
-        };
-        for (k, p) in props {
-            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                continue;
-            }
-            match obj.get(k) {
-                Some(v) => p.validate_node(v, old.and_then(|o| o.get(k)), k, &mut causes),
-                None if self.required.contains(k) => {
-                    causes.push((k.clone(), "FieldValueRequired", "Required value".into()))
-                }
-                None => {}
-            }
+        if let Value::Object(map) = obj {
+            self.check_object(map, old, "", &mut causes);
         }
         causes
     }
@@ -529,11 +457,11 @@ impl Schema {
     ) {
         let old_child = |k: &str| old.and_then(|o| o.get(k));
         if let Some(props) = &self.properties {
-            let mut keys: Vec<&String> = props.keys().chain(map.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                let Some(p) = props.get(k) else { continue };
+            // the root's apiVersion, kind and metadata are not the schema's to check
+            let own = props
+                .iter()
+                .filter(|(k, _)| !path.is_empty() || !ROOT_FIELDS.contains(&k.as_str()));
+            for (k, p) in own {
                 match map.get(k) {
                     Some(x) => p.validate_node(x, old_child(k), &path_join(path, k), out),
                     None if self.required.contains(k) => out.push((

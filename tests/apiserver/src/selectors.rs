@@ -45,67 +45,47 @@ enum Tok {
     Lt,
 }
 
-fn tokenize(s: &str) -> Result<Vec<Tok>, String> {
+fn tokenize(s: &str) -> Vec<Tok> {
     let chars: Vec<char> = s.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        match c {
-            ' ' | '\t' | '\n' => i += 1,
-            '=' if next == Some('=') => {
-                out.push(Tok::DoubleEq);
-                i += 2;
-            }
-            '=' => {
-                out.push(Tok::Eq);
-                i += 1;
-            }
-            '!' if next == Some('=') => {
-                out.push(Tok::NotEq);
-                i += 2;
-            }
-            '!' => {
-                out.push(Tok::Bang);
-                i += 1;
-            }
-            '(' => {
-                out.push(Tok::Open);
-                i += 1;
-            }
-            ')' => {
-                out.push(Tok::Close);
-                i += 1;
-            }
-            ',' => {
-                out.push(Tok::Comma);
-                i += 1;
-            }
-            '>' => {
-                out.push(Tok::Gt);
-                i += 1;
-            }
-            '<' => {
-                out.push(Tok::Lt);
-                i += 1;
-            }
+        let two = chars.get(i + 1) == Some(&'=');
+        let tok = match chars[i] {
+            ' ' | '\t' | '\n' => None,
+            '=' if two => Some(Tok::DoubleEq),
+            '!' if two => Some(Tok::NotEq),
+            '=' => Some(Tok::Eq),
+            '!' => Some(Tok::Bang),
+            '(' => Some(Tok::Open),
+            ')' => Some(Tok::Close),
+            ',' => Some(Tok::Comma),
+            '>' => Some(Tok::Gt),
+            '<' => Some(Tok::Lt),
             _ => {
-                let start = i;
-                while i < chars.len() && !" \t\n=!(),<>".contains(chars[i]) {
-                    i += 1;
-                }
-                out.push(Tok::Word(chars[start..i].iter().collect()));
+                let word = chars[i..]
+                    .iter()
+                    .take_while(|c| !" \t\n=!(),<>".contains(**c));
+                let word: String = word.collect();
+                i += word.chars().count();
+                out.push(Tok::Word(word));
+                continue;
             }
-        }
+        };
+        i += if matches!(tok, Some(Tok::DoubleEq | Tok::NotEq)) {
+            2
+        } else {
+            1
+        };
+        out.extend(tok);
     }
-    Ok(out)
+    out
 }
 
 impl LabelSelector {
     /// Parse a `labelSelector` query value.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let toks = tokenize(s)?;
+        let toks = tokenize(s);
         let mut reqs = Vec::new();
         let mut i = 0;
         let word = |i: usize| match toks.get(i) {
@@ -219,6 +199,7 @@ impl LabelSelector {
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        let number = |k: &str| get(k).and_then(|x| x.parse::<i64>().ok());
         self.reqs.iter().all(|(k, op)| match op {
             LabelOp::Eq(v) => get(k) == Some(v.as_str()),
             LabelOp::NotEq(v) => get(k) != Some(v.as_str()),
@@ -226,12 +207,8 @@ impl LabelSelector {
             LabelOp::NotIn(vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
             LabelOp::Exists => get(k).is_some(),
             LabelOp::NotExists => get(k).is_none(),
-            LabelOp::Gt(n) => get(k)
-                .and_then(|x| x.parse::<i64>().ok())
-                .is_some_and(|x| x > *n),
-            LabelOp::Lt(n) => get(k)
-                .and_then(|x| x.parse::<i64>().ok())
-                .is_some_and(|x| x < *n),
+            LabelOp::Gt(n) => number(k).is_some_and(|x| x > *n),
+            LabelOp::Lt(n) => number(k).is_some_and(|x| x < *n),
         })
     }
 }

@@ -118,10 +118,14 @@ impl ApiError {
     }
 
     /// `422 Invalid` with one cause per `(field, reason, message)`.
-    pub fn invalid(kind: &KindInfo, name: &str, causes: &[(&str, &str, String)]) -> Self {
+    pub fn invalid<F: AsRef<str>>(
+        kind: &KindInfo,
+        name: &str,
+        causes: &[(F, &str, String)],
+    ) -> Self {
         let joined = causes
             .iter()
-            .map(|(field, _, msg)| format!("{field}: {msg}"))
+            .map(|(field, _, msg)| format!("{}: {msg}", field.as_ref()))
             .collect::<Vec<_>>();
         let message = if joined.len() == 1 {
             joined.join("")
@@ -131,7 +135,7 @@ impl ApiError {
         let mut details = json!({
             "kind": kind.kind,
             "causes": causes.iter().map(|(field, reason, msg)| json!({
-                "reason": reason, "message": msg, "field": field,
+                "reason": reason, "message": msg, "field": field.as_ref(),
             })).collect::<Vec<_>>(),
         });
         if !name.is_empty() {

@@ -85,36 +85,22 @@ pub fn format_rfc3339(secs: i64) -> String {
 
 /// Decode `application/x-www-form-urlencoded` text (`+` is a space).
 pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'+', _) => out.push(b' '),
+            (b'%', Some(h)) => {
+                out.push(h);
+                i += 2;
             }
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
+            (c, _) => out.push(c),
         }
+        i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
 }
@@ -130,14 +116,17 @@ pub fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether `s` is an RFC 1123 DNS label (what namespace names must be).
-pub fn is_dns_label(s: &str) -> bool {
+fn is_dns_part(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// Whether `s` is an RFC 1123 DNS label (what namespace names must be).
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_dns_part(s)
 }
 
 /// Why `s` cannot be a path segment (apimachinery's `IsValidPathSegmentName`), if it cannot:
@@ -154,16 +143,7 @@ pub fn path_segment_problem(s: &str) -> Option<&'static str> {
 
 /// Whether `s` is an RFC 1123 DNS subdomain (what most object names must be).
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_part)
 }
 
 fn is_qualified_name_part(s: &str) -> bool {
@@ -189,74 +169,51 @@ pub fn is_label_value(v: &str) -> bool {
     v.is_empty() || is_qualified_name_part(v)
 }
 
+const NAME_PART: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
 /// Validation failures for `metadata.labels` and `metadata.annotations`, as
 /// `(field, reason, message)` causes.
 pub fn validate_meta(meta: &Map<String, Value>) -> Vec<(String, &'static str, String)> {
     let mut causes = Vec::new();
-    if let Some(labels) = meta.get("labels") {
-        match labels.as_object() {
-            Some(labels) => {
-                for (k, v) in labels {
-                    if !is_qualified_name(k) {
-                        causes.push((
-                            "metadata.labels".into(),
-                            "FieldValueInvalid",
-                            format!("Invalid value: {k:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
-                        ));
-                    }
-                    match v.as_str() {
-                        Some(s) if is_label_value(s) => {}
-                        _ => causes.push((
-                            "metadata.labels".into(),
-                            "FieldValueInvalid",
-                            format!("Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
-                        )),
-                    }
-                }
+    for field in ["labels", "annotations"] {
+        let mut bad = |reason, msg: String| causes.push((format!("metadata.{field}"), reason, msg));
+        let map = match meta.get(field) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Object(map)) => map,
+            Some(_) => {
+                bad("FieldValueInvalid", "must be a map of strings".into());
+                continue;
             }
-            None if labels.is_null() => {}
-            None => causes.push((
-                "metadata.labels".into(),
-                "FieldValueInvalid",
-                "must be a map of strings".into(),
-            )),
+        };
+        let labels = field == "labels";
+        let mut total = 0;
+        for (k, v) in map {
+            total += k.len() + v.as_str().map_or(0, str::len);
+            let key = if labels { k.clone() } else { k.to_lowercase() };
+            if !is_qualified_name(&key) {
+                bad(
+                    "FieldValueInvalid",
+                    format!("Invalid value: {k:?}: {NAME_PART}"),
+                );
+            }
+            match v.as_str() {
+                Some(s) if !labels || is_label_value(s) => {}
+                _ if labels => bad(
+                    "FieldValueInvalid",
+                    format!("Invalid value: {v}: {LABEL_VALUE}"),
+                ),
+                _ => bad(
+                    "FieldValueInvalid",
+                    format!("Invalid value: {v}: must be a string"),
+                ),
+            }
         }
-    }
-    if let Some(ann) = meta.get("annotations") {
-        match ann.as_object() {
-            Some(ann) => {
-                let mut total = 0;
-                for (k, v) in ann {
-                    total += k.len() + v.as_str().map_or(0, str::len);
-                    if !is_qualified_name(&k.to_lowercase()) {
-                        causes.push((
-                            "metadata.annotations".into(),
-                            "FieldValueInvalid",
-                            format!("Invalid value: {k:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
-                        ));
-                    }
-                    if !v.is_string() {
-                        causes.push((
-                            "metadata.annotations".into(),
-                            "FieldValueInvalid",
-                            format!("Invalid value: {v}: must be a string"),
-                        ));
-                    }
-                }
-                if total > 256 * 1024 {
-                    causes.push((
-                        "metadata.annotations".into(),
-                        "FieldValueTooLong",
-                        "Too long: must have at most 262144 bytes".into(),
-                    ));
-                }
-            }
-            None if ann.is_null() => {}
-            None => causes.push((
-                "metadata.annotations".into(),
-                "FieldValueInvalid",
-                "must be a map of strings".into(),
-            )),
+        if !labels && total > 256 * 1024 {
+            bad(
+                "FieldValueTooLong",
+                "Too long: must have at most 262144 bytes".into(),
+            );
         }
     }
     causes
