@@ -201,17 +201,10 @@ pub struct Identity {
     _dir: tempfile::TempDir,
 }
 
-const NAMESPACE_YAML: &str = include_str!("../../deploy/namespace.yaml");
-const DEPLOY_RBAC_YAML: &str = include_str!("../../deploy/rbac.yaml");
-const CHART_RBAC_YAML: &str = include_str!("../fixtures/kruise-chart/rbac.yaml");
-
 /// Applies the RBAC of `rbac` and returns a kubeconfig for its ServiceAccount.
 pub async fn identity(lab: &KubeLab, admin: &Client, rbac: Rbac) -> Identity {
-    apply_yaml(admin, NAMESPACE_YAML).await;
-    let (yaml, sa) = match rbac {
-        Rbac::Deploy => (DEPLOY_RBAC_YAML, "kruised"),
-        Rbac::KruiseChart => (CHART_RBAC_YAML, "kruise-daemon"),
-    };
+    apply_yaml(admin, super::rbac::NAMESPACE_YAML).await;
+    let (sa, yaml) = super::rbac::manifests(rbac);
     apply_yaml(admin, yaml).await;
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kruise-system");
     let request: TokenRequest = serde_json::from_value(json!({

@@ -78,28 +78,26 @@ impl Daemon {
         let mut cmd = Command::new(kruised_bin());
         cmd.args(["--log-format", "json", "run", "--node-name", node, "--addr"])
             .arg(admin.to_string())
-            .args(args)
-            .env("RUST_LOG", "info,kruised=debug")
-            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
-            .env_remove("KUBECONFIG")
-            .envs(envs.iter().copied());
-        Self::spawn(cmd, admin)
+            .args(args);
+        Self::spawn(cmd, envs, admin)
     }
 
     /// Starts `exe` (the binary under another name) with exactly `args` and `envs`; its admin
     /// server is expected on kruise's default port.
     pub fn start_exe(exe: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(exe);
-        cmd.args(args)
-            .env("RUST_LOG", "info,kruised=debug")
-            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
-            .env_remove("KUBECONFIG")
-            .envs(envs.iter().copied());
-        Self::spawn(cmd, "127.0.0.1:10221".parse().expect("addr"))
+        cmd.args(args);
+        Self::spawn(cmd, envs, "127.0.0.1:10221".parse().expect("addr"))
     }
 
-    fn spawn(mut cmd: Command, admin: SocketAddr) -> Daemon {
-        cmd.stdin(Stdio::null())
+    /// Starts `cmd` with kruised's debug log, neither a runtime nor a kubeconfig from the
+    /// test's environment, and `envs`.
+    fn spawn(mut cmd: Command, envs: &[(&str, &str)], admin: SocketAddr) -> Daemon {
+        cmd.env("RUST_LOG", "info,kruised=debug")
+            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+            .env_remove("KUBECONFIG")
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -153,29 +151,9 @@ impl Daemon {
     /// Waits for a line whose message contains `needle` (or returns one already logged), at
     /// most `limit`. Panics with the log if it does not come.
     pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> serde_json::Value {
-        let found = tokio::time::timeout(limit, async {
-            loop {
-                if let Some(v) = self.log().into_iter().find(|v| message_has(v, needle)) {
-                    return Some(v);
-                }
-                if self.lines.changed().await.is_err() {
-                    // the process ended; one last look
-                    return self.log().into_iter().find(|v| message_has(v, needle));
-                }
-            }
-        })
-        .await;
-        match found {
-            Ok(Some(v)) => v,
-            Ok(None) => panic!(
-                "kruised exited before logging {needle:?}; log:\n{}",
-                self.log_text()
-            ),
-            Err(_) => panic!(
-                "kruised did not log {needle:?} within {limit:?}; log:\n{}",
-                self.log_text()
-            ),
-        }
+        let what = format!("{needle:?}");
+        self.wait_for_line(&what, limit, |v| message_has(v, needle))
+            .await
     }
 
     /// Waits until `times` lines whose message contains `needle` have been logged, at most

@@ -20,9 +20,7 @@ use tokio::sync::watch;
 pub const API_NAME: &str = "apiserver.test";
 
 /// The test CA, as a kubeconfig's `certificate-authority-data` wants it (PEM).
-pub const CA_PEM: &str = include_str!("../fixtures/tls/ca.pem");
-const SERVER_PEM: &str = include_str!("../fixtures/tls/server.pem");
-const SERVER_KEY_PEM: &str = include_str!("../fixtures/tls/server-key.pem");
+pub use apiserver_double::TEST_CA_PEM as CA_PEM;
 
 /// What the proxy did so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -304,21 +302,12 @@ pub struct TlsFront {
 impl TlsFront {
     /// Serves TLS on a free loopback port, each connection relayed to `upstream`.
     pub async fn start(upstream: SocketAddr) -> TlsFront {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certs = CertificateDer::pem_slice_iter(SERVER_PEM.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .expect("the fixture certificate");
-        let key =
-            PrivateKeyDer::from_pem_slice(SERVER_KEY_PEM.as_bytes()).expect("the fixture key");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .expect("the fixture certificate and key");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        // no ALPN: HTTP/1.1
+        let tls = apiserver_double::Tls {
+            alpn: Vec::new(),
+            ..apiserver_double::Tls::test_ca()
+        };
+        let acceptor = tls.acceptor().expect("the fixture certificate and key");
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the TLS front");
@@ -350,33 +339,14 @@ impl Drop for TlsFront {
 /// A kubeconfig for `server` with the API double's default token, `ca_pem` as the cluster's
 /// `certificate-authority-data` if given, and `proxy_url` as its `proxy-url` if given.
 pub fn kubeconfig(server: &str, ca_pem: Option<&str>, proxy_url: Option<&str>) -> String {
-    use base64::Engine as _;
-    let mut cluster = format!("    server: {server}\n");
-    if let Some(ca) = ca_pem {
-        let data = base64::engine::general_purpose::STANDARD.encode(ca);
-        cluster.push_str(&format!("    certificate-authority-data: {data}\n"));
+    use apiserver_double::{DEFAULT_TOKEN, kubeconfig_for, kubeconfig_with_ca};
+    let text = match ca_pem {
+        Some(ca) => kubeconfig_with_ca(server, DEFAULT_TOKEN, ca),
+        None => kubeconfig_for(server),
+    };
+    let line = format!("server: {server}");
+    match proxy_url {
+        Some(p) => text.replacen(&line, &format!("{line}\n    proxy-url: {p}"), 1),
+        None => text,
     }
-    if let Some(p) = proxy_url {
-        cluster.push_str(&format!("    proxy-url: {p}\n"));
-    }
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-{cluster}contexts:
-- name: c
-  context:
-    cluster: c
-    user: u
-    namespace: default
-current-context: c
-users:
-- name: u
-  user:
-    token: {token}
-",
-        token = apiserver_double::DEFAULT_TOKEN
-    )
 }

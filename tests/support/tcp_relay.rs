@@ -5,8 +5,7 @@
 //! - [`TcpRelay::silence_open`]: every open connection stops forwarding, both ways, and its
 //!   sockets stay open (the kernel still acknowledges what arrives, as a relay that forgot the
 //!   server does: no FIN, no RST, nothing ever answered); connections made later work;
-//! - [`TcpRelay::refuse_new`]: new connections are reset at once;
-//! - [`TcpRelay::kill_open`]: every open connection is reset, both sides.
+//! - [`TcpRelay::refuse_new`]: new connections are reset at once.
 //!
 //! It counts what it did ([`RelayStats`]) and lets a test wait on the counts. Test
 //! infrastructure.
@@ -37,19 +36,11 @@ pub struct RelayStats {
     pub silenced: usize,
 }
 
-/// What one open connection does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Forward,
-    Silent,
-    Kill,
-}
-
 struct Shared {
     upstream: SocketAddr,
     refuse: AtomicBool,
-    /// The mode of each open connection, by id.
-    conns: Mutex<Vec<(u64, watch::Sender<Mode>)>>,
+    /// Each open connection's switch to silence, by id.
+    conns: Mutex<Vec<(u64, watch::Sender<bool>)>>,
     stats: Mutex<RelayStats>,
     changed: watch::Sender<u64>,
 }
@@ -60,10 +51,10 @@ impl Shared {
         self.changed.send_modify(|n| *n += 1);
     }
 
-    fn set_all(&self, mode: Mode) -> usize {
+    fn silence_all(&self) -> usize {
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for (_, tx) in conns.iter() {
-            tx.send_replace(mode);
+            tx.send_replace(true);
         }
         conns.len()
     }
@@ -125,7 +116,7 @@ impl TcpRelay {
     /// Every open connection stops forwarding both ways, its sockets left open; returns how
     /// many were silenced. Connections made later are forwarded.
     pub fn silence_open(&self) -> usize {
-        let n = self.shared.set_all(Mode::Silent);
+        let n = self.shared.silence_all();
         self.shared.record(|s| s.silenced += n);
         n
     }
@@ -133,11 +124,6 @@ impl TcpRelay {
     /// Whether new connections are reset at once (`true`) or forwarded (`false`).
     pub fn refuse_new(&self, refuse: bool) {
         self.shared.refuse.store(refuse, Ordering::SeqCst);
-    }
-
-    /// Resets every open connection, both sides; returns how many.
-    pub fn kill_open(&self) -> usize {
-        self.shared.set_all(Mode::Kill)
     }
 
     /// What it did so far.
@@ -180,7 +166,7 @@ impl Drop for TcpRelay {
     }
 }
 
-/// One connection: forwards until either side ends or the test silences or kills it.
+/// One connection: forwards until either side ends or the test silences it.
 async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
     let Ok(server) = TcpStream::connect(shared.upstream).await else {
         shared.record(|s| s.upstream_failed += 1);
@@ -188,37 +174,26 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
     };
     let _ = server.set_nodelay(true);
     let _ = client.set_nodelay(true);
-    let (mode_tx, mut mode) = watch::channel(Mode::Forward);
+    let (silence_tx, mut silenced) = watch::channel(false);
     shared
         .conns
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((id, mode_tx));
+        .push((id, silence_tx));
     shared.record(|s| {
         s.forwarded += 1;
         s.open += 1;
     });
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
-    let ended = {
-        let up = tokio::io::copy(&mut client_read, &mut server_write);
-        let down = tokio::io::copy(&mut server_read, &mut client_write);
-        tokio::select! {
-            _ = up => true,
-            _ = down => true,
-            _ = mode.wait_for(|m| *m != Mode::Forward) => false,
-        }
+    let silent = tokio::select! {
+        _ = tokio::io::copy(&mut client_read, &mut server_write) => false,
+        _ = tokio::io::copy(&mut server_read, &mut client_write) => false,
+        r = silenced.wait_for(|s| *s) => r.is_ok(),
     };
-    if !ended && *mode.borrow() == Mode::Silent {
-        // held open, read by no one, until killed (or the relay is dropped)
-        let _ = mode.wait_for(|m| *m == Mode::Kill).await;
-    }
-    let client = client_read.reunite(client_write);
-    let server = server_read.reunite(server_write);
-    if *mode.borrow() == Mode::Kill {
-        for stream in [client, server].into_iter().flatten() {
-            let _ = stream.set_zero_linger();
-        }
+    if silent {
+        // held open, read by no one, until the relay is dropped
+        std::future::pending::<()>().await;
     }
     shared
         .conns

@@ -54,31 +54,24 @@ fn check_update(r: &AdmissionRequest<'_>) -> Result<(), Denial> {
         return Ok(());
     };
     let new = &r.object;
+    let forbid = |message: String| Err(Denial::errored(403, message));
     if r.version == "v1alpha1" {
         let key = UNREADY_ACQUIRED;
         let before = old["metadata"]["annotations"][key].as_str().unwrap_or("");
         if !before.is_empty() && new["metadata"]["annotations"][key].as_str() != Some(before) {
-            return Err(Denial::errored(
-                403,
-                format!("not allowed to update immutable annotation {key}"),
-            ));
+            return forbid(format!("not allowed to update immutable annotation {key}"));
         }
     }
     if old["spec"] != new["spec"] {
-        return Err(Denial::errored(
-            403,
-            "spec of ContainerRecreateRequest is immutable",
-        ));
+        return forbid("spec of ContainerRecreateRequest is immutable".into());
     }
-    for key in [POD_UID_LABEL, NODE_NAME_LABEL] {
-        if label(old, key) != label(new, key) {
-            return Err(Denial::errored(
-                403,
-                format!("not allowed to update immutable label {key}"),
-            ));
-        }
+    match [POD_UID_LABEL, NODE_NAME_LABEL]
+        .into_iter()
+        .find(|k| label(old, k) != label(new, k))
+    {
+        Some(key) => forbid(format!("not allowed to update immutable label {key}")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// CREATE, in kruise's order (:188-252).
@@ -110,21 +103,10 @@ fn default_create(r: &mut AdmissionRequest<'_>) -> Result<(), Denial> {
         )));
     }
     let strategy = &mut obj["spec"]["strategy"];
-    if strategy["terminationGracePeriodSeconds"]
-        .as_i64()
-        .is_some_and(|s| s < 0)
-    {
-        return Err(bad(
-            "terminationGracePeriodSeconds must be non-negative integer",
-        ));
-    }
-    if strategy["unreadyGracePeriodSeconds"]
-        .as_i64()
-        .is_some_and(|s| s < 0)
-    {
-        return Err(bad(
-            "unreadyGracePeriodSeconds must be non-negative integer",
-        ));
+    for key in ["terminationGracePeriodSeconds", "unreadyGracePeriodSeconds"] {
+        if strategy[key].as_i64().is_some_and(|s| s < 0) {
+            return Err(bad(format!("{key} must be non-negative integer")));
+        }
     }
     match strategy["failurePolicy"].as_str().unwrap_or("") {
         "" => strategy["failurePolicy"] = json!("Fail"),

@@ -62,28 +62,37 @@ pub(crate) async fn reconcile(m: &Inner) -> Wake {
     wake
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
-    obj["metadata"]["finalizers"]
-        .as_array()
-        .map(|f| {
-            f.iter()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The strings of a JSON array (none for anything else).
+pub(crate) fn strings(v: &Value) -> Vec<String> {
+    let items = v.as_array().into_iter().flatten();
+    items.filter_map(|x| x.as_str().map(String::from)).collect()
+}
+
+/// Whether `obj` has the finalizer `f`.
+pub(crate) fn has_finalizer(obj: &Value, f: &str) -> bool {
+    strings(&obj["metadata"]["finalizers"])
+        .iter()
+        .any(|x| x == f)
+}
+
+/// `obj` with the finalizer `f` added (`add`) or removed.
+pub(crate) fn with_finalizer(obj: &Value, f: &str, add: bool) -> Value {
+    let mut finalizers = strings(&obj["metadata"]["finalizers"]);
+    finalizers.retain(|x| x != f);
+    if add {
+        finalizers.push(f.into());
+    }
+    let mut next = obj.clone();
+    next["metadata"]["finalizers"] = json!(finalizers);
+    next
 }
 
 async fn sync(m: &Inner, job: &Value) -> Wake {
     let completed = job["status"]["completionTime"].is_string();
     if deleting(job) || completed {
         sync_secrets(m, job, false).await;
-        if finalizers(job).iter().any(|f| f == FINALIZER) {
-            let mut j = job.clone();
-            let kept: Vec<String> = finalizers(job)
-                .into_iter()
-                .filter(|f| f != FINALIZER)
-                .collect();
-            j["metadata"]["finalizers"] = json!(kept);
+        if has_finalizer(job, FINALIZER) {
+            let j = with_finalizer(job, FINALIZER, false);
             m.write(
                 "remove the job's finalizer",
                 m.http.replace(Res::ImagePullJobs, &j, None),
@@ -109,11 +118,8 @@ async fn sync(m: &Inner, job: &Value) -> Wake {
         }
         return Wake::after(left);
     }
-    if !finalizers(job).iter().any(|f| f == FINALIZER) {
-        let mut j = job.clone();
-        let mut f = finalizers(job);
-        f.push(FINALIZER.into());
-        j["metadata"]["finalizers"] = json!(f);
+    if !has_finalizer(job, FINALIZER) {
+        let j = with_finalizer(job, FINALIZER, true);
         m.write(
             "add the job's finalizer",
             m.http.replace(Res::ImagePullJobs, &j, None),
@@ -448,14 +454,7 @@ fn references(secret: &Value) -> BTreeSet<String> {
 async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Value>> {
     let job_ns = ns_of(job);
     let job_key = format!("{job_ns}/{}", name_of(job));
-    let names: Vec<String> = job["spec"]["pullSecrets"]
-        .as_array()
-        .map(|s| {
-            s.iter()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let names = strings(&job["spec"]["pullSecrets"]);
     let config_ns = m.get(Res::Namespaces, "", DAEMON_CONFIG_NS);
     if config_ns.as_ref().is_none_or(deleting) {
         if wanted_now {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::imagepull::matches_labels;
+use super::imagepull::{has_finalizer, matches_labels, with_finalizer};
 use super::nodeimage::ready_node;
 use super::{Inner, Res, Wake, condition, deleting, label, name_of, ns_of, pod_active, uid_of};
 
@@ -115,15 +115,7 @@ fn resolve_port(probe: &Value, pod: &Value, container: &str) -> Option<Value> {
 /// status; a deleted marker's probes removed (:221-237,479-519).
 pub(crate) async fn reconcile_markers(m: &Inner) -> Wake {
     for ppm in m.list(Res::PodProbeMarkers, None) {
-        let finalizers: Vec<String> = ppm["metadata"]["finalizers"]
-            .as_array()
-            .map(|f| {
-                f.iter()
-                    .filter_map(|x| x.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let has = finalizers.iter().any(|f| f == FINALIZER);
+        let has = has_finalizer(&ppm, FINALIZER);
         let pods = matching_pods(m, &ppm);
         let nodes: BTreeSet<String> = pods
             .iter()
@@ -132,9 +124,7 @@ pub(crate) async fn reconcile_markers(m: &Inner) -> Wake {
         if deleting(&ppm) {
             if has {
                 remove_probes(m, &ppm, &nodes).await;
-                let mut next = ppm.clone();
-                let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
-                next["metadata"]["finalizers"] = json!(kept);
+                let next = with_finalizer(&ppm, FINALIZER, false);
                 m.write(
                     "remove the marker's finalizer",
                     m.http.replace(Res::PodProbeMarkers, &next, None),
@@ -144,10 +134,7 @@ pub(crate) async fn reconcile_markers(m: &Inner) -> Wake {
             continue;
         }
         if !has {
-            let mut next = ppm.clone();
-            let mut f = finalizers.clone();
-            f.push(FINALIZER.into());
-            next["metadata"]["finalizers"] = json!(f);
+            let next = with_finalizer(&ppm, FINALIZER, true);
             m.write(
                 "add the marker's finalizer",
                 m.http.replace(Res::PodProbeMarkers, &next, None),
