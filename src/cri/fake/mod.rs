@@ -83,6 +83,34 @@ impl Backend {
     fn touch(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
+
+    /// A new ready host-network sandbox, with the events its runtime sends for a new one;
+    /// returns its ID.
+    fn new_sandbox(
+        &self,
+        md: SandboxMetadata,
+        labels: StringMap,
+        notes: StringMap,
+        ip: &str,
+    ) -> String {
+        let (id, events) = {
+            let mut st = self.lock();
+            let id = st.insert_sandbox(md, labels, notes, ip);
+            let kinds = [ContainerEventKind::Created, ContainerEventKind::Started];
+            let events = events::sandbox_events(&st, &id, &kinds);
+            (id, events)
+        };
+        self.send(events);
+        id
+    }
+}
+
+/// Whether `labels` has every label of `want`.
+fn has_labels<'a>(
+    labels: &StringMap,
+    mut want: impl Iterator<Item = (&'a String, &'a String)>,
+) -> bool {
+    want.all(|(k, v)| labels.get(k) == Some(v))
 }
 
 /// The server of one run of the runtime, and how to end it.
@@ -288,18 +316,8 @@ impl FakeRuntime {
     /// Adds a ready host-network sandbox, with the events its runtime sends for a new one;
     /// returns its ID.
     pub fn add_sandbox(&self, metadata: SandboxMetadata, labels: StringMap, ip: &str) -> String {
-        let (id, events) = {
-            let mut st = self.state();
-            let id = st.insert_sandbox(metadata, labels, StringMap::new(), ip);
-            let events = events::sandbox_events(
-                &st,
-                &id,
-                &[ContainerEventKind::Created, ContainerEventKind::Started],
-            );
-            (id, events)
-        };
-        self.shared.send(events);
-        id
+        self.shared
+            .new_sandbox(metadata, labels, StringMap::new(), ip)
     }
 
     /// Adds a running container to a sandbox; returns its ID.

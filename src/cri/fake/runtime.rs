@@ -8,7 +8,7 @@ use super::super::proto::runtime_service_server::RuntimeService as RuntimeRpc;
 use super::super::{ContainerEventKind, ContainerState, SandboxState, StringMap, convert, proto};
 use super::events::{self, EventStream};
 use super::state::{FakeContainer, now_ns};
-use super::{Svc, not_found, unimplemented};
+use super::{Svc, has_labels, not_found, unimplemented};
 
 /// The JSON `info` containerd and CRI-O put in a verbose container status: the OCI spec's
 /// environment under `runtimeSpec.process.env`.
@@ -79,23 +79,10 @@ impl RuntimeRpc for Svc {
         r: Request<proto::RunPodSandboxRequest>,
     ) -> Result<Response<proto::RunPodSandboxResponse>, Status> {
         self.0.enter("RunPodSandbox").await?;
-        let config = convert::sandbox_config_from(r.into_inner().config.unwrap_or_default());
-        let (id, events) = {
-            let mut st = self.0.lock();
-            let id = st.insert_sandbox(
-                config.metadata,
-                config.labels,
-                config.annotations,
-                "127.0.0.1",
-            );
-            let events = events::sandbox_events(
-                &st,
-                &id,
-                &[ContainerEventKind::Created, ContainerEventKind::Started],
-            );
-            (id, events)
-        };
-        self.0.send(events);
+        let c = convert::sandbox_config_from(r.into_inner().config.unwrap_or_default());
+        let id = self
+            .0
+            .new_sandbox(c.metadata, c.labels, c.annotations, "127.0.0.1");
         Ok(Response::new(proto::RunPodSandboxResponse {
             pod_sandbox_id: id,
         }))
@@ -186,11 +173,7 @@ impl RuntimeRpc for Svc {
                     .is_none_or(|id| s.sandbox.id.starts_with(id.as_str()))
             })
             .filter(|s| f.state.is_none_or(|st| s.sandbox.state == st))
-            .filter(|s| {
-                f.labels
-                    .iter()
-                    .all(|(k, v)| s.sandbox.labels.get(k) == Some(v))
-            })
+            .filter(|s| has_labels(&s.sandbox.labels, f.labels.iter()))
             .map(|s| s.sandbox.clone().into())
             .collect();
         Ok(Response::new(proto::ListPodSandboxResponse { items }))
@@ -304,11 +287,7 @@ impl RuntimeRpc for Svc {
                     .as_ref()
                     .is_none_or(|s| c.pod_sandbox_id.starts_with(s.as_str()))
             })
-            .filter(|c| {
-                f.labels
-                    .iter()
-                    .all(|(k, v)| c.status.labels.get(k) == Some(v))
-            })
+            .filter(|c| has_labels(&c.status.labels, f.labels.iter()))
             .map(|c| st.listed(c).into())
             .collect();
         Ok(Response::new(proto::ListContainersResponse { containers }))
@@ -444,11 +423,7 @@ impl RuntimeRpc for Svc {
             .values()
             .filter(|c| c.status.id.starts_with(&f.id))
             .filter(|c| c.pod_sandbox_id.starts_with(&f.pod_sandbox_id))
-            .filter(|c| {
-                f.label_selector
-                    .iter()
-                    .all(|(k, v)| c.status.labels.get(k) == Some(v))
-            })
+            .filter(|c| has_labels(&c.status.labels, f.label_selector.iter()))
             .filter(|c| exited_too || c.status.state == ContainerState::Running)
             .map(|c| stats_of(c, now))
             .collect();
