@@ -117,8 +117,9 @@ pub type MutatingFn = dyn Fn(&mut AdmissionRequest<'_>) -> Result<(), Denial> + 
 /// A validating hook: may only refuse.
 pub type ValidatingFn = dyn Fn(&AdmissionRequest<'_>) -> Result<(), Denial> + Send + Sync;
 
+/// A registered hook.
 #[derive(Clone)]
-enum Hook {
+pub(crate) enum Hook {
     Mutating(Arc<MutatingFn>),
     Validating(Arc<ValidatingFn>),
 }
@@ -133,12 +134,6 @@ struct Registration {
     hook: Hook,
 }
 
-impl Registration {
-    fn matches(&self, group: &str, resource: &str, op: Operation) -> bool {
-        self.group == group && self.resource == resource && self.operations.contains(&op)
-    }
-}
-
 /// Every registered hook (kept in the store's state, read under its lock).
 #[derive(Clone, Default)]
 pub(crate) struct Admission {
@@ -146,53 +141,40 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    pub(crate) fn add_mutating(
+    pub(crate) fn add(
         &mut self,
         name: &str,
         group: &str,
         resource: &str,
-        operations: &[Operation],
-        hook: Arc<MutatingFn>,
+        ops: &[Operation],
+        hook: Hook,
     ) {
         self.hooks.push(Registration {
             name: name.to_string(),
             group: group.to_string(),
             resource: resource.to_string(),
-            operations: operations.to_vec(),
-            hook: Hook::Mutating(hook),
+            operations: ops.to_vec(),
+            hook,
         });
     }
 
-    pub(crate) fn add_validating(
-        &mut self,
-        name: &str,
+    /// The hooks registered for the resource and operation, in registration order.
+    fn matching(
+        &self,
         group: &str,
         resource: &str,
-        operations: &[Operation],
-        hook: Arc<ValidatingFn>,
-    ) {
-        self.hooks.push(Registration {
-            name: name.to_string(),
-            group: group.to_string(),
-            resource: resource.to_string(),
-            operations: operations.to_vec(),
-            hook: Hook::Validating(hook),
-        });
-    }
-
-    /// Whether any hook is registered for the resource and operation.
-    pub(crate) fn any(&self, group: &str, resource: &str, op: Operation) -> bool {
-        self.hooks.iter().any(|r| r.matches(group, resource, op))
+        op: Operation,
+    ) -> impl Iterator<Item = &Registration> {
+        self.hooks.iter().filter(move |r| {
+            r.group == group && r.resource == resource && r.operations.contains(&op)
+        })
     }
 
     /// Runs the mutating hooks for the request in registration order; each sees what the
     /// ones before it made. The first refusal ends the request.
     pub(crate) fn mutate(&self, request: &mut AdmissionRequest<'_>) -> Result<(), ApiError> {
-        for r in &self.hooks {
-            let Hook::Mutating(hook) = &r.hook else {
-                continue;
-            };
-            if r.matches(request.group, request.resource, request.operation) {
+        for r in self.matching(request.group, request.resource, request.operation) {
+            if let Hook::Mutating(hook) = &r.hook {
                 hook(request).map_err(|d| d.to_api_error(&r.name))?;
             }
         }
@@ -202,11 +184,8 @@ impl Admission {
     /// Runs the validating hooks for the request; the first refusal ends the request (the
     /// real server calls them in parallel and reports one refusal).
     pub(crate) fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
-        for r in &self.hooks {
-            let Hook::Validating(hook) = &r.hook else {
-                continue;
-            };
-            if r.matches(request.group, request.resource, request.operation) {
+        for r in self.matching(request.group, request.resource, request.operation) {
+            if let Hook::Validating(hook) = &r.hook {
                 hook(request).map_err(|d| d.to_api_error(&r.name))?;
             }
         }
@@ -248,8 +227,11 @@ impl Write<'_> {
     }
 
     fn hooked(&self, st: &State) -> bool {
+        let (group, plural) = (&self.kind.group, &self.kind.plural);
         st.admission
-            .any(&self.kind.group, &self.kind.plural, self.operation)
+            .matching(group, plural, self.operation)
+            .next()
+            .is_some()
     }
 }
 

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::admission::{AdmissionRequest, Denial, Operation};
+use crate::admission::{AdmissionRequest, Denial, Hook, Operation};
 use crate::auth::{AuthState, UserInfo};
-use crate::ops::{self, Origin, Preconditions, Sub};
+use crate::ops::{self, Origin, Preconditions};
 use crate::server::Shared;
 use crate::status::ApiError;
 use crate::store::StoreView;
@@ -275,10 +275,10 @@ impl Control {
         operations: &[Operation],
         hook: impl Fn(&mut AdmissionRequest<'_>) -> Result<(), Denial> + Send + Sync + 'static,
     ) {
-        self.shared.store.write(|st| {
-            st.admission
-                .add_mutating(name, group, resource, operations, Arc::new(hook))
-        });
+        let hook = Hook::Mutating(Arc::new(hook));
+        self.shared
+            .store
+            .write(|st| st.admission.add(name, group, resource, operations, hook));
     }
 
     /// Register a validating admission hook, as [`Control::add_mutating_admission`] does a
@@ -292,10 +292,10 @@ impl Control {
         operations: &[Operation],
         hook: impl Fn(&AdmissionRequest<'_>) -> Result<(), Denial> + Send + Sync + 'static,
     ) {
-        self.shared.store.write(|st| {
-            st.admission
-                .add_validating(name, group, resource, operations, Arc::new(hook))
-        });
+        let hook = Hook::Validating(Arc::new(hook));
+        self.shared
+            .store
+            .write(|st| st.admission.add(name, group, resource, operations, hook));
     }
 
     /// A kubeconfig (YAML) pointing at this server whose user sends `token`.
@@ -318,20 +318,7 @@ impl Control {
         let kidx = self.kind(resource)?;
         self.shared
             .store
-            .write(|st| {
-                ops::update(
-                    st,
-                    kidx,
-                    None,
-                    None,
-                    obj,
-                    Sub::Main,
-                    Origin::Control,
-                    false,
-                    false,
-                )
-            })
-            .map(|(v, _)| v)
+            .write(|st| ops::control_update(st, kidx, None, None, obj))
     }
 
     /// Change an object in place with `f`, atomically.
@@ -352,18 +339,7 @@ impl Control {
                 .ok_or_else(|| ApiError::not_found(kind, name))?;
             let mut obj = crate::kinds::from_storage(kind, cur);
             f(&mut obj);
-            ops::update(
-                st,
-                kidx,
-                ns,
-                Some(name),
-                obj,
-                Sub::Main,
-                Origin::Control,
-                false,
-                false,
-            )
-            .map(|(v, _)| v)
+            ops::control_update(st, kidx, ns, Some(name), obj)
         })
     }
 
@@ -615,26 +591,12 @@ pub(crate) fn handle_http(
     };
     match (method, segs.as_slice()) {
         ("GET", ["objects", res]) => (200, json!({"items": control.list(res, q("namespace"))})),
-        ("GET", ["objects", res, name]) => match control.get(res, ns, name) {
-            Some(v) => (200, v),
-            None => err(ApiError::new(
-                404,
-                "NotFound",
-                format!("{res} \"{name}\" not found"),
-            )),
-        },
+        ("GET", ["objects", res, name]) => found(control.get(res, ns, name), res, name),
         ("POST", ["objects", res]) => result(control.create(res, body), 201),
         ("PUT", ["objects", res]) => result(control.update(res, body), 200),
         ("PATCH", ["objects", res, name]) => result(control.merge_patch(res, ns, name, &body), 200),
         ("DELETE", ["objects", res, name]) if q("force") == Some("true") => {
-            match control.force_delete(res, ns, name) {
-                Some(v) => (200, v),
-                None => err(ApiError::new(
-                    404,
-                    "NotFound",
-                    format!("{res} \"{name}\" not found"),
-                )),
-            }
+            found(control.force_delete(res, ns, name), res, name)
         }
         ("DELETE", ["objects", res, name]) => result(control.delete(res, ns, name), 200),
         ("GET", ["resource-version"]) => {
@@ -706,4 +668,15 @@ pub(crate) fn handle_http(
 
 fn err(e: ApiError) -> (u16, Value) {
     (e.code, e.to_status())
+}
+
+fn found(object: Option<Value>, res: &str, name: &str) -> (u16, Value) {
+    let missing = || {
+        err(ApiError::new(
+            404,
+            "NotFound",
+            format!("{res} {name:?} not found"),
+        ))
+    };
+    object.map_or_else(missing, |v| (200, v))
 }

@@ -199,21 +199,10 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     let method = parts.method.as_str().to_string();
     let path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or("").to_string();
-    let authorization = parts
-        .headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let user_agent = parts
-        .headers
-        .get(hyper::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let ctype = parts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let authorization = header(hyper::header::AUTHORIZATION).map(str::to_string);
+    let user_agent = header(hyper::header::USER_AGENT).map(str::to_string);
+    let ctype = header(CONTENT_TYPE).map(str::to_string);
     let body = match Limited::new(incoming, MAX_BODY).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e)

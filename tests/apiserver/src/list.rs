@@ -11,18 +11,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::kinds::{KindInfo, from_storage};
-use crate::ops::{self, Preconditions};
+use crate::ops::{self, Preconditions, meta_str, non_empty};
 use crate::selectors::Selectors;
 use crate::status::ApiError;
 use crate::store::State;
-
-fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata")?.get(field)?.as_str()
-}
-
-fn non_empty(s: Option<&str>) -> Option<&str> {
-    s.filter(|s| !s.is_empty())
-}
 
 fn parse_continue(token: &str) -> Option<(u64, u64, usize)> {
     let mut parts = token.split('-');

@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 
 use crate::control::Control;
 use crate::server::Shared;
+use crate::watch::OpenGuard;
 
 /// The test CA that signed [`Tls::test_ca`]'s certificate (PEM), for a kubeconfig's
 /// `certificate-authority-data`: kruised's `tests/fixtures/tls/ca.pem`.
@@ -157,7 +158,7 @@ pub(crate) async fn accept_loop(
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!(error = %e, "TCP_NODELAY refused");
                     }
-                    let counted = Counted::new(open.clone());
+                    let counted = OpenGuard::new(open.clone());
                     conns.spawn(serve(stream, shared.clone(), tls.clone(), counted));
                 }
                 Err(e) => tracing::warn!(error = %e, "accept failed"),
@@ -195,7 +196,7 @@ async fn serve(
     stream: TcpStream,
     shared: Arc<Shared>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    _open: Counted,
+    _open: OpenGuard,
 ) {
     let svc = service_fn(move |req| {
         let shared = shared.clone();
@@ -217,22 +218,6 @@ async fn serve(
     };
     if let Err(e) = served {
         tracing::debug!(error = %e, "connection ended with an error");
-    }
-}
-
-/// Counts a connection as open while it lives.
-struct Counted(Arc<AtomicUsize>);
-
-impl Counted {
-    fn new(open: Arc<AtomicUsize>) -> Self {
-        open.fetch_add(1, Ordering::SeqCst);
-        Counted(open)
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

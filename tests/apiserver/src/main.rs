@@ -59,23 +59,12 @@ async fn main() -> std::io::Result<()> {
         std::fs::write(&tmp, format!("{url}\n"))?;
         std::fs::rename(&tmp, path)?;
     }
-    wait_for_signal().await?;
-    handle.shutdown().await;
-    Ok(())
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
+    // SIGTERM or Ctrl-C (the double runs where kruised does: on Linux)
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => {}
         r = tokio::signal::ctrl_c() => r?,
     }
+    handle.shutdown().await;
     Ok(())
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() -> std::io::Result<()> {
-    tokio::signal::ctrl_c().await
 }

@@ -44,11 +44,11 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
-fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
-fn non_empty(s: Option<&str>) -> Option<&str> {
+pub(crate) fn non_empty(s: Option<&str>) -> Option<&str> {
     s.filter(|s| !s.is_empty())
 }
 
@@ -363,13 +363,7 @@ pub(crate) fn create(
         return Err(ApiError::already_exists(kind, &name));
     }
 
-    let meta = meta_mut(&mut obj);
-    meta.insert("name".into(), json!(name));
-    if kind.namespaced {
-        meta.insert("namespace".into(), json!(ns));
-    } else {
-        meta.remove("namespace");
-    }
+    let meta = name_in(kind, &mut obj, &name, &ns);
     meta.insert("uid".into(), json!(util::new_uid()));
     meta.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
     meta.remove("resourceVersion");
@@ -481,15 +475,41 @@ fn copy_meta_field(dst: &mut Value, src: &Value, field: &str) {
 }
 
 fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    let list = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array);
+    let names = list.into_iter().flatten().filter_map(Value::as_str);
+    names.map(str::to_string).collect()
+}
+
+/// Sets the object's name, and its namespace for a namespaced kind (none otherwise); returns
+/// its metadata.
+fn name_in<'a>(
+    kind: &KindInfo,
+    obj: &'a mut Value,
+    name: &str,
+    ns: &str,
+) -> &'a mut Map<String, Value> {
+    let meta = meta_mut(obj);
+    meta.insert("name".into(), json!(name));
+    if kind.namespaced {
+        meta.insert("namespace".into(), json!(ns));
+    } else {
+        meta.remove("namespace");
+    }
+    meta
+}
+
+/// An update through the control API: `.status` included, no preconditions, no admission.
+pub(crate) fn control_update(
+    st: &mut State,
+    kidx: usize,
+    ns: Option<&str>,
+    name: Option<&str>,
+    obj: Value,
+) -> Result<Value, ApiError> {
+    let (sub, origin) = (Sub::Main, Origin::Control);
+    update(st, kidx, ns, name, obj, sub, origin, false, false).map(|(v, _)| v)
 }
 
 /// Replace an object (PUT). `require_rv` is false for the result of a patch,
@@ -599,15 +619,7 @@ pub(crate) fn update(
             new
         }
     };
-    {
-        let meta = meta_mut(&mut next);
-        meta.insert("name".into(), json!(name));
-        if kind.namespaced {
-            meta.insert("namespace".into(), json!(ns));
-        } else {
-            meta.remove("namespace");
-        }
-    }
+    name_in(kind, &mut next, &name, &ns);
     for f in [
         "uid",
         "creationTimestamp",

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{AUTHENTICATED, Attributes, MASTERS, UNAUTHENTICATED, UserInfo, forbidden};
 use crate::kinds::RBAC_GROUP;
-use crate::ops::{self, Origin, Sub};
+use crate::ops::{self, Origin};
 use crate::status::ApiError;
 use crate::store::State;
 
@@ -35,11 +35,10 @@ pub(crate) fn authorize(st: &State, user: &UserInfo, attrs: &Attributes) -> Resu
             .unwrap_or_default()
     };
     // RoleBindings only for a namespaced request, and only those of its namespace
-    let bindings = objects("clusterrolebindings").into_iter().chain(
-        (!attrs.namespace.is_empty())
-            .then(|| objects("rolebindings"))
-            .unwrap_or_default(),
-    );
+    let mut bindings = objects("clusterrolebindings");
+    if !attrs.namespace.is_empty() {
+        bindings.extend(objects("rolebindings"));
+    }
     for binding in bindings {
         let ns = binding
             .pointer("/metadata/namespace")
@@ -283,18 +282,7 @@ pub(crate) fn apply_manifests(st: &mut State, text: &str) -> Result<Vec<Value>, 
                     }
                 }
                 let ns = kind.namespaced.then_some(ns.as_str());
-                ops::update(
-                    st,
-                    kidx,
-                    ns,
-                    Some(&name),
-                    cur,
-                    Sub::Main,
-                    Origin::Control,
-                    false,
-                    false,
-                )?
-                .0
+                ops::control_update(st, kidx, ns, Some(&name), cur)?
             }
         };
         applied.push(obj);

@@ -138,47 +138,39 @@ impl State {
     }
 
     /// Store `obj` (ADDED or MODIFIED), assigning the next resourceVersion.
-    pub(crate) fn put(&mut self, sidx: usize, mut obj: Value) -> Arc<Value> {
+    pub(crate) fn put(&mut self, sidx: usize, obj: Value) -> Arc<Value> {
+        self.write(sidx, obj, false)
+    }
+
+    /// Remove the object `last` describes (DELETED), assigning the next resourceVersion.
+    pub(crate) fn remove(&mut self, sidx: usize, last: Value) -> Arc<Value> {
+        self.write(sidx, last, true)
+    }
+
+    fn write(&mut self, sidx: usize, mut obj: Value, delete: bool) -> Arc<Value> {
         self.rv += 1;
         set_rv(&mut obj, self.rv);
         let obj = Arc::new(obj);
         let key = key_of(&obj);
-        let prev = self
-            .objects
-            .get_mut(sidx)
-            .and_then(|m| m.insert(key, obj.clone()));
-        let etype = if prev.is_some() {
-            EventType::Modified
-        } else {
-            EventType::Added
+        let objects = self.objects.get_mut(sidx);
+        let prev = match delete {
+            true => objects.and_then(|m| m.remove(&key)),
+            false => objects.and_then(|m| m.insert(key, obj.clone())),
         };
+        let etype = match (delete, &prev) {
+            (true, _) => EventType::Deleted,
+            (false, Some(_)) => EventType::Modified,
+            (false, None) => EventType::Added,
+        };
+        let (rv, object) = (self.rv, obj.clone());
         self.record(HistEvent {
-            rv: self.rv,
+            rv,
             etype,
             sidx,
-            object: obj.clone(),
+            object,
             prev,
         });
         obj
-    }
-
-    /// Remove the object `last` describes (DELETED), assigning the next resourceVersion.
-    pub(crate) fn remove(&mut self, sidx: usize, mut last: Value) -> Arc<Value> {
-        self.rv += 1;
-        set_rv(&mut last, self.rv);
-        let last = Arc::new(last);
-        let prev = self
-            .objects
-            .get_mut(sidx)
-            .and_then(|m| m.remove(&key_of(&last)));
-        self.record(HistEvent {
-            rv: self.rv,
-            etype: EventType::Deleted,
-            sidx,
-            object: last.clone(),
-            prev,
-        });
-        last
     }
 
     fn record(&mut self, ev: HistEvent) {

@@ -76,7 +76,7 @@ const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 /// One chunk of a watch body; an `Err` aborts the connection.
 pub(crate) type Chunk = Result<Bytes, io::Error>;
 
-/// Counts a watch as open from creation until dropped.
+/// Counts a watch (or a connection) as open from creation until dropped.
 pub(crate) struct OpenGuard(Arc<AtomicUsize>);
 
 impl OpenGuard {
