@@ -72,18 +72,8 @@ async fn pump(
             (false, SETTINGS) if flags & ACK == 0 => no_dynamic_table(&payload),
             _ => payload,
         };
-        let n = payload.len();
-        let head = [
-            (n >> 16) as u8,
-            (n >> 8) as u8,
-            n as u8,
-            head[3],
-            head[4],
-            head[5],
-            head[6],
-            head[7],
-            head[8],
-        ];
+        let n = u32::try_from(payload.len()).expect("a frame's length fits 24 bits");
+        head[..3].copy_from_slice(&n.to_be_bytes()[1..]);
         to.write_all(&head).await?;
         to.write_all(&payload).await?;
     }
@@ -120,14 +110,9 @@ pub fn rewrite_headers(payload: &[u8], flags: u8) -> Option<Vec<u8>> {
     let mut i = 0;
     while i < block.len() {
         let b = block[i];
-        if b & 0x80 != 0 {
-            // indexed field
-            let (_, n) = integer(&block[i..], 7)?;
-            out.extend_from_slice(&block[i..i + n]);
-            i += n;
-        } else if b & 0xE0 == 0x20 {
-            // dynamic table size update
-            let (_, n) = integer(&block[i..], 5)?;
+        if b & 0x80 != 0 || b & 0xE0 == 0x20 {
+            // an indexed field (7-bit prefix) or a dynamic table size update (5-bit)
+            let (_, n) = integer(&block[i..], if b & 0x80 != 0 { 7 } else { 5 })?;
             out.extend_from_slice(&block[i..i + n]);
             i += n;
         } else {

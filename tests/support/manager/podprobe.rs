@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::imagepull::{has_finalizer, matches_labels, with_finalizer};
 use super::nodeimage::ready_node;
+use super::workload::put_condition;
 use super::{Inner, Res, Wake, condition, deleting, label, name_of, ns_of, pod_active, uid_of};
 
 /// The PodProbeMarker's finalizer (pod_probe_marker_controller.go:66,162-169).
@@ -366,15 +367,8 @@ async fn reflect(m: &Inner, pod: &Value, entry: &Value) {
 /// `SetPodConditionIfMsgChanged` (pkg/util/pods.go:340-350): replaced when its status or
 /// message differs, appended when missing, else left alone (times included).
 fn set_if_msg_changed(pod: &mut Value, c: Value) {
-    if !pod["status"]["conditions"].is_array() {
-        pod["status"]["conditions"] = json!([]);
-    }
-    let list = pod["status"]["conditions"]
-        .as_array_mut()
-        .expect("an array");
-    match list.iter_mut().find(|x| x["type"] == c["type"]) {
-        Some(x) if x["status"] == c["status"] && x["message"] == c["message"] => {}
-        Some(x) => *x = c,
-        None => list.push(c),
+    let now = condition(pod, c["type"].as_str().unwrap_or_default());
+    if now.is_none_or(|x| x["status"] != c["status"] || x["message"] != c["message"]) {
+        put_condition(pod, c);
     }
 }

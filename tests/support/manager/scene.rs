@@ -70,13 +70,8 @@ impl Scene {
             let names: Vec<&str> = pods.iter().map(|(n, _)| *n).collect();
             manager.add_workload(WORKLOAD, (*t).clone(), &names);
         }
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(node.kubeconfig()).expect("the node's kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("a client config");
         Scene {
-            user: Client::try_from(config).expect("a kube client"),
+            user: crate::cluster::client_from(&node.kubeconfig()).await,
             manager,
             node,
             _kubelet: kubelet,

@@ -429,11 +429,8 @@ fn state_of(pod: &Value) -> Option<State> {
 /// Step 1 (inplace_update.go:326-347): `InPlaceUpdateReady=False` (reason `StartInPlaceUpdate`)
 /// and `Ready` recomputed, in one `PUT pods/status`; then step 2: one pod `PUT`.
 async fn start_update(m: &Inner, w: &Workload, pod: &Value, spec: &UpdateSpec) {
-    let gated = pod["spec"]["readinessGates"]
-        .as_array()
-        .is_some_and(|g| g.iter().any(|g| g["conditionType"] == INPLACE_UPDATE_READY));
     let mut pod = pod.clone();
-    if gated {
+    if gated(&pod) {
         let mut status_pod = pod.clone();
         let t = rfc3339(now());
         let changed = set_condition(
@@ -650,22 +647,31 @@ async fn write_pod(m: &Inner, pod: &Value, state: &State, what: &str) {
 /// Sets `cond` on the pod as kruise's `SetPodCondition` (pkg/util/pods.go:328-338): replaced only
 /// when its status differs, appended when missing. Whether it changed.
 fn set_condition(pod: &mut Value, cond: Value) -> bool {
+    let type_ = cond["type"].as_str().unwrap_or_default();
+    let same = condition(pod, type_).is_some_and(|c| c["status"] == cond["status"]);
+    if !same {
+        put_condition(pod, cond);
+    }
+    !same
+}
+
+/// Puts `cond` in place of the pod's condition of its type, or after the others.
+pub(crate) fn put_condition(pod: &mut Value, cond: Value) {
     let conditions = &mut pod["status"]["conditions"];
     if !conditions.is_array() {
         *conditions = json!([]);
     }
     let list = conditions.as_array_mut().expect("an array");
     match list.iter_mut().find(|c| c["type"] == cond["type"]) {
-        Some(c) if c["status"] == cond["status"] => false,
-        Some(c) => {
-            *c = cond;
-            true
-        }
-        None => {
-            list.push(cond);
-            true
-        }
+        Some(c) => *c = cond,
+        None => list.push(cond),
     }
+}
+
+/// Whether the pod has the `InPlaceUpdateReady` readiness gate.
+fn gated(pod: &Value) -> bool {
+    let gates = pod["spec"]["readinessGates"].as_array();
+    gates.is_some_and(|g| g.iter().any(|g| g["conditionType"] == INPLACE_UPDATE_READY))
 }
 
 /// `Ready=False` (`ReadinessGatesNotReady`) when `Ready` and `ContainersReady=True` exist
@@ -697,10 +703,7 @@ fn not_ready_for_gate(pod: &mut Value, t: &str) {
 /// `InPlaceUpdateReady=True` with no reason or message, on the observed pod, unless it is so
 /// already (inplace_update.go:163-179, `hasEqualCondition` :486-491).
 async fn set_ready_true(m: &Inner, pod: &Value) {
-    let gated = pod["spec"]["readinessGates"]
-        .as_array()
-        .is_some_and(|g| g.iter().any(|g| g["conditionType"] == INPLACE_UPDATE_READY));
-    if !gated {
+    if !gated(pod) {
         return;
     }
     let equal = condition(pod, INPLACE_UPDATE_READY).is_some_and(|c| {
@@ -714,25 +717,12 @@ async fn set_ready_true(m: &Inner, pod: &Value) {
     let mut pod = pod.clone();
     let cond = json!({"type": INPLACE_UPDATE_READY, "status": "True",
                       "lastTransitionTime": rfc3339(now())});
-    let list = pod["status"]["conditions"].as_array_mut();
-    match list.and_then(|l| l.iter_mut().find(|c| c["type"] == INPLACE_UPDATE_READY)) {
-        Some(c) => *c = cond,
-        None => set_condition_push(&mut pod, cond),
-    }
+    put_condition(&mut pod, cond);
     m.write(
         "InPlaceUpdateReady=True",
         m.http.replace(Res::Pods, &pod, Some("status")),
     )
     .await;
-}
-
-fn set_condition_push(pod: &mut Value, cond: Value) {
-    if !pod["status"]["conditions"].is_array() {
-        pod["status"]["conditions"] = json!([]);
-    }
-    if let Some(l) = pod["status"]["conditions"].as_array_mut() {
-        l.push(cond);
-    }
 }
 
 // === completion ===
