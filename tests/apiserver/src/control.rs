@@ -500,18 +500,9 @@ impl Control {
         timeout: Duration,
         mut f: impl FnMut(&StoreView<'_>) -> Option<T>,
     ) -> Result<T, WaitTimeout> {
-        let deadline = Instant::now() + timeout;
-        let mut rx = self.shared.store.subscribe();
-        loop {
-            rx.borrow_and_update();
-            if let Some(v) = self.shared.store.read(|st| f(&StoreView { state: st })) {
-                return Ok(v);
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return Err(WaitTimeout(timeout)),
-            }
-        }
+        let rx = self.shared.store.subscribe();
+        let read = || self.shared.store.read(|st| f(&StoreView { state: st }));
+        wait_on(timeout, rx, read).await
     }
 
     /// Wait until `pred` holds for the request log, re-checking after every request.
@@ -520,18 +511,8 @@ impl Control {
         timeout: Duration,
         mut pred: impl FnMut(&RequestLog) -> bool,
     ) -> Result<(), WaitTimeout> {
-        let deadline = Instant::now() + timeout;
-        let mut rx = self.shared.requests_tx.subscribe();
-        loop {
-            rx.borrow_and_update();
-            if pred(&self.lock_requests()) {
-                return Ok(());
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return Err(WaitTimeout(timeout)),
-            }
-        }
+        let rx = self.shared.requests_tx.subscribe();
+        wait_on(timeout, rx, || pred(&self.lock_requests()).then_some(())).await
     }
 
     /// Record a request (called by the HTTP layer).
@@ -545,6 +526,25 @@ impl Control {
         let mut f = self.lock_faults();
         let delay = f.delay;
         (delay, f.take(verb, resource))
+    }
+}
+
+/// Waits until `check` gives a value, checking again after every change `rx` tells of.
+async fn wait_on<T>(
+    timeout: Duration,
+    mut rx: tokio::sync::watch::Receiver<u64>,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T, WaitTimeout> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        rx.borrow_and_update();
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return Err(WaitTimeout(timeout)),
+        }
     }
 }
 

@@ -90,6 +90,10 @@ impl Params {
     fn dry_run(&self) -> bool {
         self.0.iter().any(|(k, v)| k == "dryRun" && v == "All")
     }
+
+    fn selectors(&self, kind: &KindInfo) -> Result<Selectors, ApiError> {
+        Selectors::parse(kind, self.get("labelSelector"), self.get("fieldSelector"))
+    }
 }
 
 /// A path under `/api/v1` or `/apis/{g}/{v}` that names a served resource.
@@ -418,11 +422,7 @@ async fn resource(
     match (method, t.name.as_deref()) {
         ("GET", _) if watch => start_watch(shared, &kind, &t, params).await,
         ("GET", None) => {
-            let sel = Selectors::parse(
-                &kind,
-                params.get("labelSelector"),
-                params.get("fieldSelector"),
-            )?;
+            let sel = params.selectors(&kind)?;
             let rv_param = params.get("resourceVersion").filter(|v| !v.is_empty());
             let cont = params.get("continue").filter(|v| !v.is_empty());
             if cont.is_some() && rv_param.is_some() {
@@ -507,12 +507,8 @@ async fn resource(
                 }
                 Some(p) => p,
                 None => {
-                    return Err(ApiError::new(
-                        415,
-                        "UnsupportedMediaType",
-                        "415: Unsupported Media Type",
-                    )
-                    .with_details(json!({})));
+                    let e = ApiError::from_code(415, "415: Unsupported Media Type");
+                    return Err(e.with_details(json!({})));
                 }
             };
             let patch: Value = serde_json::from_slice(body)
@@ -579,11 +575,7 @@ async fn resource(
             Ok(json_response(200, &v))
         }
         ("DELETE", None) => {
-            let sel = Selectors::parse(
-                &kind,
-                params.get("labelSelector"),
-                params.get("fieldSelector"),
-            )?;
+            let sel = params.selectors(&kind)?;
             let out =
                 store.write(|st| list::delete_collection(st, &kind, kidx, ns, &sel, dry_run))?;
             Ok(json_response(200, &out))
@@ -598,11 +590,7 @@ async fn start_watch(
     t: &ResTarget,
     params: &Params,
 ) -> Result<Response<Body>, ApiError> {
-    let selectors = Selectors::parse(
-        kind,
-        params.get("labelSelector"),
-        params.get("fieldSelector"),
-    )?;
+    let selectors = params.selectors(kind)?;
     let rv = parse_rv(params.get("resourceVersion"))?;
     let bookmarks = params.flag("allowWatchBookmarks");
     let send_initial = params
