@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruised::cri::{Endpoint, RemoteRuntime, Timeouts};
 use kruised::k8s::keys;
 use kube::api::{
@@ -419,17 +420,19 @@ pub struct Scene {
 impl Scene {
     pub async fn new(lab: &KubeLab, prefix: &str) -> Scene {
         let admin = lab.admin().await;
-        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-            Api::all(admin.clone());
+        let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
         apply_yaml(&admin, TESTWORKLOAD_CRD).await;
         wait_for(
             &crds,
             "testworkloads.apps.kruise.io",
             "the TestWorkload CRD established",
-            |c: Option<&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>| {
+            |c: Option<&CustomResourceDefinition>| {
                 c.and_then(|c| c.status.as_ref())
                     .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    })
             },
         )
         .await;
@@ -440,11 +443,8 @@ impl Scene {
                    "metadata": {"name": "demo", "namespace": ns.name}}),
         )
         .await;
-        let ar = kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "apps.kruise.io",
-            "v1alpha1",
-            "TestWorkload",
-        ));
+        let gvk = GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", "TestWorkload");
+        let ar = kube::discovery::ApiResource::from_gvk(&gvk);
         let owners: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &ar);
         let owner_uid = owners.get("demo").await.unwrap().uid().unwrap();
         Scene {

@@ -47,44 +47,37 @@ fn sort_tags(list: &mut Value) {
     }
 }
 
+/// The images under `path` (through a pointer: indexing a missing field mutably would add it).
+fn images_at<'a>(ni: &'a mut Value, path: &str) -> impl Iterator<Item = &'a mut Value> {
+    let images = ni.pointer_mut(path).and_then(Value::as_object_mut);
+    images.into_iter().flat_map(|m| m.values_mut())
+}
+
 /// pkg/webhook/nodeimage/mutating/nodeimage_create_update_handler.go:46-77 with
 /// apis/apps/defaults/v1beta1.go:255-279: `createdAt` now, `pullPolicy` `{}` then its timeout
 /// (600) and back-off (3); tags sorted. No TTL default.
 fn default_tags(r: &mut AdmissionRequest<'_>) -> Result<(), Denial> {
     let t = rfc3339(now());
-    // (through pointers: indexing a missing field mutably would add it)
-    if let Some(images) = r
-        .object
-        .pointer_mut("/spec/images")
-        .and_then(Value::as_object_mut)
-    {
-        for image in images.values_mut() {
-            for tag in image["tags"].as_array_mut().into_iter().flatten() {
-                if tag["createdAt"].is_null() {
-                    tag["createdAt"] = json!(t);
-                }
-                if !tag["pullPolicy"].is_object() {
-                    tag["pullPolicy"] = json!({});
-                }
-                let p = &mut tag["pullPolicy"];
-                if p["timeoutSeconds"].is_null() {
-                    p["timeoutSeconds"] = json!(600);
-                }
-                if p["backoffLimit"].is_null() {
-                    p["backoffLimit"] = json!(3);
-                }
+    for image in images_at(&mut r.object, "/spec/images") {
+        for tag in image["tags"].as_array_mut().into_iter().flatten() {
+            if tag["createdAt"].is_null() {
+                tag["createdAt"] = json!(t);
             }
-            sort_tags(&mut image["tags"]);
+            if !tag["pullPolicy"].is_object() {
+                tag["pullPolicy"] = json!({});
+            }
+            let p = &mut tag["pullPolicy"];
+            if p["timeoutSeconds"].is_null() {
+                p["timeoutSeconds"] = json!(600);
+            }
+            if p["backoffLimit"].is_null() {
+                p["backoffLimit"] = json!(3);
+            }
         }
+        sort_tags(&mut image["tags"]);
     }
-    if let Some(images) = r
-        .object
-        .pointer_mut("/status/imageStatuses")
-        .and_then(Value::as_object_mut)
-    {
-        for image in images.values_mut() {
-            sort_tags(&mut image["tags"]);
-        }
+    for image in images_at(&mut r.object, "/status/imageStatuses") {
+        sort_tags(&mut image["tags"]);
     }
     Ok(())
 }
@@ -342,15 +335,12 @@ async fn fail_silent_tags(m: &Inner, ni: &Value, wake: &mut Wake) {
     let mut counts = (0, 0, 0);
     if let Some(images_st) = status["imageStatuses"].as_object_mut() {
         for (name, st) in images_st.iter_mut() {
-            let spec_tags: BTreeSet<String> = images
-                .get(name)
-                .and_then(|i| i["tags"].as_array())
-                .map(|t| {
-                    t.iter()
-                        .filter_map(|t| t["tag"].as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let tags = images.get(name).and_then(|i| i["tags"].as_array());
+            let spec_tags: BTreeSet<&str> = tags
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["tag"].as_str())
+                .collect();
             if let Some(list) = st["tags"].as_array_mut() {
                 list.retain(|s| s["tag"].as_str().is_some_and(|t| spec_tags.contains(t)));
                 for s in list.iter() {

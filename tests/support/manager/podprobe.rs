@@ -273,9 +273,8 @@ pub(crate) async fn reconcile_statuses(m: &Inner) -> Wake {
 async fn reflect(m: &Inner, pod: &Value, entry: &Value) {
     let mut conditions: Vec<Value> = Vec::new();
     let mut used = BTreeSet::new();
-    // key → Some(value) to set, None to delete; later probes win
-    let mut labels: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut annotations: BTreeMap<String, Option<String>> = BTreeMap::new();
+    // (labels or annotations, key) → Some(value) to set, None to delete; later probes win
+    let mut changes: BTreeMap<(&str, String), Option<String>> = BTreeMap::new();
     for st in entry["probeStates"].as_array().into_iter().flatten() {
         let state = st["state"].as_str().unwrap_or("");
         if state.is_empty() {
@@ -313,37 +312,32 @@ async fn reflect(m: &Inner, pod: &Value, entry: &Value) {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        for p in policies.iter().filter(|p| p["state"] != state) {
-            for (k, _) in p["labels"].as_object().into_iter().flatten() {
-                labels.insert(k.clone(), None);
-            }
-            for (k, _) in p["annotations"].as_object().into_iter().flatten() {
-                annotations.insert(k.clone(), None);
-            }
-        }
-        for p in policies.iter().filter(|p| p["state"] == state) {
-            for (k, v) in p["labels"].as_object().into_iter().flatten() {
-                labels.insert(k.clone(), v.as_str().map(String::from));
-            }
-            for (k, v) in p["annotations"].as_object().into_iter().flatten() {
-                annotations.insert(k.clone(), v.as_str().map(String::from));
+        // the other states' keys removed first, then this state's set
+        for this in [false, true] {
+            for p in policies.iter().filter(|p| (p["state"] == state) == this) {
+                for field in ["labels", "annotations"] {
+                    for (k, v) in p[field].as_object().into_iter().flatten() {
+                        let v = v.as_str().filter(|_| this).map(String::from);
+                        changes.insert((field, k.clone()), v);
+                    }
+                }
             }
         }
     }
-    if conditions.is_empty() && labels.is_empty() && annotations.is_empty() {
+    if conditions.is_empty() && changes.is_empty() {
         return;
     }
     let mut next = pod.clone();
     for c in conditions {
         set_if_msg_changed(&mut next, c);
     }
-    for (field, changes) in [("labels", &labels), ("annotations", &annotations)] {
+    for field in ["labels", "annotations"] {
         let map = &mut next["metadata"][field];
         if !map.is_object() {
             *map = json!({});
         }
         let map = map.as_object_mut().expect("an object");
-        for (k, v) in changes {
+        for ((_, k), v) in changes.iter().filter(|((f, _), _)| *f == field) {
             match v {
                 Some(v) => {
                     map.insert(k.clone(), json!(v));

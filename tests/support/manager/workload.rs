@@ -306,14 +306,19 @@ impl UpdateSpec {
                 )
             })
             .collect();
-        for (is_label, o, n) in [
-            (true, &old.labels, &new.labels),
-            (false, &old.annotations, &new.annotations),
+        let (labels_set, labels_del) = (&mut spec.labels_set, &mut spec.labels_del);
+        let (notes_set, notes_del) = (&mut spec.annotations_set, &mut spec.annotations_del);
+        for (is_label, o, n, set, del) in [
+            (true, &old.labels, &new.labels, labels_set, labels_del),
+            (
+                false,
+                &old.annotations,
+                &new.annotations,
+                notes_set,
+                notes_del,
+            ),
         ] {
-            for (k, v) in n {
-                if o.get(k) == Some(v) {
-                    continue;
-                }
+            for (k, v) in n.iter().filter(|(k, v)| o.get(*k) != Some(v)) {
                 // a whole-map `add` (the template had none of these) never becomes ref-metadata
                 // (inplace_update_defaults.go:356-399)
                 let referencing: Vec<&String> = if o.is_empty() {
@@ -330,11 +335,7 @@ impl UpdateSpec {
                         .collect()
                 };
                 if referencing.is_empty() {
-                    if is_label {
-                        spec.labels_set.insert(k.clone(), v.clone());
-                    } else {
-                        spec.annotations_set.insert(k.clone(), v.clone());
-                    }
+                    set.insert(k.clone(), v.clone());
                     continue;
                 }
                 spec.env_from_metadata = true;
@@ -348,13 +349,7 @@ impl UpdateSpec {
                     map.insert(k.clone(), v.clone());
                 }
             }
-            for k in o.keys().filter(|k| !n.contains_key(*k)) {
-                if is_label {
-                    spec.labels_del.insert(k.clone());
-                } else {
-                    spec.annotations_del.insert(k.clone());
-                }
-            }
+            del.extend(o.keys().filter(|k| !n.contains_key(*k)).cloned());
         }
         Ok(spec)
     }
