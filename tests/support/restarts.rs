@@ -64,12 +64,9 @@ impl HookServer {
 
     /// Calls of the hook of `container` of `pod`.
     pub fn count(&self, pod: &str, container: &str) -> u32 {
-        self.hits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&format!("/hook/{pod}/{container}"))
-            .copied()
-            .unwrap_or(0)
+        let hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
+        hits.get(&format!("/hook/{pod}/{container}"))
+            .map_or(0, |n| *n)
     }
 }
 

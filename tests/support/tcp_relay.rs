@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -51,8 +51,12 @@ impl Shared {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    fn lock_conns(&self) -> MutexGuard<'_, Vec<(u64, watch::Sender<bool>)>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn silence_all(&self) -> usize {
-        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = self.lock_conns();
         for (_, tx) in conns.iter() {
             tx.send_replace(true);
         }
@@ -128,11 +132,8 @@ impl TcpRelay {
 
     /// What it did so far.
     pub fn stats(&self) -> RelayStats {
-        self.shared
-            .stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let stats = self.shared.stats.lock();
+        stats.unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Waits until `cond` holds of the stats, at most `limit`; panics naming `what` otherwise.
@@ -175,11 +176,7 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
     let _ = server.set_nodelay(true);
     let _ = client.set_nodelay(true);
     let (silence_tx, mut silenced) = watch::channel(false);
-    shared
-        .conns
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((id, silence_tx));
+    shared.lock_conns().push((id, silence_tx));
     shared.record(|s| {
         s.forwarded += 1;
         s.open += 1;
@@ -195,10 +192,6 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
         // held open, read by no one, until the relay is dropped
         std::future::pending::<()>().await;
     }
-    shared
-        .conns
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|(i, _)| *i != id);
+    shared.lock_conns().retain(|(i, _)| *i != id);
     shared.record(|s| s.open -= 1);
 }
