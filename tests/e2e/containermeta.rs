@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use crate::support::daemon::Daemon;
-use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
+use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod, status};
 use crate::support::node::meta_of;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
@@ -92,17 +92,10 @@ async fn run_pod(c: &Cluster, name: &str, image: &str, ready: bool) -> RunningPo
 
 /// The kubelet's status report of the pod's current containers.
 fn report(api: &Handle, name: &str, running: &RunningPod, ready: bool) {
-    let statuses: Vec<Value> = ["main", "side"]
-        .iter()
-        .map(|n| {
-            json!({"name": n, "containerID": support::kubelet_id(running.container(n)),
-                   "image": "busybox", "imageID": "sha256:x", "ready": true,
-                   "restartCount": running.attempts[*n], "started": true})
-        })
-        .collect();
     api.modify("pods", "default", name, |p| {
-        p["status"] = json!({"phase": "Running", "containerStatuses": statuses,
+        p["status"] = json!({"phase": "Running",
             "conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": if ready { "True" } else { "False" }}]});
+        status::set_containers(p, &running.reports());
     })
     .unwrap();
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::pull_support::{self, NODE};
 use crate::support::daemon::{Daemon, http_get, kruised_bin};
+use crate::support::kubelet::status::{self, Report};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::node::meta_of;
 use crate::support::{Lab, LabRuntime, Plane, within};
@@ -190,9 +191,12 @@ async fn on_a_node_where_two_runtimes_answer_the_kubelets_gets_the_images_and_it
     plane
         .api
         .modify("pods", "default", "two-runtimes", |p| {
-            p["status"] = json!({"phase": "Running", "containerStatuses": [
-                {"name": "main", "containerID": id, "image": image, "imageID": "sha256:x",
-                 "ready": true, "restartCount": 0, "started": true}]});
+            p["status"] = json!({"phase": "Running"});
+            let main = Report {
+                image: image.clone(),
+                ..Report::ready("main", &id, 0)
+            };
+            status::set_containers(p, &[main]);
         })
         .unwrap();
     let meta = plane

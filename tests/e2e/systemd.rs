@@ -12,6 +12,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use crate::support::daemon::{http_get, kruised_bin, kruised_test_build};
+use crate::support::kubelet::status::{self, Report};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, Plane, unique, within};
 use kruised::cri::{ContainerState, RuntimeService};
@@ -239,10 +240,8 @@ async fn stale_pod(plane: &Plane, lab: &Lab) -> String {
         .modify("pods", "default", &name, |p| {
             p["metadata"]["annotations"]["role"] = json!("green");
             p["status"] = json!({"phase": "Running",
-                "containerStatuses": [{"name": "main", "containerID": crate::support::kubelet_id(&id),
-                    "image": "busybox", "imageID": "sha256:x", "ready": true, "restartCount": 0,
-                    "started": true}],
                 "conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": "False"}]});
+            status::set_containers(p, &running.reports());
         })
         .expect("the in-place update");
     id
@@ -399,21 +398,16 @@ async fn the_watchdog_restarts_a_kruised_whose_loop_is_stuck() {
     // a kruise-managed pod with a container, new to kruised: container meta takes it, and its
     // pass never ends (no real container needed: the failpoint comes before the runtime)
     let name = unique("stuck");
-    plane
-        .api
-        .create(
-            "pods",
-            json!({
-                "metadata": {"name": name, "namespace": "default", "annotations": {STUCK: "yes"},
-                    "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
-                                         "name": "demo", "uid": "cs-1", "controller": true}]},
-                "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]},
-                "status": {"phase": "Running", "containerStatuses": [{"name": "main",
-                    "containerID": crate::support::kubelet_id(&"0".repeat(64)),
-                    "image": "busybox", "imageID": "sha256:x", "ready": true, "restartCount": 0}]}
-            }),
-        )
-        .expect("create the pod");
+    let mut pod = json!({
+        "metadata": {"name": name, "namespace": "default", "annotations": {STUCK: "yes"},
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                                 "name": "demo", "uid": "cs-1", "controller": true}]},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": "Running"}
+    });
+    let main = crate::support::kubelet_id(&"0".repeat(64));
+    status::set_containers(&mut pod, &[Report::ready("main", &main, 0)]);
+    plane.api.create("pods", pod).expect("create the pod");
     let admin = ADMIN.parse().expect("addr");
     let deadline = tokio::time::Instant::now() + LIMIT;
     let body = loop {

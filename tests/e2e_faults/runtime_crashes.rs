@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::Daemon;
-use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
+use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod, status};
 use crate::support::node::meta_of;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
@@ -75,18 +75,10 @@ fn pod_of(api: &Handle, name: &str) -> Pod {
 }
 
 fn report(api: &Handle, name: &str, running: &RunningPod) {
-    let statuses: Vec<Value> = running
-        .containers
-        .iter()
-        .map(|(n, id)| {
-            json!({"name": n, "containerID": support::kubelet_id(id), "image": "busybox",
-                   "imageID": "sha256:x", "ready": true, "restartCount": running.attempts[n],
-                   "started": true})
-        })
-        .collect();
     api.modify("pods", "default", name, |p| {
-        p["status"] = json!({"phase": "Running", "containerStatuses": statuses,
+        p["status"] = json!({"phase": "Running",
             "conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": "False"}]});
+        status::set_containers(p, &running.reports());
     })
     .unwrap();
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::support::daemon::Daemon;
+use crate::support::kubelet::status;
 use crate::support::node::{FakeNode, NODE};
 use kruised::cri::ContainerState;
 use kruised::hash::env::expected_env_hash;
@@ -436,10 +437,12 @@ async fn env_is_read_from_the_runtime_spec_or_by_exec_whichever_works() {
     let no_spec_info = node.start_container(&pod, &sandbox, &spec[1], 1, false, true);
     node.api
         .modify("pods", "default", "web-0", |p| {
-            p["status"]["containerStatuses"][0]["containerID"] =
-                json!(format!("containerd://{no_env_binary}"));
-            p["status"]["containerStatuses"][1]["containerID"] =
-                json!(format!("containerd://{no_spec_info}"));
+            let ids = [("main", no_env_binary), ("side", no_spec_info)];
+            for (name, id) in ids {
+                status::update_container(p, name, |s| {
+                    s["containerID"] = json!(format!("containerd://{id}"))
+                });
+            }
         })
         .unwrap();
     let mut d = start(&node).await;
@@ -521,8 +524,9 @@ async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_run
     node.cri.set_state(&main_id, ContainerState::Created);
     node.api
         .modify("pods", "default", "web-0", |p| {
-            p["status"]["containerStatuses"][0]["state"] =
-                json!({"waiting": {"reason": "ContainerCreating"}});
+            status::update_container(p, "main", |s| {
+                s["state"] = json!({"waiting": {"reason": "ContainerCreating"}})
+            });
             p["metadata"]["labels"]["touched"] = json!("yes");
         })
         .unwrap();
@@ -537,8 +541,9 @@ async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_run
     node.cri.set_state(&main_id, ContainerState::Running);
     node.api
         .modify("pods", "default", "web-0", |p| {
-            p["status"]["containerStatuses"][0]["state"] =
-                json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}});
+            status::update_container(p, "main", |s| {
+                s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})
+            });
         })
         .unwrap();
     let labels = pod.metadata.labels.clone().unwrap();

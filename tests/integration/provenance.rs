@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::support::daemon::Daemon;
+use crate::support::kubelet::status;
 use crate::support::node::{FakeNode, NODE};
 use kruised::controller::provenance::{self, NOT_BY_KRUISED, RECREATE_REQUEST, Restart};
 use kruised::k8s::keys;
@@ -120,14 +121,12 @@ fn crash(node: &FakeNode, pod: &str, container: &str) -> String {
     let new = node.start_container(&p, &node.sandboxes[pod], spec.unwrap(), 1, true, true);
     node.api
         .modify("pods", "default", pod, |p| {
-            for s in p["status"]["containerStatuses"].as_array_mut().unwrap() {
-                if s["name"] == container {
-                    s["containerID"] = json!(node.kubelet_id(&new));
-                    s["restartCount"] = json!(1);
-                    s["lastState"] = json!({"terminated": {"containerID": old, "exitCode": 137,
-                        "reason": "OOMKilled"}});
-                }
-            }
+            status::update_container(p, container, |s| {
+                s["containerID"] = json!(node.kubelet_id(&new));
+                s["restartCount"] = json!(1);
+                s["lastState"] = json!({"terminated": {"containerID": old, "exitCode": 137,
+                    "reason": "OOMKilled"}});
+            });
         })
         .unwrap();
     old

@@ -25,16 +25,16 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kruised::cri::ContainerState;
 use kruised::cri::fake::FakeRuntime;
-use kruised::cri::{ContainerState, SandboxMetadata};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::kubelet_meta::{PodRef, sandbox_labels};
-use crate::node::start_container;
+use crate::kubelet::cri::{recreate_fake, sandbox_fake};
+use crate::kubelet::status::{self, Report};
 
 /// The namespace of the fleet's pods.
 pub const NAMESPACE: &str = "fleet";
@@ -571,28 +571,12 @@ impl SimNode {
 
     /// Brings `pod` to what the kubelet would run: returns the container statuses to report.
     fn sync(&self, pod: &Pod) -> Vec<Value> {
-        let uid = pod.uid().unwrap_or_default();
-        let pod_ref = PodRef {
-            name: pod.metadata.name.as_deref().unwrap_or_default(),
-            namespace: pod.metadata.namespace.as_deref().unwrap_or_default(),
-            uid: &uid,
-        };
         let sandbox = {
             let mut sandboxes = self.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+            let uid = pod.uid().unwrap_or_default();
             sandboxes
-                .entry(uid.clone())
-                .or_insert_with(|| {
-                    self.cri.add_sandbox(
-                        SandboxMetadata {
-                            name: pod_ref.name.to_string(),
-                            uid: uid.clone(),
-                            namespace: pod_ref.namespace.to_string(),
-                            attempt: 0,
-                        },
-                        sandbox_labels(pod_ref, &pod.labels().clone()),
-                        "127.0.0.1",
-                    )
-                })
+                .entry(uid)
+                .or_insert_with(|| sandbox_fake(&self.cri, pod))
                 .clone()
         };
         let mut statuses = Vec::new();
@@ -611,27 +595,30 @@ impl SimNode {
                         )
                     })
             };
-            let start = |attempt| {
-                let id = start_container(&self.cri, pod_ref, pod, &sandbox, c, attempt, true, true);
-                (id, attempt)
-            };
             let (id, attempt) = match newest {
-                Some((id, attempt, ContainerState::Running)) => (id, attempt),
+                Some((id, attempt, ContainerState::Running)) => (Ok(id), attempt),
                 // restart policy Always, no back-off: a container that exited runs again
-                Some((_, attempt, _)) => start(attempt + 1),
-                None => start(0),
+                Some((_, attempt, _)) => (
+                    recreate_fake(&self.cri, pod, &sandbox, c, None, attempt + 1),
+                    attempt + 1,
+                ),
+                None => (recreate_fake(&self.cri, pod, &sandbox, c, None, 0), 0),
             };
+            // an image the policy may not pull: not reported, tried again next round
+            let Ok(id) = id else { continue };
             let image_id = self
                 .cri
                 .state()
                 .containers
                 .get(&id)
-                .map(|x| x.status.image.clone())
-                .unwrap_or_default();
-            statuses.push(json!({"name": c.name,
-                "containerID": format!("containerd://{id}"),
-                "image": c.image, "imageID": image_id, "ready": true, "started": true,
-                "restartCount": attempt, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}));
+                .map(|x| x.image.id.clone());
+            let report = Report {
+                image: c.image.clone().unwrap_or_default(),
+                image_id: image_id.unwrap_or_default(),
+                running: Some("2026-01-01T00:00:00Z".into()),
+                ..Report::ready(&c.name, &format!("containerd://{id}"), attempt)
+            };
+            statuses.push(report.json());
         }
         statuses
     }
@@ -750,63 +737,11 @@ impl Drop for AbortOnDrop {
 }
 
 /// The status patch the kubelet writes for `pod` with `statuses`, if anything it reports
-/// changed: the containers, phase `Running`, and `Ready` (every container runs and every
-/// readiness gate is True).
+/// changed ([`status::pod_status`]).
 fn status_patch(pod: &Pod, statuses: Vec<Value>) -> Option<Value> {
-    let status = pod.status.clone().unwrap_or_default();
-    let conditions = status.conditions.clone().unwrap_or_default();
-    let condition = |t: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == t)
-            .map(|c| c.status.clone())
-    };
-    let gates_ok = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.readiness_gates.iter().flatten())
-        .all(|g| condition(&g.condition_type).as_deref() == Some("True"));
-    let ready = if gates_ok { "True" } else { "False" };
-    let reported: BTreeMap<String, (String, i32)> = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .map(|s| {
-            (
-                s.name.clone(),
-                (s.container_id.clone().unwrap_or_default(), s.restart_count),
-            )
-        })
-        .collect();
-    let now: BTreeMap<String, (String, i32)> = statuses
-        .iter()
-        .map(|s| {
-            (
-                s["name"].as_str().unwrap_or_default().to_string(),
-                (
-                    s["containerID"].as_str().unwrap_or_default().to_string(),
-                    i32::try_from(s["restartCount"].as_u64().unwrap_or(0)).unwrap_or(0),
-                ),
-            )
-        })
-        .collect();
-    let same = reported == now
-        && status.phase.as_deref() == Some("Running")
-        && condition("Ready").as_deref() == Some(ready);
-    if same {
-        return None;
-    }
-    let now_time = k8s_openapi::jiff::Timestamp::now().to_string();
-    let reason = (ready == "False").then_some("ReadinessGatesNotReady");
-    Some(json!({"status": {
-        "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
-        "podIPs": [{"ip": "127.0.0.1"}],
-        "conditions": [
-            {"type": "Ready", "status": ready, "reason": reason, "lastTransitionTime": now_time},
-            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now_time}
-        ],
-        "containerStatuses": statuses
-    }}))
+    let pod = serde_json::to_value(pod).ok()?;
+    let status = status::pod_status(&pod, &pod, statuses);
+    status::changed(&pod, &status).then(|| json!({ "status": status }))
 }
 
 /// A node daemon of the fleet.

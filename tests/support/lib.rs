@@ -9,7 +9,6 @@ pub mod daemon;
 pub mod events;
 pub mod fleet;
 pub mod kubelet;
-pub mod kubelet_meta;
 pub mod manager;
 pub mod node;
 pub mod proxy;

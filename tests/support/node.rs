@@ -1,8 +1,8 @@
 //! A whole fake node for integration tests and benchmarks: the API-server double as control
 //! plane, the fake CRI runtime as containerd (or, with [`FakeNode::start_on`], as the runtime a
-//! [`Dialect`] names), and this module as the kubelet that keeps the two
-//! consistent (pods in the API with container statuses, containers in the runtime with the
-//! kubelet's labels, annotations, hash and env resolved from the pod's metadata).
+//! [`Dialect`] names), and the kubelet ([`crate::kubelet`]) keeping the two consistent (pods in
+//! the API with container statuses, containers in the runtime with the kubelet's labels,
+//! annotations, hash and env resolved from the pod's metadata).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,13 +10,12 @@ use std::path::PathBuf;
 use apiserver_double::{ApiServer, Handle};
 use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
 use kruised::cri::fake::{Dialect, FakeRuntime};
-use kruised::cri::{ContainerConfig, ContainerMetadata, SandboxMetadata, StringMap};
-use kruised::hash::env::{MetaRef, env_meta_refs};
-use kruised::hash::kubelet::{format_hash, hash_container};
 use kruised::k8s::keys;
-
-use super::kubelet_meta::{PodRef, container_annotations, container_labels};
 use serde_json::{Value, json};
+
+use crate::kubelet::cri::{recreate_fake, sandbox_fake, start_fake};
+use crate::kubelet::spec;
+use crate::kubelet::status::{self, Report};
 
 /// The node's name in these tests.
 pub const NODE: &str = "node-a";
@@ -147,38 +146,30 @@ impl FakeNode {
             )
             .expect("create pod");
         let pod: Pod = serde_json::from_value(created).expect("pod");
-        let uid = pod.metadata.uid.clone().expect("uid");
-        let sandbox = self.cri.add_sandbox(
-            SandboxMetadata {
-                name: name.into(),
-                uid,
-                namespace: "default".into(),
-                attempt: 0,
-            },
-            StringMap::new(),
-            "127.0.0.1",
-        );
+        let sandbox = sandbox_fake(&self.cri, &pod);
         self.sandboxes.insert(name.into(), sandbox.clone());
-        let mut statuses = Vec::new();
-        for c in &pod.spec.as_ref().expect("spec").containers {
-            let id = self.start_container(&pod, &sandbox, c, 0, true, true);
-            statuses.push(self.status(&c.name, &id, 0));
-        }
+        let reports: Vec<Report> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| {
+                let id = self.start_container(&pod, &sandbox, c, 0, true, true);
+                self.report(c, &id, 0)
+            })
+            .collect();
         let updated = self
             .api
             .modify("pods", "default", name, |p| {
-                p["status"] = json!({
-                    "phase": "Running",
-                    "conditions": [{"type": keys::INPLACE_UPDATE_READY,
-                                    "status": if ready { "True" } else { "False" }}],
-                    "containerStatuses": statuses,
-                });
+                status::set_containers(p, &reports);
+                p["status"]["phase"] = json!("Running");
+                p["status"]["conditions"] = json!([{"type": keys::INPLACE_UPDATE_READY,
+                                                     "status": if ready { "True" } else { "False" }}]);
             })
             .expect("pod status");
         serde_json::from_value(updated).expect("pod")
     }
 
-    /// Starts a container the way the kubelet does ([`start_container`]) in the pod's sandbox.
+    /// Starts a container the way the kubelet does ([`start_fake`]) in the pod's sandbox.
     pub fn start_container(
         &self,
         pod: &Pod,
@@ -188,14 +179,8 @@ impl FakeNode {
         env_in_info: bool,
         has_env_binary: bool,
     ) -> String {
-        let pod_ref = PodRef {
-            name: pod.metadata.name.as_deref().unwrap_or_default(),
-            namespace: "default",
-            uid: pod.metadata.uid.as_deref().unwrap_or_default(),
-        };
-        start_container(
+        start_fake(
             &self.cri,
-            pod_ref,
             pod,
             sandbox,
             c,
@@ -210,24 +195,23 @@ impl FakeNode {
     /// container in the pod's status. Returns the new container ID.
     pub fn recreate(&self, pod_name: &str, container: &str) -> String {
         let (id, attempt) = self.recreate_unreported(pod_name, container);
+        let pod: Pod =
+            serde_json::from_value(self.api.get("pods", "default", pod_name).expect("pod"))
+                .expect("pod");
+        let report = self
+            .report(spec::container(&pod, container), &id, attempt)
+            .json();
         self.api
             .modify("pods", "default", pod_name, |p| {
-                for s in p["status"]["containerStatuses"]
-                    .as_array_mut()
-                    .into_iter()
-                    .flatten()
-                {
-                    if s["name"] == container {
-                        *s = self.status(container, &id, attempt);
-                    }
-                }
+                status::update_container(p, container, |s| *s = report)
             })
             .expect("update pod status");
         id
     }
 
     /// The runtime's part of [`FakeNode::recreate`] alone, as it is before the kubelet
-    /// reports it: the old container exits and a new one runs, the pod's status is as before.
+    /// reports it: the old container exits (0), the image step, and a new one runs; the pod's
+    /// status is as before.
     /// Returns the new container's ID and attempt.
     pub fn recreate_unreported(&self, pod_name: &str, container: &str) -> (String, u32) {
         let obj = self
@@ -255,15 +239,20 @@ impl FakeNode {
             .expect("status");
         let attempt = u32::try_from(old.restart_count + 1).expect("restart count");
         let prefix = self.cri.kubelet_id("");
-        if let Some(old_id) = old
+        let old_id = old
             .container_id
             .as_deref()
-            .and_then(|i| i.strip_prefix(prefix.as_str()))
-        {
-            self.cri.exit_container(old_id, 0);
-        }
+            .and_then(|i| i.strip_prefix(prefix.as_str()));
         let sandbox = &self.sandboxes[pod_name];
-        let id = self.start_container(&pod, sandbox, &spec, attempt, true, true);
+        let id = recreate_fake(
+            &self.cri,
+            &pod,
+            sandbox,
+            &spec,
+            old_id.map(|o| (o, 0)),
+            attempt,
+        )
+        .unwrap_or_else(|e| panic!("recreating {container}: {e}"));
         (id, attempt)
     }
 
@@ -272,11 +261,16 @@ impl FakeNode {
         self.cri.kubelet_id(id)
     }
 
-    /// A container's status as the kubelet reports it.
-    fn status(&self, name: &str, id: &str, restarts: u32) -> Value {
-        json!({"name": name, "containerID": self.kubelet_id(id), "image": "busybox",
-               "imageID": "sha256:1", "ready": true, "restartCount": restarts, "started": true,
-               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
+    /// A running container as the kubelet reports it, its image ID and start from the runtime.
+    fn report(&self, c: &SpecContainer, id: &str, restarts: u32) -> Report {
+        let st = self.cri.state();
+        let rc = st.containers.get(id).expect("the container just started");
+        Report {
+            image: c.image.clone().unwrap_or_default(),
+            image_id: rc.image.id.clone(),
+            running: Some(status::rfc3339_ns(rc.status.started_at)),
+            ..Report::ready(&c.name, &self.kubelet_id(id), restarts)
+        }
     }
 
     /// The pod's current `runtime-containers-meta`, parsed.
@@ -303,66 +297,6 @@ impl FakeNode {
     }
 }
 
-/// Starts a container in `sandbox` of `cri` the way the kubelet does: its labels, the kubelet
-/// hash of its spec, restart count and grace period, and its env with `valueFrom` resolved from
-/// the pod's metadata now. `env_in_info` and `has_env_binary` say how the runtime exposes that
-/// env. Returns its ID.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the container's parts, each named"
-)]
-pub fn start_container(
-    cri: &FakeRuntime,
-    pod_ref: PodRef<'_>,
-    pod: &Pod,
-    sandbox: &str,
-    c: &SpecContainer,
-    attempt: u32,
-    env_in_info: bool,
-    has_env_binary: bool,
-) -> String {
-    let labels = container_labels(pod_ref, &c.name, &StringMap::new());
-    // what the kubelet records on the container: its hash, attempt and the pod's grace, its
-    // preStop hook and ports as JSON (kuberuntime_container.go newContainerAnnotations)
-    let pre_stop = c
-        .lifecycle
-        .as_ref()
-        .and_then(|l| l.pre_stop.as_ref())
-        .and_then(|h| serde_json::to_string(h).ok());
-    let grace = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
-    let mut annotations = container_annotations(
-        &format_hash(hash_container(c)),
-        attempt,
-        grace,
-        pre_stop.as_deref(),
-    );
-    if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty())
-        && let Ok(json) = serde_json::to_string(ports)
-    {
-        annotations.insert(keys::KUBELET_CONTAINER_PORTS.into(), json);
-    }
-    cri.add_container(
-        sandbox,
-        ContainerConfig {
-            metadata: ContainerMetadata {
-                name: c.name.clone(),
-                attempt,
-            },
-            image: c.image.clone().unwrap_or_default(),
-            envs: resolve_env(pod, c),
-            labels,
-            annotations,
-            ..Default::default()
-        },
-        env_in_info,
-        has_env_binary,
-    )
-}
-
 /// The `runtime-containers-meta` of a pod object, parsed.
 pub fn meta_of(obj: &Value) -> Option<keys::RuntimeContainerMetaSet> {
     let annotations: BTreeMap<String, String> =
@@ -370,24 +304,4 @@ pub fn meta_of(obj: &Value) -> Option<keys::RuntimeContainerMetaSet> {
     keys::parse_runtime_containers_meta(&annotations)
         .ok()
         .flatten()
-}
-
-/// The env the kubelet would give `c`: plain values, and `fieldRef`s to the pod's labels and
-/// annotations resolved now.
-pub fn resolve_env(pod: &Pod, c: &SpecContainer) -> Vec<(String, String)> {
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let refs: BTreeMap<String, MetaRef> = env_meta_refs(c).into_iter().collect();
-    c.env
-        .iter()
-        .flatten()
-        .map(|e| {
-            let value = match refs.get(&e.name) {
-                Some(MetaRef::Label(k)) => labels.get(k).cloned().unwrap_or_default(),
-                Some(MetaRef::Annotation(k)) => annotations.get(k).cloned().unwrap_or_default(),
-                None => e.value.clone().unwrap_or_default(),
-            };
-            (e.name.clone(), value)
-        })
-        .collect()
 }

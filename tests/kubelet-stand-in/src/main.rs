@@ -4,14 +4,16 @@
 //! infrastructure, never shipped.
 //!
 //! Every `--sync-period` it lists the pods bound to `--node-name` and, for each, does what the
-//! kubelet does as far as kruised can tell:
+//! kubelet does as far as kruised can tell, with the tests' one kubelet
+//! (`kruised_test_support::kubelet`: its labels, env, hash, CRI steps and status):
 //!
 //! * a new pod gets a sandbox and its containers through CRI, with the kubelet's labels and
-//!   annotations (pod identity, container hash, restart count, grace period), images pulled when
-//!   the runtime lacks them, and each env var resolved from the pod as it is at that moment
-//!   (`fieldRef` to labels, annotations, name, namespace, uid, node name);
+//!   annotations (pod identity, container hash, restart count, grace period), each image pulled
+//!   as its `imagePullPolicy` says, and each env var resolved from the pod as it is at that
+//!   moment (`fieldRef` to labels, annotations, name, namespace, uid, node name);
 //! * a container that exited is created again with attempt + 1 and the env of the pod as it is
-//!   now (restart policy `Always`; the last dead container is kept, older ones removed);
+//!   now (restart policy `Always`; the last dead container is kept, older ones removed); one
+//!   whose spec changed (its hash) is killed first, as the kubelet does;
 //! * the pod status reports each container (ID with the runtime's prefix, image ID, restart
 //!   count, running state, last termination) and the conditions, `Ready` only when every
 //!   container runs and every readiness gate is True; it is patched only when it changed;
@@ -24,26 +26,22 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-#[path = "../../support/kubelet_meta.rs"]
-mod kubelet_meta;
-
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Container as SpecContainer, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruised::cri::{
-    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, Endpoint, ImageService,
-    KubeletService, PullRequest, RemoteRuntime, RuntimeService, SandboxConfig, SandboxMetadata,
-    StringMap, Timeouts,
+    ContainerState, Endpoint, KubeletService, RemoteRuntime, RuntimeService, SandboxConfig,
+    Timeouts,
 };
-use kruised::hash::env::env_meta_ref;
-use kruised::hash::kubelet::{format_hash, hash_container};
+use kruised::k8s::keys;
+use kruised_test_support::kubelet::meta::PodRef;
+use kruised_test_support::kubelet::status::{self, Report, rfc3339_ns};
+use kruised_test_support::kubelet::{Kubelet, PullPolicy, spec};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
-use serde_json::{Value, json};
-
-use self::kubelet_meta::PodRef;
+use serde_json::json;
 
 /// The kubelet's part of one node, on a real CRI runtime, for the API-server double.
 #[derive(Debug, Parser)]
@@ -76,8 +74,7 @@ fn parse_millis(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s}: {e} (milliseconds, e.g. 500ms)"))
 }
 
-/// How long a pull may take, and how long a pod that failed to start waits before the next try.
-const PULL_LIMIT: Duration = Duration::from_secs(300);
+/// How long a pod that failed to start waits before the next try.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
 /// A container this process created, as it stands.
@@ -87,7 +84,7 @@ struct Running {
     /// The previous container of this name, exited, kept as the kubelet keeps one.
     dead: Option<String>,
     /// `lastState.terminated` of the status, once a container of this name exited.
-    last_terminated: Option<Value>,
+    last_terminated: Option<serde_json::Value>,
 }
 
 /// A pod this process runs.
@@ -95,16 +92,15 @@ struct RunningPod {
     namespace: String,
     name: String,
     sandbox: String,
+    sandbox_config: SandboxConfig,
     grace: Duration,
     containers: BTreeMap<String, Running>,
-    /// The status last patched, to patch only changes.
-    reported: Option<Value>,
 }
 
 struct StandIn {
     args: Args,
     pods: Api<Pod>,
-    runtime: RemoteRuntime,
+    kubelet: Kubelet,
     /// The runtime's name: the prefix of container IDs in the pod status.
     runtime_name: String,
     running: HashMap<String, RunningPod>,
@@ -117,13 +113,6 @@ fn log(msg: impl std::fmt::Display) {
         "{} kubelet-stand-in: {msg}",
         Timestamp::now().strftime("%H:%M:%S%.3f")
     );
-}
-
-fn rfc3339(nanos: i64) -> String {
-    Timestamp::from_second(nanos / 1_000_000_000)
-        .unwrap_or(Timestamp::UNIX_EPOCH)
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }
 
 #[tokio::main]
@@ -143,9 +132,11 @@ async fn main() -> Result<()> {
         "node {}, runtime {} {} at {}",
         args.node_name, version.runtime_name, version.runtime_version, args.runtime_endpoint
     ));
+    let mut kubelet = Kubelet::new(runtime, &args.log_dir);
+    kubelet.cgroup_root = args.cgroup_root.clone();
     let mut stand_in = StandIn {
         pods: Api::all(client),
-        runtime,
+        kubelet,
         runtime_name: version.runtime_name,
         running: HashMap::new(),
         failed: HashMap::new(),
@@ -234,41 +225,70 @@ impl StandIn {
         result
     }
 
-    /// Restarts exited containers, then reports the containers in the pod status.
+    /// Creates again the containers that exited or whose spec changed, then reports the
+    /// containers in the pod status when what it reports changed.
     async fn sync_containers(&self, pod: &Pod, running: &mut RunningPod) -> Result<()> {
-        let mut statuses = Vec::new();
+        let runtime = self.kubelet.runtime();
+        let mut reports = Vec::new();
+        let sandbox = (running.sandbox.clone(), running.sandbox_config.clone());
         for c in pod.spec.iter().flat_map(|s| &s.containers) {
             let Some(r) = running.containers.get_mut(&c.name) else {
                 continue;
             };
-            let mut status = self.runtime.container_status(&r.id, false).await?;
-            if status.state == ContainerState::Exited {
+            let mut status = runtime.container_status(&r.id, false).await?;
+            let exited = status.state == ContainerState::Exited;
+            let changed =
+                status.annotations.get(keys::KUBELET_CONTAINER_HASH) != Some(&spec::hash(c));
+            if exited || changed {
+                if !exited {
+                    // the kubelet kills a container whose spec changed, with the pod's grace
+                    runtime.stop_container(&r.id, running.grace).await?;
+                    status = runtime.container_status(&r.id, false).await?;
+                }
                 r.last_terminated = Some(json!({
                     "exitCode": status.exit_code,
                     "reason": status.reason,
-                    "startedAt": rfc3339(status.started_at),
-                    "finishedAt": rfc3339(status.finished_at),
+                    "startedAt": rfc3339_ns(status.started_at),
+                    "finishedAt": rfc3339_ns(status.finished_at),
                     "containerID": format!("{}://{}", self.runtime_name, status.id),
                 }));
                 if let Some(older) = r.dead.replace(r.id.clone()) {
-                    let _ = self.runtime.remove_container(&older).await;
+                    let _ = runtime.remove_container(&older).await;
                 }
                 r.attempt += 1;
-                let sandbox = sandbox_config(pod, &self.args)?;
-                let config = container_config(pod, c, r.attempt);
-                r.id = self
-                    .start_container(&running.sandbox, config, sandbox)
-                    .await?;
+                r.id = self.start_container(pod, c, r.attempt, &sandbox).await?;
                 log(format!(
-                    "pod {}/{}: container {} exited ({}), started again as {} (restartCount {})",
-                    running.namespace, running.name, c.name, status.exit_code, r.id, r.attempt
+                    "pod {}/{}: container {} {} ({}), started again as {} (restartCount {})",
+                    running.namespace,
+                    running.name,
+                    c.name,
+                    if exited { "exited" } else { "changed" },
+                    status.exit_code,
+                    r.id,
+                    r.attempt
                 ));
-                status = self.runtime.container_status(&r.id, false).await?;
+                status = runtime.container_status(&r.id, false).await?;
             }
-            statuses.push(self.container_status(c, r, &status));
+            let is_running = status.state == ContainerState::Running;
+            reports.push(Report {
+                name: c.name.clone(),
+                container_id: format!("{}://{}", self.runtime_name, r.id),
+                image: c.image.clone().unwrap_or_default(),
+                image_id: if status.image_ref.is_empty() {
+                    status.image_id
+                } else {
+                    status.image_ref
+                },
+                restart_count: r.attempt,
+                running: is_running.then(|| rfc3339_ns(status.started_at)),
+                waiting: Some("ContainerCreating".into()),
+                last_terminated: r.last_terminated.clone(),
+            });
         }
-        let status = pod_status(pod, statuses);
-        if running.reported.as_ref() != Some(&status) {
+        let pod_json = serde_json::to_value(pod)?;
+        let containers = reports.iter().map(Report::json).collect();
+        let status = status::pod_status(&pod_json, &pod_json, containers);
+        if status::changed(&pod_json, &status) {
             Api::<Pod>::namespaced(self.pods.clone().into_client(), &running.namespace)
                 .patch_status(
                     &running.name,
@@ -277,87 +297,56 @@ impl StandIn {
                 )
                 .await
                 .context("patching the pod status")?;
-            running.reported = Some(status);
         }
         Ok(())
     }
 
-    fn container_status(&self, c: &SpecContainer, r: &Running, status: &ContainerStatus) -> Value {
-        let is_running = status.state == ContainerState::Running;
-        let state = if is_running {
-            json!({ "running": { "startedAt": rfc3339(status.started_at) } })
-        } else {
-            json!({ "waiting": { "reason": "ContainerCreating" } })
-        };
-        let mut out = json!({
-            "name": c.name,
-            "image": c.image,
-            "imageID": if status.image_ref.is_empty() { &status.image_id } else { &status.image_ref },
-            "containerID": format!("{}://{}", self.runtime_name, r.id),
-            "restartCount": r.attempt,
-            "ready": is_running,
-            "started": is_running,
-            "state": state,
-        });
-        if let Some(t) = &r.last_terminated {
-            out["lastState"] = json!({ "terminated": t });
-        }
-        out
-    }
-
     async fn start_pod(&self, uid: &str, pod: &Pod) -> Result<RunningPod> {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let name = pod.metadata.name.clone().unwrap_or_default();
         let spec = pod.spec.as_ref().context("the pod has no spec")?;
-        for c in &spec.containers {
-            let image = c.image.clone().unwrap_or_default();
-            if self.runtime.image_status(&image).await?.is_none() {
-                log(format!("pod {namespace}/{name}: pulling {image}"));
-                self.runtime
-                    .pull_image(
-                        PullRequest {
-                            image: image.clone(),
-                            ..Default::default()
-                        },
-                        PULL_LIMIT,
-                    )
-                    .await
-                    .with_context(|| format!("pulling {image}"))?;
-            }
-        }
-        let sandbox_cfg = sandbox_config(pod, &self.args)?;
-        std::fs::create_dir_all(&sandbox_cfg.log_directory)
-            .with_context(|| format!("creating the log directory {}", sandbox_cfg.log_directory))?;
-        let sandbox = self.runtime.run_pod_sandbox(sandbox_cfg.clone()).await?;
+        let pod_ref = PodRef::of(pod);
+        let meta = &pod.metadata;
+        let labels = meta.labels.clone().unwrap_or_default();
+        let sandbox_config = spec::sandbox_config(
+            pod_ref,
+            0,
+            &labels,
+            meta.annotations.clone().unwrap_or_default(),
+            &self.args.log_dir,
+            &self.args.cgroup_root,
+        );
+        std::fs::create_dir_all(&sandbox_config.log_directory).with_context(|| {
+            format!(
+                "creating the log directory {}",
+                sandbox_config.log_directory
+            )
+        })?;
+        let runtime = self.kubelet.runtime();
         let mut running = RunningPod {
-            namespace,
-            name,
-            sandbox,
-            grace: Duration::from_secs(
-                spec.termination_grace_period_seconds
-                    .unwrap_or(30)
-                    .try_into()
-                    .unwrap_or(30),
-            ),
+            namespace: pod_ref.namespace.into(),
+            name: pod_ref.name.into(),
+            sandbox: runtime.run_pod_sandbox(sandbox_config.clone()).await?,
+            sandbox_config,
+            grace: Duration::from_secs(spec::grace_seconds(pod).try_into().unwrap_or(30)),
             containers: BTreeMap::new(),
-            reported: None,
         };
         for c in &spec.containers {
-            let config = container_config(pod, c, 0);
             match self
-                .start_container(&running.sandbox, config, sandbox_cfg.clone())
+                .start_container(
+                    pod,
+                    c,
+                    0,
+                    &(running.sandbox.clone(), running.sandbox_config.clone()),
+                )
                 .await
             {
                 Ok(id) => {
-                    running.containers.insert(
-                        c.name.clone(),
-                        Running {
-                            id,
-                            attempt: 0,
-                            dead: None,
-                            last_terminated: None,
-                        },
-                    );
+                    let r = Running {
+                        id,
+                        attempt: 0,
+                        dead: None,
+                        last_terminated: None,
+                    };
+                    running.containers.insert(c.name.clone(), r);
                 }
                 Err(e) => {
                     self.remove(running).await;
@@ -365,45 +354,43 @@ impl StandIn {
                 }
             }
         }
+        let ids: Vec<String> = running
+            .containers
+            .iter()
+            .map(|(n, r)| format!("{n}={}", r.id))
+            .collect();
         log(format!(
             "pod {}/{} (uid {uid}): sandbox {} with {}",
             running.namespace,
             running.name,
             running.sandbox,
-            running
-                .containers
-                .iter()
-                .map(|(n, r)| format!("{n}={}", r.id))
-                .collect::<Vec<_>>()
-                .join(" ")
+            ids.join(" ")
         ));
         Ok(running)
     }
 
-    /// Creates and starts a container as the kubelet does: the image resolved to its ID (what
-    /// the kubelet passes to the runtime, the spec's name beside it) and the container's log
-    /// directory made first (CRI-O's conmon needs it).
+    /// Starts container `c` of `pod` with `attempt` as the kubelet does: the image step (a pull
+    /// as its policy says), the create, the start.
     async fn start_container(
         &self,
-        sandbox: &str,
-        mut config: ContainerConfig,
-        sandbox_cfg: SandboxConfig,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        (sandbox, sandbox_config): &(String, SandboxConfig),
     ) -> Result<String> {
-        let image = self
-            .runtime
-            .image_status(&config.image)
-            .await?
-            .with_context(|| format!("image {} is not on the node", config.image))?;
-        config.user_specified_image = std::mem::replace(&mut config.image, image.id);
-        let dir = std::path::Path::new(&sandbox_cfg.log_directory).join(&config.metadata.name);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("creating the log directory {}", dir.display()))?;
+        let config = spec::container_config(pod, c, attempt);
         let id = self
-            .runtime
-            .create_container(sandbox, config, sandbox_cfg)
+            .kubelet
+            .create_config(
+                sandbox,
+                config,
+                PullPolicy::of_container(c),
+                sandbox_config.clone(),
+            )
             .await
-            .context("creating the container")?;
-        self.runtime
+            .map_err(|e| anyhow!("creating the container: {e}"))?;
+        self.kubelet
+            .runtime()
             .start_container(&id)
             .await
             .context("starting the container")?;
@@ -413,16 +400,16 @@ impl StandIn {
     /// Stops and removes a pod's containers and sandbox, as the kubelet does for a deleted pod.
     async fn remove(&self, pod: RunningPod) {
         for r in pod.containers.values() {
-            if let Err(e) = self.runtime.stop_container(&r.id, pod.grace).await {
+            if let Err(e) = self
+                .kubelet
+                .runtime()
+                .stop_container(&r.id, pod.grace)
+                .await
+            {
                 log(format!("stopping {}: {e}", r.id));
             }
         }
-        let result = async {
-            self.runtime.stop_pod_sandbox(&pod.sandbox).await?;
-            self.runtime.remove_pod_sandbox(&pod.sandbox).await
-        }
-        .await;
-        match result {
+        match self.kubelet.remove_sandbox(&pod.sandbox).await {
             Ok(()) => log(format!("pod {}/{}: removed", pod.namespace, pod.name)),
             Err(e) => log(format!(
                 "pod {}/{}: removing sandbox {}: {e}",
@@ -432,174 +419,16 @@ impl StandIn {
     }
 }
 
-fn sandbox_config(pod: &Pod, args: &Args) -> Result<SandboxConfig> {
-    let meta = &pod.metadata;
-    let name = meta.name.clone().context("the pod has no name")?;
-    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
-    let uid = meta.uid.clone().context("the pod has no uid")?;
-    let labels = kubelet_meta::sandbox_labels(
-        PodRef {
-            name: &name,
-            namespace: &namespace,
-            uid: &uid,
-        },
-        &meta.labels.clone().unwrap_or_default(),
-    );
-    Ok(SandboxConfig {
-        metadata: SandboxMetadata {
-            name: name.clone(),
-            uid: uid.clone(),
-            namespace: namespace.clone(),
-            attempt: 0,
-        },
-        // host network: the node's hostname (no UTS namespace of its own)
-        hostname: String::new(),
-        log_directory: args
-            .log_dir
-            .join(format!("{namespace}_{name}_{uid}"))
-            .display()
-            .to_string(),
-        labels,
-        annotations: meta.annotations.clone().unwrap_or_default(),
-        cgroup_parent: format!("{}/pod{uid}", args.cgroup_root),
-    })
-}
-
-fn container_config(pod: &Pod, c: &SpecContainer, attempt: u32) -> ContainerConfig {
-    let meta = &pod.metadata;
-    let pod_ref = PodRef {
-        name: meta.name.as_deref().unwrap_or_default(),
-        namespace: meta.namespace.as_deref().unwrap_or_default(),
-        uid: meta.uid.as_deref().unwrap_or_default(),
-    };
-    let grace = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
-    ContainerConfig {
-        metadata: ContainerMetadata {
-            name: c.name.clone(),
-            attempt,
-        },
-        // the spec's image; start_container resolves it to the ID, as the kubelet does
-        image: c.image.clone().unwrap_or_default(),
-        user_specified_image: String::new(),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
-        envs: c
-            .env
-            .iter()
-            .flatten()
-            .map(|e| (e.name.clone(), env_value(pod, e)))
-            .collect(),
-        labels: kubelet_meta::container_labels(pod_ref, &c.name, &StringMap::new()),
-        annotations: kubelet_meta::container_annotations(
-            &format_hash(hash_container(c)),
-            attempt,
-            grace,
-            None,
-        ),
-        log_path: format!("{}/{attempt}.log", c.name),
-    }
-}
-
-/// An env var's value as the kubelet resolves it when it creates the container.
-fn env_value(pod: &Pod, e: &EnvVar) -> String {
-    let meta = &pod.metadata;
-    if let Some(r) = env_meta_ref(e) {
-        let labels = meta.labels.clone().unwrap_or_default();
-        let annotations = meta.annotations.clone().unwrap_or_default();
-        return r.resolve(&labels, &annotations).to_string();
-    }
-    let field = e
-        .value_from
-        .as_ref()
-        .and_then(|v| v.field_ref.as_ref())
-        .map(|f| f.field_path.as_str());
-    match field {
-        Some("metadata.name") => meta.name.clone().unwrap_or_default(),
-        Some("metadata.namespace") => meta.namespace.clone().unwrap_or_default(),
-        Some("metadata.uid") => meta.uid.clone().unwrap_or_default(),
-        Some("spec.nodeName") => pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default(),
-        Some("status.hostIP" | "status.podIP") => "127.0.0.1".into(),
-        _ => e.value.clone().unwrap_or_default(),
-    }
-}
-
-/// The pod status the kubelet reports: phase, containers, and the conditions, `Ready` only when
-/// every container runs and every readiness gate is True. Transition times move only when a
-/// condition's status changes, so an unchanged pod gives the same status.
-fn pod_status(pod: &Pod, containers: Vec<Value>) -> Value {
-    let current: BTreeMap<&str, (&str, Option<String>)> = pod
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .map(|c| {
-            let time = c
-                .last_transition_time
-                .as_ref()
-                .map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-            (c.type_.as_str(), (c.status.as_str(), time))
-        })
-        .collect();
-    let all_running = !containers.is_empty()
-        && containers
-            .iter()
-            .all(|c| c["ready"].as_bool().unwrap_or(false));
-    let gates_true = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.readiness_gates.iter().flatten())
-        .all(|g| current.get(g.condition_type.as_str()).map(|c| c.0) == Some("True"));
-    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let condition = |type_: &str, ok: bool| {
-        let status = if ok { "True" } else { "False" };
-        let time = match current.get(type_) {
-            Some((s, Some(t))) if *s == status => t.clone(),
-            _ => now.clone(),
-        };
-        let mut c = json!({ "type": type_, "status": status, "lastTransitionTime": time });
-        // the kubelet's reasons, which kruised reads (the readiness gate's)
-        if !ok && (type_ == "Ready" || type_ == "ContainersReady") {
-            c["reason"] = json!(if all_running {
-                "ReadinessGatesNotReady"
-            } else {
-                "ContainersNotReady"
-            });
-        }
-        c
-    };
-    let started = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .map_or(now.clone(), |t| {
-            t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-        });
-    json!({
-        "phase": "Running",
-        "hostIP": "127.0.0.1",
-        "podIP": "127.0.0.1",
-        "startTime": started,
-        "conditions": [
-            condition("PodScheduled", true),
-            condition("Initialized", true),
-            condition("ContainersReady", all_running),
-            condition("Ready", all_running && gates_true),
-        ],
-        "containerStatuses": containers,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kruised::k8s::keys;
+    use kruised::hash::kubelet::{format_hash, hash_container};
+    use serde_json::Value;
+
+    fn pod_status(pod: &Pod, containers: Vec<Value>) -> Value {
+        let pod = serde_json::to_value(pod).expect("a pod's JSON");
+        status::pod_status(&pod, &pod, containers)
+    }
 
     fn pod(gate_status: Option<&str>) -> Pod {
         let mut conditions = vec![json!({"type": "Ready", "status": "False",
@@ -693,7 +522,7 @@ mod tests {
     fn env_is_resolved_from_the_pod_as_it_is_when_the_container_is_created() {
         let p = pod(None);
         let c = &p.spec.as_ref().expect("spec").containers[0];
-        let config = container_config(&p, c, 2);
+        let config = spec::container_config(&p, c, 2);
         let env: BTreeMap<_, _> = config.envs.iter().cloned().collect();
         assert_eq!(env["A"], "v1");
         assert_eq!(env["L"], "front");
@@ -714,5 +543,53 @@ mod tests {
             format_hash(hash_container(c))
         );
         assert_eq!(config.labels[keys::KUBELET_POD_UID], "u1");
+    }
+
+    #[test]
+    fn a_missing_pull_policy_is_the_api_servers_default_for_the_image() {
+        for (image, want) in [
+            ("busybox", PullPolicy::Always),
+            ("r.io/busybox:latest", PullPolicy::Always),
+            ("r.io:5000/busybox:v1", PullPolicy::IfNotPresent),
+            ("r.io/busybox@sha256:ab", PullPolicy::IfNotPresent),
+        ] {
+            assert_eq!(PullPolicy::of(None, image), want, "{image}");
+        }
+        assert_eq!(PullPolicy::of(Some("Never"), "busybox"), PullPolicy::Never);
+    }
+
+    #[tokio::test]
+    async fn a_recreate_kills_then_pulls_as_the_policy_says_then_starts() {
+        use kruised::cri::fake::FakeRuntime;
+        use kruised_test_support::kubelet::cri::{
+            ensure_image_fake, recreate_fake, sandbox_fake, start_fake,
+        };
+        let dir = std::env::temp_dir().join(format!("kubelet-stand-in-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let cri = FakeRuntime::start(&dir.join("cri.sock"), "containerd")
+            .await
+            .expect("the fake runtime");
+        let p = pod(None);
+        let sandbox = sandbox_fake(&cri, &p);
+        let mut c = p.spec.as_ref().expect("spec").containers[0].clone();
+        let old = start_fake(&cri, &p, &sandbox, &c, 0, true, true);
+        c.image = Some("r.io/app:v2".into());
+        c.image_pull_policy = Some("Never".into());
+        let never = recreate_fake(&cri, &p, &sandbox, &c, Some((&old, 137)), 1);
+        let e = never.expect_err("a missing image with policy Never");
+        assert_eq!(e.reason, "ErrImageNeverPull");
+        assert_eq!(
+            cri.state().containers[&old].status.state,
+            ContainerState::Exited,
+            "killed first"
+        );
+        c.image_pull_policy = Some("IfNotPresent".into());
+        let new = recreate_fake(&cri, &p, &sandbox, &c, None, 1).expect("pulled, started");
+        assert!(cri.state().find_image("r.io/app:v2").is_some());
+        assert_eq!(cri.state().containers[&new].status.metadata.attempt, 1);
+        let pulled = |policy| ensure_image_fake(&cri, "r.io/app:v2", policy).map(|s| s.pulled);
+        assert!(!pulled(PullPolicy::IfNotPresent).expect("present"));
+        assert!(pulled(PullPolicy::Always).expect("pulled again"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -24,8 +24,6 @@
 
 mod crr;
 mod imagepull;
-mod kubelet;
-mod kubelet_timing;
 mod nodeimage;
 mod podprobe;
 pub mod scene;
@@ -44,8 +42,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use crr::CRR_WEBHOOK;
-pub use kubelet::KubeletStandIn;
-pub use kubelet_timing::KubeletTiming;
+pub use crate::kubelet::{KubeletStandIn, KubeletTiming};
 pub use nodeimage::{NODE_IMAGE_MUTATING_WEBHOOK, NODE_IMAGE_VALIDATING_WEBHOOK};
 pub use workload::{Template, WorkloadStatus};
 

@@ -1,0 +1,25 @@
+//! The kubelet, as the tests play it: one home for everything the kubelet does, used by every
+//! layer that plays it (the end-to-end tests' [`Kubelet`] on a real runtime, [`FakeNode`]'s
+//! kubelet, the manager double's [`KubeletStandIn`] and the settle tests' [`KubeletTiming`], the
+//! fleet's kubelets, and `tests/kubelet-stand-in`, the demo's kubelet):
+//!
+//! - [`meta`]: its labels and annotations on sandboxes and containers;
+//! - [`env`]: a container's env, resolved from the pod (its metadata included) at creation;
+//! - [`spec`]: the container's CRI config, the kubelet hash of its spec, its pull policy;
+//! - [`cri`]: creating sandboxes and containers, and creating them again as the kubelet does:
+//!   kill, the image step (a pull as the policy says), start;
+//! - [`status`]: the pod status it reports, the one writer of `containerStatuses` and `Ready`;
+//! - [`sync`]: its sync loop on an in-process node, at once or with the real one's timing.
+//!
+//! [`FakeNode`]: crate::node::FakeNode
+
+pub mod cri;
+pub mod env;
+pub mod meta;
+pub mod spec;
+pub mod status;
+pub mod sync;
+
+pub use cri::{ImageError, ImageStep, Kubelet, RunningPod};
+pub use spec::{ContainerSpec, PodSpec, PullPolicy};
+pub use sync::{KubeletStandIn, KubeletTiming};
