@@ -183,7 +183,6 @@ async fn run(
     mut held: watch::Receiver<bool>,
     waiting_tx: watch::Sender<Vec<String>>,
 ) {
-    const FAR: Duration = Duration::from_secs(3600);
     // the pod each waiting sync took, by pod name
     let mut waiting: HashMap<String, Value> = HashMap::new();
     // pods changed while their sync waited: another sync after it
