@@ -41,8 +41,8 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-pub use crr::CRR_WEBHOOK;
 pub use crate::kubelet::{KubeletStandIn, KubeletTiming};
+pub use crr::CRR_WEBHOOK;
 pub use nodeimage::{NODE_IMAGE_MUTATING_WEBHOOK, NODE_IMAGE_VALIDATING_WEBHOOK};
 pub use workload::{Template, WorkloadStatus};
 
