@@ -240,32 +240,28 @@ impl StandIn {
             let changed =
                 status.annotations.get(keys::KUBELET_CONTAINER_HASH) != Some(&spec::hash(c));
             if exited || changed {
-                if !exited {
-                    // the kubelet kills a container whose spec changed, with the pod's grace
-                    runtime.stop_container(&r.id, running.grace).await?;
-                    status = runtime.container_status(&r.id, false).await?;
-                }
+                // the kubelet kills a container whose spec changed, with the pod's grace
+                let old = r.id.clone();
+                let kill = (!exited).then_some((old.as_str(), running.grace));
+                r.attempt += 1;
+                r.id = self
+                    .start_container(pod, c, r.attempt, &sandbox, kill)
+                    .await?;
+                let dead = runtime.container_status(&old, false).await?;
                 r.last_terminated = Some(json!({
-                    "exitCode": status.exit_code,
-                    "reason": status.reason,
-                    "startedAt": rfc3339_ns(status.started_at),
-                    "finishedAt": rfc3339_ns(status.finished_at),
-                    "containerID": format!("{}://{}", self.runtime_name, status.id),
+                    "exitCode": dead.exit_code,
+                    "reason": dead.reason,
+                    "startedAt": rfc3339_ns(dead.started_at),
+                    "finishedAt": rfc3339_ns(dead.finished_at),
+                    "containerID": format!("{}://{old}", self.runtime_name),
                 }));
-                if let Some(older) = r.dead.replace(r.id.clone()) {
+                if let Some(older) = r.dead.replace(old) {
                     let _ = runtime.remove_container(&older).await;
                 }
-                r.attempt += 1;
-                r.id = self.start_container(pod, c, r.attempt, &sandbox).await?;
+                let why = if exited { "exited" } else { "changed" };
                 log(format!(
-                    "pod {}/{}: container {} {} ({}), started again as {} (restartCount {})",
-                    running.namespace,
-                    running.name,
-                    c.name,
-                    if exited { "exited" } else { "changed" },
-                    status.exit_code,
-                    r.id,
-                    r.attempt
+                    "pod {}/{}: container {} {why} ({}), started again as {} (restartCount {})",
+                    running.namespace, running.name, c.name, dead.exit_code, r.id, r.attempt
                 ));
                 status = runtime.container_status(&r.id, false).await?;
             }
@@ -336,6 +332,7 @@ impl StandIn {
                     c,
                     0,
                     &(running.sandbox.clone(), running.sandbox_config.clone()),
+                    None,
                 )
                 .await
             {
@@ -369,32 +366,22 @@ impl StandIn {
         Ok(running)
     }
 
-    /// Starts container `c` of `pod` with `attempt` as the kubelet does: the image step (a pull
-    /// as its policy says), the create, the start.
+    /// Starts container `c` of `pod` with `attempt` as the kubelet does, killing `kill` first:
+    /// the image step (a pull as its policy says), the create, the start.
     async fn start_container(
         &self,
         pod: &Pod,
         c: &Container,
         attempt: u32,
         (sandbox, sandbox_config): &(String, SandboxConfig),
+        kill: Option<(&str, Duration)>,
     ) -> Result<String> {
         let config = spec::container_config(pod, c, attempt);
-        let id = self
-            .kubelet
-            .create_config(
-                sandbox,
-                config,
-                PullPolicy::of_container(c),
-                sandbox_config.clone(),
-            )
-            .await
-            .map_err(|e| anyhow!("creating the container: {e}"))?;
+        let policy = PullPolicy::of_container(c);
         self.kubelet
-            .runtime()
-            .start_container(&id)
+            .start_config(sandbox, config, policy, sandbox_config.clone(), kill)
             .await
-            .context("starting the container")?;
-        Ok(id)
+            .map_err(|e| anyhow!("starting the container: {e}"))
     }
 
     /// Stops and removes a pod's containers and sandbox, as the kubelet does for a deleted pod.

@@ -248,6 +248,49 @@ impl Kubelet {
             .unwrap_or_else(|e| panic!("run sandbox {}: {e}", spec.name))
     }
 
+    /// What the kubelet does to start a container (kuberuntime_manager.go SyncPod: the kill of
+    /// the old one first, when given with its grace period; then startContainer): the image
+    /// step, the create, the start. Returns its ID.
+    pub async fn start_config(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        policy: PullPolicy,
+        sandbox: SandboxConfig,
+        kill: Option<(&str, Duration)>,
+    ) -> Result<String, BoxError> {
+        if let Some((old, grace)) = kill {
+            self.runtime.stop_container(old, grace).await?;
+        }
+        let id = self
+            .create_config(sandbox_id, config, policy, sandbox)
+            .await?;
+        self.runtime.start_container(&id).await?;
+        Ok(id)
+    }
+
+    /// Creates and starts container `c` with `attempt` in the sandbox of `pod`, killing `kill`
+    /// first.
+    async fn start_killing(
+        &self,
+        pod: &PodSpec,
+        sandbox_id: &str,
+        c: &ContainerSpec,
+        attempt: u32,
+        kill: Option<(&str, Duration)>,
+    ) -> String {
+        let config = c.config(pod, attempt);
+        self.start_config(
+            sandbox_id,
+            config,
+            c.policy(),
+            self.sandbox_config(pod),
+            kill,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start container {}: {e}", c.name))
+    }
+
     /// Creates and starts container `c` with `attempt` in the sandbox of `pod`.
     pub async fn start(
         &self,
@@ -256,12 +299,7 @@ impl Kubelet {
         c: &ContainerSpec,
         attempt: u32,
     ) -> String {
-        let id = self.create(pod, sandbox_id, c, attempt).await;
-        self.runtime
-            .start_container(&id)
-            .await
-            .unwrap_or_else(|e| panic!("start container {}: {e}", c.name));
-        id
+        self.start_killing(pod, sandbox_id, c, attempt, None).await
     }
 
     /// Creates the sandbox and starts every container, as the kubelet does for a new pod.
@@ -296,13 +334,12 @@ impl Kubelet {
             pod.spec.containers[idx] = s;
         }
         let grace = Duration::from_secs(pod.spec.termination_grace_seconds.try_into().unwrap_or(0));
-        self.runtime
-            .stop_container(pod.container(name), grace)
-            .await
-            .unwrap_or_else(|e| panic!("kill container {name}: {e}"));
         let attempt = pod.attempts.get(name).copied().unwrap_or(0) + 1;
-        let c = pod.spec.containers[idx].clone();
-        let id = self.start(&pod.spec, &pod.sandbox_id, &c, attempt).await;
+        let c = &pod.spec.containers[idx];
+        let kill = Some((pod.container(name), grace));
+        let id = self
+            .start_killing(&pod.spec, &pod.sandbox_id, c, attempt, kill)
+            .await;
         pod.containers.insert(name.into(), id.clone());
         pod.attempts.insert(name.into(), attempt);
         id
