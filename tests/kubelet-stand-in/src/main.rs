@@ -237,8 +237,9 @@ impl StandIn {
             };
             let mut status = runtime.container_status(&r.id, false).await?;
             let exited = status.state == ContainerState::Exited;
-            let changed =
-                status.annotations.get(keys::KUBELET_CONTAINER_HASH) != Some(&spec::hash(c));
+            // a runtime that keeps no annotations tells of no change
+            let recorded = status.annotations.get(keys::KUBELET_CONTAINER_HASH);
+            let changed = recorded.is_some_and(|h| *h != spec::hash(c));
             if exited || changed {
                 // the kubelet kills a container whose spec changed, with the pod's grace
                 let old = r.id.clone();
