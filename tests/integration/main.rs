@@ -28,6 +28,7 @@ mod health_truth;
 mod hostile;
 mod imagepull;
 mod k8s;
+mod kubelet;
 mod layers;
 mod manager;
 mod provenance;
