@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod, status};
-use crate::support::node::meta_of;
+use crate::support::wait;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
@@ -100,25 +100,6 @@ fn report(api: &Handle, name: &str, running: &RunningPod, ready: bool) {
     .unwrap();
 }
 
-async fn wait_meta(
-    api: &Handle,
-    pod: &str,
-    mut cond: impl FnMut(&keys::RuntimeContainerMetaSet) -> bool,
-) -> keys::RuntimeContainerMetaSet {
-    api.wait_for_value(LIMIT, |v| {
-        v.get("pods", "default", pod)
-            .and_then(|o| meta_of(&o))
-            .filter(|m| cond(m))
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "annotation of {pod} now {:?}",
-            api.get("pods", "default", pod).and_then(|o| meta_of(&o))
-        )
-    })
-}
-
 async fn echo_role(c: &Cluster, id: &str) -> String {
     let out = c
         .kubelet
@@ -157,12 +138,19 @@ async fn env_from_metadata_restarts_once_and_only_while_the_update_is_pending() 
             p["metadata"]["labels"]["touch"] = json!("1")
         })
         .unwrap();
-    let meta = wait_meta(&c.api, &name, |m| {
-        m.containers.len() == 2
-            && m.containers
-                .iter()
-                .all(|e| e.hashes.extracted_env_from_metadata_hash != 0)
-    })
+    let meta = wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "both containers annotated with their env hash",
+        |m| {
+            m.containers.len() == 2
+                && m.containers
+                    .iter()
+                    .all(|e| e.hashes.extracted_env_from_metadata_hash != 0)
+        },
+    )
     .await;
     for n in ["main", "side"] {
         let entry = meta.container(n).unwrap();
@@ -244,12 +232,19 @@ async fn env_from_metadata_restarts_once_and_only_while_the_update_is_pending() 
     )
     .await;
     report(&c.api, &name, &running, false);
-    wait_meta(&c.api, &name, |m| {
-        m.container("main")
-            .unwrap()
-            .container_id
-            .ends_with(&new_main)
-    })
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "the new main annotated",
+        |m| {
+            m.container("main")
+                .unwrap()
+                .container_id
+                .ends_with(&new_main)
+        },
+    )
     .await;
     assert_eq!(
         echo_role(&c, &new_main).await,
@@ -274,7 +269,15 @@ async fn an_image_and_env_change_together_restarts_the_container_exactly_once() 
             p["metadata"]["labels"]["touch"] = json!("1")
         })
         .unwrap();
-    wait_meta(&c.api, &name, |m| m.containers.len() == 2).await;
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "both containers annotated",
+        |m| m.containers.len() == 2,
+    )
+    .await;
 
     let v2 = lab.image("busybox:v2");
     c.api
@@ -318,12 +321,19 @@ async fn an_image_and_env_change_together_restarts_the_container_exactly_once() 
     )
     .await;
     report(&c.api, &name, &running, false);
-    wait_meta(&c.api, &name, |m| {
-        m.container("main")
-            .unwrap()
-            .container_id
-            .ends_with(&new_main)
-    })
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "the new main annotated",
+        |m| {
+            m.container("main")
+                .unwrap()
+                .container_id
+                .ends_with(&new_main)
+        },
+    )
     .await;
     assert_eq!(
         stops_logged(&c.daemon),
@@ -381,10 +391,17 @@ async fn an_image_without_env_binary_still_gets_its_env_hash() {
         &pod.metadata.labels.clone().unwrap(),
         &pod.metadata.annotations.clone().unwrap(),
     );
-    let meta = wait_meta(&c.api, &name, |m| {
-        m.container("main")
-            .is_some_and(|e| e.hashes.extracted_env_from_metadata_hash != 0)
-    })
+    let meta = wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "main annotated with its env hash",
+        |m| {
+            m.container("main")
+                .is_some_and(|e| e.hashes.extracted_env_from_metadata_hash != 0)
+        },
+    )
     .await;
     assert_eq!(
         meta.container("main")
@@ -432,7 +449,15 @@ async fn a_container_that_dies_while_the_node_was_quiet_is_noticed() {
     let mut c = cluster_with(&lab, "node-e2e", &relist_args(&lab)).await;
     let name = unique("quiet");
     let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), true).await;
-    wait_meta(&c.api, &name, |m| m.containers.len() == 2).await;
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "both containers annotated",
+        |m| m.containers.len() == 2,
+    )
+    .await;
     if lab.runtime.has_events() {
         c.daemon
             .wait_for_log("following the runtime's container events", LIMIT)
@@ -477,9 +502,14 @@ async fn a_container_that_dies_while_the_node_was_quiet_is_noticed() {
     )
     .await;
     let started = std::time::Instant::now();
-    wait_meta(&c.api, &name, |m| {
-        m.container("main").unwrap().container_id == support::kubelet_id(&new)
-    })
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "the new main annotated",
+        |m| m.container("main").unwrap().container_id == support::kubelet_id(&new),
+    )
     .await;
     // a figure, not asserted (docs/PERFORMANCE.md)
     eprintln!(
@@ -509,7 +539,15 @@ async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
     let mut c = cluster_with(&lab, "node-e2e", &["--relist-interval", "2s"]).await;
     let name = unique("noevents");
     let mut running = run_pod(&c, &name, &lab.image("busybox:v1"), true).await;
-    wait_meta(&c.api, &name, |m| m.containers.len() == 2).await;
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "both containers annotated",
+        |m| m.containers.len() == 2,
+    )
+    .await;
     c.daemon
         .wait_for_log("the runtime sends no container events", LIMIT)
         .await;
@@ -528,9 +566,14 @@ async fn cri_o_without_events_is_relisted_and_the_daemon_says_so_once() {
         c.kubelet.recreate(&mut running, "main", None),
     )
     .await;
-    wait_meta(&c.api, &name, |m| {
-        m.container("main").unwrap().container_id == support::kubelet_id(&new)
-    })
+    wait::meta(
+        &c.api,
+        LIMIT,
+        "default",
+        &name,
+        "the new main annotated",
+        |m| m.container("main").unwrap().container_id == support::kubelet_id(&new),
+    )
     .await;
     assert_eq!(
         count_logged(&c.daemon, "the runtime sends no container events"),

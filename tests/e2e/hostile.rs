@@ -13,10 +13,11 @@ use std::time::Duration;
 use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
+use crate::support::wait;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use kruised::cri::RuntimeService;
-use kruised::k8s::crd::{NodePodProbe, ProbeState};
+use kruised::k8s::crd::{ContainerRecreateRequest, ProbeState};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -86,16 +87,6 @@ fn probe(name: &str, period: i32, timeout: i32, handler: Value) -> Value {
         p[k] = v.clone();
     }
     json!({"name": name, "containerName": "main", "probe": p})
-}
-
-async fn wait_state(api: &Handle, uid: &str, probe: &str, want: ProbeState) -> String {
-    api.wait_for_value(LIMIT, |v| {
-        let npp: NodePodProbe = serde_json::from_value(v.get("nodepodprobes", "", NODE)?).ok()?;
-        let s = npp.status?.probe_state(uid, probe)?.clone();
-        (s.state == want).then_some(s.message)
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{probe} never {want:?}"))
 }
 
 /// Fails unless kruised is alive, under [`RSS_BOUND`], and logged no panic.
@@ -169,7 +160,15 @@ async fn a_probe_target_whose_headers_never_end_costs_kruised_a_bounded_read() {
     );
     let mut d = sc.daemon().await;
     let cpu0 = d.cpu_time().unwrap_or_default();
-    let message = wait_state(&sc.plane.api, &pod.spec.uid, "m#http", ProbeState::Failed).await;
+    let message = wait::probe_state(
+        &sc.plane.api,
+        LIMIT,
+        NODE,
+        &pod.spec.uid,
+        "m#http",
+        ProbeState::Failed,
+    )
+    .await;
     assert!(
         message.contains("head is longer than 65536 bytes"),
         "{message}"
@@ -212,7 +211,15 @@ async fn a_probe_target_sending_a_64_mib_body_is_read_to_the_limit_and_reported_
         )],
     );
     let mut d = sc.daemon().await;
-    let message = wait_state(&sc.plane.api, &pod.spec.uid, "m#big", ProbeState::Succeeded).await;
+    let message = wait::probe_state(
+        &sc.plane.api,
+        LIMIT,
+        NODE,
+        &pod.spec.uid,
+        "m#big",
+        ProbeState::Succeeded,
+    )
+    .await;
     // the kubelet reports no body, and neither does kruised (2c6dc4e put it in the status)
     assert_eq!(message, "");
     let sent = written.load(std::sync::atomic::Ordering::Relaxed);
@@ -255,7 +262,15 @@ async fn cr_lf_in_a_probes_path_or_header_sends_nothing_and_says_why() {
     );
     let mut d = sc.daemon().await;
     for name in ["m#path", "m#header"] {
-        let message = wait_state(&sc.plane.api, &pod.spec.uid, name, ProbeState::Failed).await;
+        let message = wait::probe_state(
+            &sc.plane.api,
+            LIMIT,
+            NODE,
+            &pod.spec.uid,
+            name,
+            ProbeState::Failed,
+        )
+        .await;
         assert!(message.contains("control character"), "{name}: {message}");
     }
     use futures::FutureExt as _;
@@ -295,7 +310,15 @@ async fn a_container_writing_16_mib_to_an_exec_probe_is_cut_off_at_a_mebibyte() 
     );
     let mut d = sc.daemon().await;
     for name in ["m#16mib", "m#4mib"] {
-        let message = wait_state(&sc.plane.api, &pod.spec.uid, name, ProbeState::Failed).await;
+        let message = wait::probe_state(
+            &sc.plane.api,
+            LIMIT,
+            NODE,
+            &pod.spec.uid,
+            name,
+            ProbeState::Failed,
+        )
+        .await;
         assert!(message.contains("output is too large"), "{name}: {message}");
     }
     assert_unharmed(&mut d, "16 MiB of exec output");
@@ -334,8 +357,10 @@ async fn one_namespaces_sleeping_exec_probes_leave_another_namespaces_probe_its_
         ],
     );
     let mut d = sc.daemon().await;
-    wait_state(
+    wait::probe_state(
         &sc.plane.api,
+        LIMIT,
+        NODE,
         &other.spec.uid,
         "m#ready",
         ProbeState::Failed,
@@ -351,15 +376,16 @@ async fn one_namespaces_sleeping_exec_probes_leave_another_namespaces_probe_its_
         )
         .await
         .unwrap();
-    within(
-        Duration::from_secs(10),
-        "the other namespace's probe following its container",
-        wait_state(
-            &sc.plane.api,
-            &other.spec.uid,
-            "m#ready",
-            ProbeState::Succeeded,
-        ),
+    // the other namespace's probe follows its container
+    let ok = ProbeState::Succeeded;
+    let within_periods = Duration::from_secs(10);
+    wait::probe_state(
+        &sc.plane.api,
+        within_periods,
+        NODE,
+        &other.spec.uid,
+        "m#ready",
+        ok,
     )
     .await;
     assert_unharmed(&mut d, "16 sleeping exec probes");
@@ -501,18 +527,13 @@ fn recreate_request(api: &Handle, pod: &RunningPod, pre_stop: Option<Value>, gra
     name
 }
 
-/// Waits until kruised has recorded the kill of `main` for the request `name`.
-async fn wait_killed(api: &Handle, namespace: &str, name: &str, limit: Duration) {
-    api.wait_for_value(limit, |v| {
-        let r = v.get("containerrecreaterequests", namespace, name)?;
-        r["status"]["containerRecreateStates"]
-            .as_array()?
+/// Whether kruised has recorded the kill of `main` in the request.
+fn main_killed(r: &ContainerRecreateRequest) -> bool {
+    r.status.as_ref().is_some_and(|s| {
+        s.container_recreate_states
             .iter()
-            .any(|s| s["name"] == "main" && s["isKilled"] == true)
-            .then_some(())
+            .any(|c| c.name == "main" && c.is_killed)
     })
-    .await
-    .unwrap_or_else(|_| panic!("request {namespace}/{name} never killed main"));
 }
 
 #[tokio::test]
@@ -526,7 +547,15 @@ async fn a_prestop_hook_target_whose_headers_never_end_is_cut_off_and_the_contai
     let cpu0 = d.cpu_time().unwrap_or_default();
     let hook = json!({"httpGet": {"port": port, "path": "/"}});
     let name = recreate_request(&sc.plane.api, &pod, Some(hook), 30);
-    wait_killed(&sc.plane.api, "tenant-a", &name, LIMIT).await;
+    wait::crr(
+        &sc.plane.api,
+        LIMIT,
+        "tenant-a",
+        &name,
+        "main killed",
+        main_killed,
+    )
+    .await;
     // the hook failed at the head's bound, and the stop went on without waiting out the grace
     sc.kubelet
         .wait_exited(pod.container("main"), Duration::from_secs(20))
@@ -566,7 +595,15 @@ async fn eight_hanging_prestop_hooks_leave_another_pods_recreate_request_its_kil
     let hang = json!({"exec": {"command": ["sleep", "3600"]}});
     for pod in &hanging {
         let name = recreate_request(&sc.plane.api, pod, Some(hang.clone()), 600);
-        wait_killed(&sc.plane.api, "tenant-a", &name, LIMIT).await;
+        wait::crr(
+            &sc.plane.api,
+            LIMIT,
+            "tenant-a",
+            &name,
+            "main killed",
+            main_killed,
+        )
+        .await;
     }
     // the 8 hooks now run, for up to 600 s each; the other tenant's request is done at once
     let name = recreate_request(&sc.plane.api, &other, None, 600);
@@ -574,7 +611,15 @@ async fn eight_hanging_prestop_hooks_leave_another_pods_recreate_request_its_kil
         Duration::from_secs(20),
         "the other tenant's request killing its container",
         async {
-            wait_killed(&sc.plane.api, "tenant-b", &name, LIMIT).await;
+            wait::crr(
+                &sc.plane.api,
+                LIMIT,
+                "tenant-b",
+                &name,
+                "main killed",
+                main_killed,
+            )
+            .await;
             sc.kubelet.wait_exited(other.container("main"), LIMIT).await;
         },
     )

@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use crate::pull_support::{CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, owner, tag};
-use crate::support::{Lab, Plane};
+use crate::support::{Lab, Plane, wait};
 use kruised::cri::{ImageService, PullRequest};
 use kruised::k8s::crd::ImagePullPhase;
 use serde_json::json;
@@ -255,7 +255,10 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
     );
     let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
 
-    let s = pull_support::wait_status(api, "Failed with the wrong secret", |s| s.failed == 1).await;
+    let s = wait::node_image(api, LIMIT, NODE, "Failed with the wrong secret", |s| {
+        s.failed == 1
+    })
+    .await;
     let message = tag(&s, &name, "v1").message.to_lowercase();
     assert!(
         lab.runtime.says_unauthorized(&message),
@@ -268,8 +271,10 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
         o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
     })
     .unwrap();
-    let s = pull_support::wait_status(api, "Succeeded with the right secret", |s| s.succeeded == 1)
-        .await;
+    let s = wait::node_image(api, LIMIT, NODE, "Succeeded with the right secret", |s| {
+        s.succeeded == 1
+    })
+    .await;
     let t = tag(&s, &name, "v1");
     assert_eq!(t.version, 2);
     let id = lab
@@ -280,8 +285,8 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
         .unwrap()
         .id;
     assert_eq!(t.image_id, format!("{name}@{id}"));
-    pull_support::wait_events(api, "PullImageSucceed", 1).await;
-    pull_support::wait_events(api, "PullImageFailed", 1).await;
+    wait::events(api, LIMIT, "PullImageSucceed", 1).await;
+    wait::events(api, LIMIT, "PullImageFailed", 1).await;
 
     let (code, metrics) = support::daemon::http_get(d.admin, "/metrics").await;
     assert_eq!(code, 200);
@@ -395,8 +400,10 @@ async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_i
         .await;
     d.wait_for_log("credential provider plugins registered", LIMIT)
         .await;
-    let s =
-        pull_support::wait_status(api, "Succeeded through the plugin", |s| s.succeeded == 1).await;
+    let s = wait::node_image(api, LIMIT, NODE, "Succeeded through the plugin", |s| {
+        s.succeeded == 1
+    })
+    .await;
     let id = lab
         .runtime()
         .image_status(&format!("{name}:v1"))
@@ -418,7 +425,10 @@ async fn a_credential_provider_plugin_logs_in_where_no_pull_secret_matches_and_i
         o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
     })
     .unwrap();
-    let s = pull_support::wait_status(api, "Failed with the wrong answer", |s| s.failed == 1).await;
+    let s = wait::node_image(api, LIMIT, NODE, "Failed with the wrong answer", |s| {
+        s.failed == 1
+    })
+    .await;
     let message = tag(&s, &name, "v1").message.to_lowercase();
     assert!(
         lab.runtime.says_unauthorized(&message),
@@ -540,7 +550,10 @@ async fn a_credential_provider_plugin_finds_its_credentials_under_the_home_kruis
         .await;
 
     // nothing under $HOME/.aws yet: the plugin has no answer, the registry refuses the pull
-    let s = pull_support::wait_status(api, "Failed without credentials", |s| s.failed == 1).await;
+    let s = wait::node_image(api, LIMIT, NODE, "Failed without credentials", |s| {
+        s.failed == 1
+    })
+    .await;
     let message = tag(&s, &name, "v1").message.to_lowercase();
     assert!(
         lab.runtime.says_unauthorized(&message),
@@ -556,9 +569,13 @@ async fn a_credential_provider_plugin_finds_its_credentials_under_the_home_kruis
         o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
     })
     .unwrap();
-    pull_support::wait_status(api, "Succeeded with the plugin's answer", |s| {
-        s.succeeded == 1
-    })
+    wait::node_image(
+        api,
+        LIMIT,
+        NODE,
+        "Succeeded with the plugin's answer",
+        |s| s.succeeded == 1,
+    )
     .await;
     let homes = std::fs::read_to_string(bin.join("homes")).unwrap();
     assert!(

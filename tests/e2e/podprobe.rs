@@ -8,30 +8,14 @@ use std::time::Duration;
 
 use crate::support::daemon::free_addr;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
+use crate::support::wait;
 use crate::support::{Lab, Plane, unique, within};
-use apiserver_double::Handle;
 use kruised::cri::RuntimeService;
 use kruised::k8s::crd::{NodePodProbe, ProbeState};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NODE: &str = "node-probe";
-
-fn state(api: &Handle, uid: &str, probe: &str) -> Option<(ProbeState, String)> {
-    let npp: NodePodProbe = serde_json::from_value(api.get("nodepodprobes", "", NODE)?).ok()?;
-    let s = npp.status?.probe_state(uid, probe)?.clone();
-    Some((s.state, s.message))
-}
-
-async fn wait_state(api: &Handle, uid: &str, probe: &str, want: ProbeState) -> String {
-    api.wait_for_value(LIMIT, |v| {
-        let npp: NodePodProbe = serde_json::from_value(v.get("nodepodprobes", "", NODE)?).ok()?;
-        let s = npp.status?.probe_state(uid, probe)?.clone();
-        (s.state == want).then_some(s.message)
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{probe} never {want:?}; now {:?}", state(api, uid, probe)))
-}
 
 fn probe(name: &str, handler: Value) -> Value {
     let mut p = json!({"periodSeconds": 1, "timeoutSeconds": 2});
@@ -101,20 +85,20 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
     let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
 
     assert_eq!(
-        wait_state(api, &uid, "m#exec-ok", ProbeState::Succeeded).await,
+        wait::probe_state(api, LIMIT, NODE, &uid, "m#exec-ok", ProbeState::Succeeded).await,
         "fine"
     );
     assert_eq!(
-        wait_state(api, &uid, "m#exec-fail", ProbeState::Failed).await,
+        wait::probe_state(api, LIMIT, NODE, &uid, "m#exec-fail", ProbeState::Failed).await,
         "nope"
     );
-    wait_state(api, &uid, "m#exec-flip", ProbeState::Failed).await;
+    wait::probe_state(api, LIMIT, NODE, &uid, "m#exec-flip", ProbeState::Failed).await;
     // no body in the message: the kubelet reports none (2c6dc4e reported the server's)
     assert_eq!(
-        wait_state(api, &uid, "m#http", ProbeState::Succeeded).await,
+        wait::probe_state(api, LIMIT, NODE, &uid, "m#http", ProbeState::Succeeded).await,
         ""
     );
-    wait_state(api, &uid, "m#tcp", ProbeState::Succeeded).await;
+    wait::probe_state(api, LIMIT, NODE, &uid, "m#tcp", ProbeState::Succeeded).await;
 
     // the flip: the file appears in the container
     kubelet
@@ -126,7 +110,7 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
         )
         .await
         .unwrap();
-    wait_state(api, &uid, "m#exec-flip", ProbeState::Succeeded).await;
+    wait::probe_state(api, LIMIT, NODE, &uid, "m#exec-flip", ProbeState::Succeeded).await;
     let npp: NodePodProbe =
         serde_json::from_value(api.get("nodepodprobes", "", NODE).unwrap()).unwrap();
     let flip = npp
@@ -143,13 +127,13 @@ async fn exec_http_and_tcp_probes_report_their_states_and_transitions_and_remove
         .stop_container(pod.container("srv"), Duration::from_secs(2))
         .await
         .unwrap();
-    let http = wait_state(api, &uid, "m#http", ProbeState::Failed).await;
+    let http = wait::probe_state(api, LIMIT, NODE, &uid, "m#http", ProbeState::Failed).await;
     // a probe that meets the server while it stops gets the connection reset instead
     assert!(
         http.contains("connect") || http.contains("refused") || http.contains("reset"),
         "{http}"
     );
-    let tcp = wait_state(api, &uid, "m#tcp", ProbeState::Failed).await;
+    let tcp = wait::probe_state(api, LIMIT, NODE, &uid, "m#tcp", ProbeState::Failed).await;
     assert!(
         tcp.starts_with(&format!("dial tcp 127.0.0.1:{port}")),
         "{tcp}"

@@ -11,6 +11,7 @@ use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use crate::support::restarts::HookServer;
+use crate::support::wait;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use kruised::cri::RuntimeService;
@@ -80,27 +81,17 @@ fn state_of(r: &ContainerRecreateRequest, c: &str) -> Option<(Phase, bool)> {
         .map(|s| (s.phase.clone(), s.is_killed))
 }
 
-async fn wait_crr(
-    api: &Handle,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&ContainerRecreateRequest) -> bool,
-) -> ContainerRecreateRequest {
-    api.wait_for_value(LIMIT, |v| {
-        v.get("containerrecreaterequests", "default", name)
-            .and_then(|o| serde_json::from_value::<ContainerRecreateRequest>(o).ok())
-            .filter(|r| cond(r))
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what}: request now {:#?}", crr(api, name)))
-}
-
 /// Plays the kubelet and the manager for container `c`: once kruised has recorded its kill,
 /// waits for the container to stop, recreates it, and reports it ready in the snapshot.
 async fn recreate_when_killed(e: &Env, pod: &mut RunningPod, name: &str, c: &str) {
-    wait_crr(&e.plane.api, name, &format!("{c} killed"), |r| {
-        state_of(r, c).is_some_and(|(_, killed)| killed)
-    })
+    wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        name,
+        &format!("{c} killed"),
+        |r| state_of(r, c).is_some_and(|(_, killed)| killed),
+    )
     .await;
     // the daemon records the kill before it makes it (a crash in between must not kill twice),
     // so the kill, preStop hook first, may still be under way: wait for the container to exit
@@ -163,10 +154,7 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
         .api
         .create("containerrecreaterequests", req)
         .unwrap();
-    wait_crr(&e.plane.api, &name, "phase Recreating", |r| {
-        r.phase() == Phase::Recreating
-    })
-    .await;
+    wait::crr_phase(&e.plane.api, LIMIT, "default", &name, Phase::Recreating).await;
 
     recreate_when_killed(&e, &mut pod, &name, "a").await;
     assert_eq!(
@@ -176,7 +164,7 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
         e.daemon.log_text()
     );
     // ordered: b waits until a is Succeeded
-    let r = wait_crr(&e.plane.api, &name, "a succeeded", |r| {
+    let r = wait::crr(&e.plane.api, LIMIT, "default", &name, "a succeeded", |r| {
         state_of(r, "a").is_some_and(|(p, _)| p == Phase::Succeeded)
     })
     .await;
@@ -186,7 +174,15 @@ async fn an_ordered_request_recreates_both_containers_in_order_once_each_after_t
         "b not killed before a is done"
     );
     recreate_when_killed(&e, &mut pod, &name, "b").await;
-    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
+    let r = wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &name,
+        "Completed",
+        completed,
+    )
+    .await;
     assert_eq!(state_of(&r, "a"), Some((Phase::Succeeded, true)));
     assert_eq!(state_of(&r, "b"), Some((Phase::Succeeded, true)));
     assert!(r.status.as_ref().unwrap().message.is_empty());
@@ -227,7 +223,15 @@ async fn a_missing_container_fails_and_fail_completes_while_ignore_still_recreat
         .api
         .create("containerrecreaterequests", req)
         .unwrap();
-    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
+    let r = wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &name,
+        "Completed",
+        completed,
+    )
+    .await;
     let missing = &r.status.as_ref().unwrap().container_recreate_states[0];
     assert_eq!(
         (missing.phase.clone(), missing.message.as_str()),
@@ -251,7 +255,15 @@ async fn a_missing_container_fails_and_fail_completes_while_ignore_still_recreat
         .create("containerrecreaterequests", req)
         .unwrap();
     recreate_when_killed(&e, &mut pod, &name, "a").await;
-    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
+    let r = wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &name,
+        "Completed",
+        completed,
+    )
+    .await;
     assert_eq!(state_of(&r, "missing").map(|(p, _)| p), Some(Phase::Failed));
     assert_eq!(state_of(&r, "a"), Some((Phase::Succeeded, true)));
     e.kubelet.remove_pod(&pod).await;
@@ -270,9 +282,13 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
         .api
         .create("containerrecreaterequests", first)
         .unwrap();
-    wait_crr(&e.plane.api, &first_name, "first Recreating", |r| {
-        r.phase() == Phase::Recreating
-    })
+    wait::crr_phase(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &first_name,
+        Phase::Recreating,
+    )
     .await;
     let second = request(&pod, &[("a", None)], json!({}));
     let second_name = second["metadata"]["name"].as_str().unwrap().to_string();
@@ -280,13 +296,18 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
         .api
         .create("containerrecreaterequests", second)
         .unwrap();
-    wait_crr(&e.plane.api, &second_name, "second Pending", |r| {
-        r.phase() == Phase::Pending
-    })
-    .await;
+    wait::crr_phase(&e.plane.api, LIMIT, "default", &second_name, Phase::Pending).await;
 
     recreate_when_killed(&e, &mut pod, &first_name, "a").await;
-    wait_crr(&e.plane.api, &first_name, "first Completed", completed).await;
+    wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &first_name,
+        "first Completed",
+        completed,
+    )
+    .await;
     // the manager drops the active label of a completed request
     e.plane
         .api
@@ -299,9 +320,13 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
         .unwrap();
     // the second one's statusContext names the first container: recreated since, so it is done
     // once the snapshot shows the current container ready (as kruise decides)
-    let r = wait_crr(&e.plane.api, &second_name, "second Recreating", |r| {
-        r.phase() == Phase::Recreating
-    })
+    let r = wait::crr_phase(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &second_name,
+        Phase::Recreating,
+    )
     .await;
     assert_eq!(r.phase(), Phase::Recreating);
     e.plane
@@ -314,7 +339,15 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
             )
         })
         .unwrap();
-    wait_crr(&e.plane.api, &second_name, "second Completed", completed).await;
+    wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &second_name,
+        "second Completed",
+        completed,
+    )
+    .await;
     assert_eq!(pod.attempts["a"], 1);
     e.kubelet.remove_pod(&pod).await;
     e.daemon.terminate();
@@ -347,7 +380,15 @@ async fn a_daemon_killed_in_the_middle_of_a_request_never_kills_a_container_twic
     let mut again = e.plane.start_daemon(&lab, NODE, &[], LIMIT).await;
     recreate_when_killed(&e, &mut pod, &name, "a").await;
     recreate_when_killed(&e, &mut pod, &name, "b").await;
-    let r = wait_crr(&e.plane.api, &name, "Completed", completed).await;
+    let r = wait::crr(
+        &e.plane.api,
+        LIMIT,
+        "default",
+        &name,
+        "Completed",
+        completed,
+    )
+    .await;
     assert_eq!(state_of(&r, "a"), Some((Phase::Succeeded, true)));
     assert_eq!(state_of(&r, "b"), Some((Phase::Succeeded, true)));
     for c in ["a", "b"] {

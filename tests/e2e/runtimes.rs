@@ -14,7 +14,7 @@ use crate::support::daemon::{Daemon, http_get, kruised_bin};
 use crate::support::kubelet::status::{self, Report};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::node::meta_of;
-use crate::support::{Lab, LabRuntime, Plane, within};
+use crate::support::{Lab, LabRuntime, Plane, wait, within};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ImageService, RuntimeService, RuntimeVersion};
 use serde_json::json;
@@ -157,7 +157,10 @@ async fn on_a_node_where_two_runtimes_answer_the_kubelets_gets_the_images_and_it
         json!({ format!("{}/{REPO}", lab.registry): {"tags": [{"tag": "v1", "version": 1}]}}),
         None,
     );
-    pull_support::wait_status(&plane.api, "v1 Succeeded", |s| s.succeeded == 1).await;
+    wait::node_image(&plane.api, LIMIT, NODE, "v1 Succeeded", |s| {
+        s.succeeded == 1
+    })
+    .await;
     assert!(
         kubelets.image_status(&image).await.unwrap().is_some(),
         "{image} pulled into the kubelet's runtime"

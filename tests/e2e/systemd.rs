@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::support::daemon::{http_get, kruised_bin, kruised_test_build};
 use crate::support::kubelet::status::{self, Report};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
-use crate::support::{Lab, Plane, unique, within};
+use crate::support::{Lab, Plane, unique, wait, within};
 use kruised::cri::{ContainerState, RuntimeService};
 use kruised::k8s::keys;
 use serde_json::json;
@@ -24,6 +24,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// the host's network.
 const ADMIN: &str = "127.0.0.1:10221";
 const NODE: &str = "systemd-node";
+/// How often a wait on the unit looks at its properties (each look runs `systemctl`).
+const UNIT_POLL: Duration = Duration::from_millis(200);
 const UNIT: &str = "kruised.service";
 
 /// The booted systemd of `tests/systemd-lab.sh`.
@@ -90,27 +92,14 @@ impl SystemdLab {
             .to_string()
     }
 
-    /// Waits until `cond` holds of the unit's properties `names`, at most `limit`.
-    async fn wait_unit(
-        &self,
-        what: &str,
-        names: &[&str],
-        limit: Duration,
-        cond: impl Fn(&[String]) -> bool,
-    ) -> Vec<String> {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let values: Vec<String> = names.iter().map(|n| self.property(n)).collect();
-            if cond(&values) {
-                return values;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: not within {limit:?}; {names:?} = {values:?}\njournal:\n{}",
-                self.journal()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    /// The unit's properties `names`, in order (what a wait on the unit looks at).
+    fn properties(&self, names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| self.property(n)).collect()
+    }
+
+    /// Fails the test for a wait on the unit that gave up, with the journal.
+    fn fail(&self, missed: &wait::Missed<Vec<String>>) -> ! {
+        missed.fail_with(format_args!("journal:\n{}", self.journal()))
     }
 
     /// The journal's position now: what the unit logs after it is [`SystemdLab::journal`]'s.
@@ -197,13 +186,17 @@ async fn install_binary(lab: &SystemdLab, plane: &Plane, exe: &Path) {
     ]);
     // install.sh starts it (`enable --now`); a restart picks up a new binary or kubeconfig
     lab.ok(&["systemctl", "restart", UNIT]);
-    lab.wait_unit(
-        "kruised active and ready under systemd",
-        &["ActiveState", "StatusText"],
+    let names = ["ActiveState", "StatusText"];
+    let look = || std::future::ready(lab.properties(&names));
+    wait::try_poll(
         LIMIT,
+        UNIT_POLL,
+        "kruised active and ready under systemd",
+        look,
         |v| v[0] == "active" && v[1].starts_with("ready"),
     )
-    .await;
+    .await
+    .unwrap_or_else(|m| lab.fail(&m));
 }
 
 /// A kruise-managed pod on the node whose container reads the annotation `role` (`blue`), run on
@@ -332,26 +325,33 @@ async fn the_watchdog_restarts_a_kruised_that_stopped_answering() {
         "--signal=SIGSTOP",
         UNIT,
     ]);
-    let v = sd
-        .wait_unit(
-            "systemd's watchdog killed and restarted the stopped kruised",
-            &["NRestarts", "ActiveState", "StatusText", "MainPID"],
-            LIMIT,
-            |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[3] != pid,
-        )
-        .await;
+    let names = ["NRestarts", "ActiveState", "StatusText", "MainPID"];
+    let look = || std::future::ready(sd.properties(&names));
+    let v = wait::try_poll(
+        LIMIT,
+        UNIT_POLL,
+        "systemd's watchdog killed and restarted the stopped kruised",
+        look,
+        |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[3] != pid,
+    )
+    .await
+    .unwrap_or_else(|m| sd.fail(&m));
     assert!(
         sd.journal().contains("Watchdog timeout"),
         "restarted ({v:?}) but not by the watchdog:\n{}",
         sd.journal()
     );
-    sd.wait_unit(
-        "the restarted kruised ready again",
-        &["StatusText"],
+    let names = ["StatusText"];
+    let look = || std::future::ready(sd.properties(&names));
+    wait::try_poll(
         LIMIT,
+        UNIT_POLL,
+        "the restarted kruised ready again",
+        look,
         |v| v[0].starts_with("ready"),
     )
-    .await;
+    .await
+    .unwrap_or_else(|m| sd.fail(&m));
     std::fs::remove_file(
         sd.root
             .join("etc/systemd/system/kruised.service.d/50-test-watchdog.conf"),
@@ -436,14 +436,17 @@ async fn the_watchdog_restarts_a_kruised_whose_loop_is_stuck() {
         .api
         .delete("pods", "default", &name)
         .expect("delete the pod");
-    let v = sd
-        .wait_unit(
-            "systemd's watchdog killed and restarted the stuck kruised",
-            &["NRestarts", "ActiveState", "MainPID"],
-            LIMIT,
-            |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[2] != pid,
-        )
-        .await;
+    let names = ["NRestarts", "ActiveState", "MainPID"];
+    let look = || std::future::ready(sd.properties(&names));
+    let v = wait::try_poll(
+        LIMIT,
+        UNIT_POLL,
+        "systemd's watchdog killed and restarted the stuck kruised",
+        look,
+        |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[2] != pid,
+    )
+    .await
+    .unwrap_or_else(|m| sd.fail(&m));
     let journal = sd.journal();
     assert!(
         journal.contains("Watchdog timeout"),
@@ -453,13 +456,17 @@ async fn the_watchdog_restarts_a_kruised_whose_loop_is_stuck() {
         journal.contains("a loop stalled; no watchdog ping until it beats"),
         "kruised said why it stopped pinging:\n{journal}"
     );
-    sd.wait_unit(
-        "the restarted kruised ready again",
-        &["StatusText"],
+    let names = ["StatusText"];
+    let look = || std::future::ready(sd.properties(&names));
+    wait::try_poll(
         LIMIT,
+        UNIT_POLL,
+        "the restarted kruised ready again",
+        look,
         |v| v[0].starts_with("ready"),
     )
-    .await;
+    .await
+    .unwrap_or_else(|m| sd.fail(&m));
     let (code, body) = http_get(admin, "/healthz").await;
     assert_eq!((code, body.as_str()), (200, "ok"), "{}", sd.journal());
     sd.ok(&["systemctl", "stop", UNIT]);

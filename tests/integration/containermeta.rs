@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::status;
 use crate::support::node::{FakeNode, NODE};
+use crate::support::wait;
 use kruised::cri::ContainerState;
 use kruised::hash::env::expected_env_hash;
 use kruised::hash::kubelet::hash_container;
@@ -47,19 +48,6 @@ fn count_logged(d: &Daemon, message: &str) -> usize {
         .count()
 }
 
-/// Waits until the pod's annotation satisfies `cond`.
-async fn wait_meta(
-    node: &FakeNode,
-    pod: &str,
-    what: &str,
-    mut cond: impl FnMut(&kruised::k8s::keys::RuntimeContainerMetaSet) -> bool,
-) -> kruised::k8s::keys::RuntimeContainerMetaSet {
-    match node.wait_meta(pod, LIMIT, |m| cond(m)).await {
-        Some(m) => m,
-        None => panic!("{what}: annotation now {:?}", node.meta(pod)),
-    }
-}
-
 fn set_role(node: &FakeNode, pod: &str, role: &str, ready: Option<&str>) {
     node.api
         .modify("pods", "default", pod, |p| {
@@ -89,9 +77,14 @@ async fn a_managed_pod_gets_a_truthful_annotation_and_others_are_left_alone() {
                              "uid": "rs-1", "controller": true}]);
     node.add_owned_pod("plain", containers(), json!({}), true, deployment);
     let pod = node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let meta = wait_meta(&node, "web-0", "annotation written", |m| {
-        m.containers.len() == 2
-    })
+    let meta = wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "annotation written",
+        |m| m.containers.len() == 2,
+    )
     .await;
 
     let status = node.api.get("pods", "default", "web-0").unwrap();
@@ -146,9 +139,14 @@ async fn pods_present_at_start_are_not_written_until_they_change() {
             p["metadata"]["labels"]["touched"] = json!("yes")
         })
         .unwrap();
-    wait_meta(&node, "old-3", "annotation of the changed pod", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "old-3",
+        "annotation of the changed pod",
+        |m| m.containers.len() == 2,
+    )
     .await;
     for i in [0, 1, 2, 4] {
         assert!(
@@ -187,8 +185,10 @@ async fn an_in_place_update_begun_before_the_daemon_started_is_finished_when_it_
         .expect("the stale container of the waiting pod is stopped");
     assert_eq!(stops(&node), vec![main], "that container only");
     let new_id = node.recreate("waiting", "main");
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "waiting",
         "the annotation of the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
@@ -208,9 +208,14 @@ async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let before = wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    let before = wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     let main_id = before.container("main").unwrap().container_id.clone();
     let main_raw = main_id.strip_prefix("containerd://").unwrap().to_string();
@@ -229,9 +234,14 @@ async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is
 
     // the kubelet recreates it with the new value; the annotation follows
     let new_id = node.recreate("web-0", "main");
-    let after = wait_meta(&node, "web-0", "annotation of the new container", |m| {
-        m.container("main").unwrap().container_id == format!("containerd://{new_id}")
-    })
+    let after = wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "annotation of the new container",
+        |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
+    )
     .await;
     let env = node.cri.state().containers[&new_id].env.clone();
     assert!(env.contains(&"ROLE=green".to_string()), "{env:?}");
@@ -307,9 +317,14 @@ async fn the_same_change_while_in_place_update_ready_is_true_restarts_nothing() 
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     set_role(&node, "web-0", "green", None);
     d.wait_for_log("stale env, not stopping", LIMIT).await;
@@ -344,7 +359,10 @@ async fn explain_says_restart_due_exactly_for_the_containers_the_daemon_then_sto
     node.add_pod("web-1", containers(), json!({"role": "blue"}), true);
     let mut main_ids = Vec::new();
     for pod in ["web-0", "web-1"] {
-        let m = wait_meta(&node, pod, "first annotation", |m| m.containers.len() == 2).await;
+        let m = wait::meta(&node.api, LIMIT, "default", pod, "first annotation", |m| {
+            m.containers.len() == 2
+        })
+        .await;
         main_ids.push(m.container("main").unwrap().container_id.clone());
     }
     d.terminate();
@@ -390,9 +408,14 @@ async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     // image and annotation change in one in-place update
     node.api
@@ -405,9 +428,14 @@ async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_
     d.wait_for_log("stale env, not stopping", LIMIT).await;
     // the kubelet sees the hash change and recreates the container with image and env
     let new_id = node.recreate("web-0", "main");
-    wait_meta(&node, "web-0", "annotation of the new container", |m| {
-        m.container("main").unwrap().container_id.ends_with(&new_id)
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "annotation of the new container",
+        |m| m.container("main").unwrap().container_id.ends_with(&new_id),
+    )
     .await;
     assert!(
         stops(&node).is_empty(),
@@ -451,7 +479,7 @@ async fn env_is_read_from_the_runtime_spec_or_by_exec_whichever_works() {
             p["metadata"]["labels"]["touched"] = json!("yes")
         })
         .unwrap();
-    let meta = wait_meta(&node, "web-0", "annotation", |m| {
+    let meta = wait::meta(&node.api, LIMIT, "default", "web-0", "annotation", |m| {
         m.containers.len() == 2
             && m.containers
                 .iter()
@@ -485,7 +513,7 @@ async fn a_container_that_reads_no_metadata_gets_the_null_hash_without_any_runti
     let plain = json!([{"name": "plain", "image": "busybox:v1",
                         "env": [{"name": "PLAIN", "value": "x"}]}]);
     node.add_pod("web-0", plain, json!({}), true);
-    let meta = wait_meta(&node, "web-0", "annotation", |m| {
+    let meta = wait::meta(&node.api, LIMIT, "default", "web-0", "annotation", |m| {
         m.container("plain")
             .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
     })
@@ -530,12 +558,19 @@ async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_run
             p["metadata"]["labels"]["touched"] = json!("yes");
         })
         .unwrap();
-    wait_meta(&node, "web-0", "annotation with main's hash unknown", |m| {
-        m.container("main")
-            .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == 0)
-            && m.container("side")
-                .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "annotation with main's hash unknown",
+        |m| {
+            m.container("main")
+                .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == 0)
+                && m.container("side")
+                    .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
+        },
+    )
     .await;
     // it runs: its hash comes with the status change, not with a relist minutes later
     node.cri.set_state(&main_id, ContainerState::Running);
@@ -553,10 +588,17 @@ async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_run
         &labels,
         &annotations,
     );
-    wait_meta(&node, "web-0", "main's hash once it runs", |m| {
-        m.container("main")
-            .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == want)
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "main's hash once it runs",
+        |m| {
+            m.container("main")
+                .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == want)
+        },
+    )
     .await;
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
@@ -573,9 +615,14 @@ async fn only_the_current_batch_of_a_multi_batch_update_is_restarted() {
     ]);
     let mut d = start(&node).await;
     node.add_pod("web-0", both, json!({"role": "blue"}), true);
-    let meta = wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    let meta = wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     // side belongs to the next batch
     let state = json!({"revision": "r2", "nextContainerRefMetadata": {"side": {"annotations": {"role": "green"}}}});
@@ -607,9 +654,14 @@ async fn a_container_recreated_while_the_event_stream_is_down_is_noticed_once_it
     // no relist within the test: only the event stream, or its catch-up, can notice
     let mut d = start_with(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -623,8 +675,10 @@ async fn a_container_recreated_while_the_event_stream_is_down_is_noticed_once_it
     let (new_id, _) = node.recreate_unreported("web-0", "main");
 
     // once a stream is back, every annotated pod is looked at again
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the annotation follows the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
@@ -644,16 +698,26 @@ async fn a_runtime_whose_event_stream_ends_at_once_is_relisted_and_it_is_said_on
     node.cri.state().events_off = true;
     let mut d = start_with(&node, &["--relist-interval", "1s"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     d.wait_for_log("the runtime sends no container events", LIMIT)
         .await;
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait_meta(&node, "web-0", "the relist finds the new container", |m| {
-        m.container("main").unwrap().container_id == format!("containerd://{new_id}")
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "the relist finds the new container",
+        |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
+    )
     .await;
     // the relist ran and the daemon did not ask again and again: one call, said once
     assert_eq!(count_logged(&d, "the runtime sends no container events"), 1);
@@ -671,9 +735,14 @@ async fn the_event_stream_of_a_quiet_runtime_stays_open_and_reports_a_death_at_o
     let mut node = FakeNode::start().await;
     let mut d = start_with(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -688,8 +757,10 @@ async fn the_event_stream_of_a_quiet_runtime_stays_open_and_reports_a_death_at_o
         "the same call, open all along"
     );
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the annotation follows the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::pull_support::{PullNode, fast, owner, tag};
 use crate::support::daemon::Daemon;
 use crate::support::node::{FakeNode, NODE};
+use crate::support::wait;
 use kruised::cri::fake::{Dialect, FakeRuntime};
 use kruised::cri::{
     ContainerConfig, ContainerMetadata, CriError, RemoteRuntime, RuntimeService, SandboxMetadata,
@@ -63,19 +64,6 @@ fn count_logged(d: &Daemon, message: &str) -> usize {
         .count()
 }
 
-/// Waits until the pod's annotation satisfies `cond`.
-async fn wait_meta(
-    node: &FakeNode,
-    pod: &str,
-    what: &str,
-    mut cond: impl FnMut(&keys::RuntimeContainerMetaSet) -> bool,
-) -> keys::RuntimeContainerMetaSet {
-    match node.wait_meta(pod, LIMIT, |m| cond(m)).await {
-        Some(m) => m,
-        None => panic!("{what}: annotation now {:?}", node.meta(pod)),
-    }
-}
-
 /// The annotation's ID of `container` is the kubelet's ID of `id` on the node's runtime.
 fn names(
     node: &FakeNode,
@@ -99,9 +87,14 @@ async fn on_containerd_1_6_without_container_events_the_daemon_relists_and_says_
     let mut node = FakeNode::start_on(Dialect::Containerd16).await;
     let mut d = daemon(&node, &["--relist-interval", "1s"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     let said = d
         .wait_for_log("the runtime sends no container events", LIMIT)
@@ -114,8 +107,10 @@ async fn on_containerd_1_6_without_container_events_the_daemon_relists_and_says_
     );
     // a container that dies is found by the relist alone
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the relist finds the new container",
         names(&node, "main", &new_id),
@@ -143,9 +138,14 @@ async fn on_containerd_2_events_name_their_pod_by_the_sandbox_status_they_carry(
     // no relist within the test: only the events can notice
     let mut d = daemon(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -161,8 +161,10 @@ async fn on_containerd_2_events_name_their_pod_by_the_sandbox_status_they_carry(
         "127.0.0.1",
     );
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the annotation follows the new container",
         names(&node, "main", &new_id),
@@ -185,9 +187,14 @@ async fn on_cri_o_a_dead_container_is_reported_by_its_event_and_the_annotation_s
     let mut node = FakeNode::start_on(Dialect::CriO).await;
     let mut d = daemon(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let meta = wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    let meta = wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     assert!(
         meta.containers
@@ -198,8 +205,10 @@ async fn on_cri_o_a_dead_container_is_reported_by_its_event_and_the_annotation_s
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the annotation follows the new container",
         names(&node, "main", &new_id),
@@ -217,9 +226,14 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
     let mut node = FakeNode::start_on(Dialect::Containerd2).await;
     let mut d = daemon(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -228,8 +242,10 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
     // its containers outlive it (the shims), and die or are recreated unseen
     let (new_id, _) = node.recreate_unreported("web-0", "main");
     node.cri.serve_again().await.unwrap();
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the annotation follows the new container",
         names(&node, "main", &new_id),
@@ -277,9 +293,14 @@ async fn on_cri_o_a_stale_env_restart_stops_the_container_its_cri_o_id_names() {
     let mut node = FakeNode::start_on(Dialect::CriO).await;
     let d = daemon(&node, &[]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let before = wait_meta(&node, "web-0", "first annotation", |m| {
-        m.containers.len() == 2
-    })
+    let before = wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "first annotation",
+        |m| m.containers.len() == 2,
+    )
     .await;
     let main = before.container("main").unwrap().container_id.clone();
     let raw = main
@@ -298,8 +319,10 @@ async fn on_cri_o_a_stale_env_restart_stops_the_container_its_cri_o_id_names() {
         .expect("the stale container is stopped");
     assert_eq!(node.stopped_ids(), [raw]);
     let new_id = node.recreate("web-0", "main");
-    wait_meta(
-        &node,
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
         "web-0",
         "the annotation of the new container",
         names(&node, "main", &new_id),
@@ -324,27 +347,6 @@ fn request(node: &FakeNode, name: &str, pod: &str) -> Value {
     })
 }
 
-async fn wait_crr(
-    node: &FakeNode,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&ContainerRecreateRequest) -> bool,
-) -> ContainerRecreateRequest {
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            v.get("containerrecreaterequests", "default", name)
-                .and_then(|o| serde_json::from_value::<ContainerRecreateRequest>(o).ok())
-                .filter(|r| cond(r))
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{what}: request now {:#?}",
-                node.api.get("containerrecreaterequests", "default", name)
-            )
-        })
-}
-
 /// A recreate request on `node` run to completion: the daemon kills `main`, the test's kubelet
 /// recreates it and its manager reports it ready. Returns the request.
 async fn recreate_request_completes(node: &FakeNode) -> ContainerRecreateRequest {
@@ -356,7 +358,7 @@ async fn recreate_request_completes(node: &FakeNode) -> ContainerRecreateRequest
         .wait_for(LIMIT, |s| !s.stops.is_empty())
         .await
         .expect("main is stopped");
-    wait_crr(node, "r", "main killed", |r| {
+    wait::crr(&node.api, LIMIT, "default", "r", "main killed", |r| {
         r.status.as_ref().is_some_and(|s| {
             s.container_recreate_states
                 .iter()
@@ -371,7 +373,10 @@ async fn recreate_request_completes(node: &FakeNode) -> ContainerRecreateRequest
                 "restartCount": 1, "containerID": node.kubelet_id(&new_id)}]);
         })
         .unwrap();
-    wait_crr(node, "r", "Completed", |r| r.is_completed()).await
+    wait::crr(&node.api, LIMIT, "default", "r", "Completed", |r| {
+        r.is_completed()
+    })
+    .await
 }
 
 // as above: `cri-o://` IDs, seen on CRI-O 1.36.3

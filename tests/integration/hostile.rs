@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
 use crate::support::node::{FakeNode, NODE};
-use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
+use crate::support::wait;
+use kruised::k8s::crd::ContainerRecreateRequestPhase as Phase;
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 
@@ -30,28 +31,6 @@ fn request(node: &FakeNode, namespace: &str, name: &str, pod: &str, hook: Option
         .container("main", id, hook)
         .grace(600)
         .json()
-}
-
-async fn wait_crr(
-    node: &FakeNode,
-    namespace: &str,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&ContainerRecreateRequest) -> bool,
-) -> ContainerRecreateRequest {
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            v.get("containerrecreaterequests", namespace, name)
-                .and_then(|o| serde_json::from_value::<ContainerRecreateRequest>(o).ok())
-                .filter(|r| cond(r))
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{what}: request now {:#?}",
-                node.api.get("containerrecreaterequests", namespace, name)
-            )
-        })
 }
 
 fn main_container() -> Value {
@@ -81,8 +60,9 @@ async fn a_recreate_request_without_a_spec_does_not_stop_the_nodes_watch() {
             request(&node, "default", "real", "web-0", None),
         )
         .unwrap();
-    wait_crr(
-        &node,
+    wait::crr(
+        &node.api,
+        LIMIT,
         "default",
         "real",
         "the real request recreating",
@@ -121,9 +101,14 @@ async fn a_request_naming_another_namespaces_pod_by_its_uid_is_refused() {
             request(&node, "tenant", "borrowed", "web-0", None),
         )
         .unwrap();
-    let r = wait_crr(&node, "tenant", "borrowed", "the request refused", |r| {
-        r.phase() == Phase::Completed
-    })
+    let r = wait::crr(
+        &node.api,
+        LIMIT,
+        "tenant",
+        "borrowed",
+        "the request refused",
+        |r| r.phase() == Phase::Completed,
+    )
     .await;
     let message = r
         .status
@@ -163,8 +148,9 @@ async fn eight_hanging_prestop_hooks_do_not_hold_up_another_pods_request() {
     }
     for i in 0..8 {
         let pod = format!("hang-{i}");
-        wait_crr(
-            &node,
+        wait::crr(
+            &node.api,
+            LIMIT,
             "default",
             &pod,
             "each hanging request recreating",

@@ -6,8 +6,9 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use crate::pull_support::{
-    CONFIG_NS, NODE, PullNode, b64, fast, next_batch_pod, occurrences, owner, tag,
+    CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, next_batch_pod, owner, tag,
 };
+use crate::support::wait::{self, occurrences};
 use kruised::controller::imagepull::Settings;
 use kruised::cri::fake::{FakeRuntime, FakeState};
 use kruised::k8s::crd::ImagePullPhase;
@@ -39,11 +40,6 @@ impl Node {
             cri,
             _dir: dir,
         }
-    }
-
-    /// Waits until the fake runtime's state satisfies `pred`.
-    async fn wait_cri(&self, what: &str, pred: impl Fn(&FakeState) -> bool) {
-        self.pull.wait_calls(what, || pred(&self.cri.state())).await;
     }
 }
 
@@ -450,9 +446,14 @@ async fn the_next_in_place_batch_is_pre_pulled_after_the_nodeimage_work() {
             ),
         )
         .unwrap();
-    node.wait_cri("the next batch's image pulled", |st| {
-        pulls_of(st, "r.io/next:v2") == 1
-    })
+    let pulled = |st: &FakeState| pulls_of(st, "r.io/next:v2");
+    wait::cri(
+        &node.cri,
+        LIMIT,
+        "the next batch's image pulled",
+        pulled,
+        |n| *n == 1,
+    )
     .await;
     let st = node.cri.state();
     assert_eq!(
@@ -487,9 +488,14 @@ async fn a_pod_not_owned_by_a_kruise_workload_gets_no_pre_pull() {
             next_batch_pod("tenant-a", "web-0", &[("c", "r.io/z-owned:v2")], true),
         )
         .unwrap();
-    node.wait_cri("the owned pod's next image pulled", |st| {
-        pulls_of(st, "r.io/z-owned:v2") == 1
-    })
+    let pulled = |st: &FakeState| pulls_of(st, "r.io/z-owned:v2");
+    wait::cri(
+        &node.cri,
+        LIMIT,
+        "the owned pod's next image pulled",
+        pulled,
+        |n| *n == 1,
+    )
     .await;
     assert_eq!(pulls_of(&node.cri.state(), "r.io/a-unowned:v2"), 0);
 }
@@ -530,9 +536,19 @@ async fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
             next_batch_pod("tenant-b", "web-0", &[("c", "r.io/private:v3")], true),
         )
         .unwrap();
-    node.wait_cri("both next images tried", |st| {
-        pulls_of(st, "r.io/private:v2") >= 1 && pulls_of(st, "r.io/private:v3") >= 1
-    })
+    let tried = |st: &FakeState| {
+        (
+            pulls_of(st, "r.io/private:v2"),
+            pulls_of(st, "r.io/private:v3"),
+        )
+    };
+    wait::cri(
+        &node.cri,
+        LIMIT,
+        "both next images tried",
+        tried,
+        |&(v2, v3)| v2 >= 1 && v3 >= 1,
+    )
     .await;
     let st = node.cri.state();
     let auths = |image: &str| -> Vec<Option<String>> {
@@ -580,8 +596,9 @@ async fn a_pod_listing_1000_images_pre_pulls_at_most_its_share() {
             .filter(|p| p.image.starts_with("r.io/i"))
             .count()
     };
-    node.wait_cri("the greedy pod's share pulled", |st| {
-        pulled_of_greedy(st) == MAX_IMAGES_PER_POD
+    let share = "the greedy pod's share pulled";
+    wait::cri(&node.cri, LIMIT, share, pulled_of_greedy, |n| {
+        *n == MAX_IMAGES_PER_POD
     })
     .await;
     // a later pod's image, which sorts after every one of the greedy pod's
@@ -591,9 +608,14 @@ async fn a_pod_listing_1000_images_pre_pulls_at_most_its_share() {
             next_batch_pod("tenant-b", "web-0", &[("c", "r.io/zzz-last:v1")], true),
         )
         .unwrap();
-    node.wait_cri("the later pod's image pulled", |st| {
-        pulls_of(st, "r.io/zzz-last:v1") == 1
-    })
+    let pulled = |st: &FakeState| pulls_of(st, "r.io/zzz-last:v1");
+    wait::cri(
+        &node.cri,
+        LIMIT,
+        "the later pod's image pulled",
+        pulled,
+        |n| *n == 1,
+    )
     .await;
     let st = node.cri.state();
     assert_eq!(pulled_of_greedy(&st), MAX_IMAGES_PER_POD);

@@ -8,6 +8,8 @@ use std::time::Duration;
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::status;
 use crate::support::node::{FakeNode, NODE};
+use crate::support::wait;
+use apiserver_double::StoreView;
 use kruised::controller::provenance::{self, NOT_BY_KRUISED, RECREATE_REQUEST, Restart};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
@@ -43,23 +45,20 @@ fn current_id(node: &FakeNode, pod: &str, name: &str) -> String {
         .to_string()
 }
 
-/// Waits until the pod's record of kruised's stops has an entry for the container `id`.
-async fn wait_recorded(node: &FakeNode, pod: &str, id: &str, what: &str) -> Restart {
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            let p = v.get("pods", "default", pod)?;
-            let value = p["metadata"]["annotations"][keys::LAST_RESTARTS].as_str()?;
-            provenance::parse(value)
-                .into_iter()
-                .find(|r| r.container_id == id)
+/// The pod's record of kruised's stops, as the store holds it (read inside a wait).
+fn recorded(v: &StoreView<'_>, pod: &str) -> Vec<Restart> {
+    v.get("pods", "default", pod)
+        .and_then(|p| {
+            Some(provenance::parse(
+                p["metadata"]["annotations"][keys::LAST_RESTARTS].as_str()?,
+            ))
         })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{what}: the pod's annotations are {}",
-                node.api.get("pods", "default", pod).unwrap()["metadata"]["annotations"]
-            )
-        })
+        .unwrap_or_default()
+}
+
+/// The record's entry for the container `id`.
+fn entry(restarts: Vec<Restart>, id: &str) -> Option<Restart> {
+    restarts.into_iter().find(|r| r.container_id == id)
 }
 
 /// `kruised explain default/<pod>` with `args`, its standard output.
@@ -162,7 +161,10 @@ async fn an_env_restart_a_recreate_request_and_a_crash_each_show_in_explain_with
             p["status"]["conditions"][0]["status"] = json!("False");
         })
         .unwrap();
-    let env = wait_recorded(&node, "web-0", &first, "the env restart recorded").await;
+    let what = "the env restart recorded";
+    let has = |r: &Vec<Restart>| r.iter().any(|r| r.container_id == first);
+    let seen = wait::store(&node.api, LIMIT, what, |v| recorded(v, "web-0"), has).await;
+    let env = entry(seen, &first).expect("seen");
     assert_eq!(env.reason, "env-from-metadata");
     assert_eq!(env.detail, "ROLE (annotation role)", "the env that changed");
     node.recreate("web-0", "main");
@@ -175,13 +177,10 @@ async fn an_env_restart_a_recreate_request_and_a_crash_each_show_in_explain_with
             recreate_request(&node, "restart-main", "web-0", "main"),
         )
         .unwrap();
-    let crr = wait_recorded(
-        &node,
-        "web-0",
-        &second,
-        "the recreate request's stop recorded",
-    )
-    .await;
+    let what = "the recreate request's stop recorded";
+    let has = |r: &Vec<Restart>| r.iter().any(|r| r.container_id == second);
+    let seen = wait::store(&node.api, LIMIT, what, |v| recorded(v, "web-0"), has).await;
+    let crr = entry(seen, &second).expect("seen");
     assert_eq!(
         (crr.reason.as_str(), crr.detail.as_str()),
         (RECREATE_REQUEST, "restart-main")
@@ -276,13 +275,9 @@ async fn a_record_the_pods_author_wrote_is_kept_bounded_and_kruiseds_own_stop_is
             p["status"]["conditions"][0]["status"] = json!("False");
         })
         .unwrap();
-    wait_recorded(
-        &node,
-        "web-0",
-        &first,
-        "kruised's stop recorded beside the forged ones",
-    )
-    .await;
+    let what = "kruised's stop recorded beside the forged ones";
+    let has = |r: &Vec<Restart>| r.iter().any(|r| r.container_id == first);
+    wait::store(&node.api, LIMIT, what, |v| recorded(v, "web-0"), has).await;
     let p = node.api.get("pods", "default", "web-0").unwrap();
     let written = provenance::parse(
         p["metadata"]["annotations"][keys::LAST_RESTARTS]

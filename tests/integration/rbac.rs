@@ -17,7 +17,8 @@ use crate::support::rbac::{
     DEPLOY_RBAC_YAML, DoubleIdentity, assert_never_forbidden, assert_nothing_refused,
     identity_on_double, identity_with, is_refusal,
 };
-use kruised::k8s::crd::{ContainerRecreateRequest, NodeImage, NodePodProbe, ProbeState};
+use crate::support::wait;
+use kruised::k8s::crd::{ContainerRecreateRequest, ProbeState};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 
@@ -38,30 +39,6 @@ async fn start_as(node: &FakeNode, identity: &DoubleIdentity) -> Daemon {
     let mut d = Daemon::start(NODE, &args);
     d.wait_for_log("daemon ready", LIMIT).await;
     d
-}
-
-/// Waits until the stored object `resource/ns/name` satisfies `cond` (parsed as `T`).
-async fn wait_obj<T: serde::de::DeserializeOwned>(
-    node: &FakeNode,
-    resource: &str,
-    ns: &str,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&T) -> bool,
-) -> T {
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            v.get(resource, ns, name)
-                .and_then(|o| serde_json::from_value::<T>(o).ok())
-                .filter(|o| cond(o))
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{what}: {resource} {name} now {:#?}",
-                node.api.get(resource, ns, name)
-            )
-        })
 }
 
 /// An env restart: the annotation written (`pods/status` patch), the stale container stopped
@@ -103,14 +80,9 @@ pub(crate) async fn pull_with_secret(node: &FakeNode) {
                        "tags": [{"tag": "v1", "version": 1}]}}}}),
         )
         .unwrap();
-    wait_obj(
-        node,
-        "nodeimages",
-        "",
-        NODE,
-        "the tag pulled",
-        |ni: &NodeImage| ni.status.as_ref().is_some_and(|s| s.succeeded == 1),
-    )
+    wait::node_image(&node.api, LIMIT, NODE, "the tag pulled", |s| {
+        s.succeeded == 1
+    })
     .await;
     let auth = node
         .cri
@@ -140,9 +112,9 @@ async fn recreate_request(node: &FakeNode) {
                             "strategy": {"terminationGracePeriodSeconds": 30}}}),
         )
         .unwrap();
-    wait_obj(
-        node,
-        "containerrecreaterequests",
+    wait::crr(
+        &node.api,
+        LIMIT,
         "default",
         "r",
         "side killed",
@@ -162,14 +134,9 @@ async fn recreate_request(node: &FakeNode) {
                 "restartCount": 1, "containerID": format!("containerd://{new_id}")}]);
         })
         .unwrap();
-    wait_obj(
-        node,
-        "containerrecreaterequests",
-        "default",
-        "r",
-        "Completed",
-        |r: &ContainerRecreateRequest| r.is_completed(),
-    )
+    wait::crr(&node.api, LIMIT, "default", "r", "Completed", |r| {
+        r.is_completed()
+    })
     .await;
 }
 
@@ -189,20 +156,8 @@ async fn pod_probe(node: &FakeNode) {
                        "probe": {"exec": {"command": ["true"]}, "periodSeconds": 1, "timeoutSeconds": 2}}]}]}}),
         )
         .unwrap();
-    wait_obj(
-        node,
-        "nodepodprobes",
-        "",
-        NODE,
-        "the probe Succeeded",
-        |npp: &NodePodProbe| {
-            npp.status
-                .as_ref()
-                .and_then(|s| s.probe_state(&uid, "web#ok"))
-                .is_some_and(|p| p.state == ProbeState::Succeeded)
-        },
-    )
-    .await;
+    let ok = ProbeState::Succeeded;
+    wait::probe_state(&node.api, LIMIT, NODE, &uid, "web#ok", ok).await;
 }
 
 /// Every kind of request kruised makes, as `(verb, resource)` of the double's log.

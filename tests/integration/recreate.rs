@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::support::daemon::Daemon;
 use crate::support::node::{FakeNode, NODE};
-use kruised::k8s::crd::{ContainerRecreateRequest, ContainerRecreateRequestPhase as Phase};
+use crate::support::wait;
+use kruised::k8s::crd::ContainerRecreateRequestPhase as Phase;
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 
@@ -36,27 +37,6 @@ fn request(node: &FakeNode, name: &str, pod: &str, pre_stop: Option<Value>) -> V
     })
 }
 
-async fn wait_crr(
-    node: &FakeNode,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&ContainerRecreateRequest) -> bool,
-) -> ContainerRecreateRequest {
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            v.get("containerrecreaterequests", "default", name)
-                .and_then(|o| serde_json::from_value::<ContainerRecreateRequest>(o).ok())
-                .filter(|r| cond(r))
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{what}: request now {:#?}",
-                node.api.get("containerrecreaterequests", "default", name)
-            )
-        })
-}
-
 fn containers() -> Value {
     json!([{"name": "main", "image": "busybox:v1"}])
 }
@@ -75,17 +55,14 @@ async fn a_new_request_is_answered_with_phase_recreating_and_others_of_the_pod_w
             request(&node, "first", "web-0", Some(hook)),
         )
         .unwrap();
-    wait_crr(&node, "first", "Recreating", |r| {
-        r.phase() == Phase::Recreating
-    })
-    .await;
+    wait::crr_phase(&node.api, LIMIT, "default", "first", Phase::Recreating).await;
     node.api
         .create(
             "containerrecreaterequests",
             request(&node, "second", "web-0", None),
         )
         .unwrap();
-    wait_crr(&node, "second", "Pending", |r| r.phase() == Phase::Pending).await;
+    wait::crr_phase(&node.api, LIMIT, "default", "second", Phase::Pending).await;
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }
@@ -134,7 +111,7 @@ async fn a_request_without_a_manager_snapshot_never_succeeds_and_one_with_it_com
             request(&node, "r", "web-0", None),
         )
         .unwrap();
-    wait_crr(&node, "r", "main killed", |r| {
+    wait::crr(&node.api, LIMIT, "default", "r", "main killed", |r| {
         r.status.as_ref().is_some_and(|s| {
             s.container_recreate_states
                 .iter()
@@ -144,7 +121,7 @@ async fn a_request_without_a_manager_snapshot_never_succeeds_and_one_with_it_com
     .await;
     // the fake kubelet recreates the stopped container and reports it
     let new_id = node.recreate("web-0", "main");
-    let r = wait_crr(&node, "r", "main Recreating", |r| {
+    let r = wait::crr(&node.api, LIMIT, "default", "r", "main Recreating", |r| {
         r.status.as_ref().is_some_and(|s| {
             s.container_recreate_states
                 .iter()
@@ -163,7 +140,10 @@ async fn a_request_without_a_manager_snapshot_never_succeeds_and_one_with_it_com
                 "restartCount": 1, "containerID": format!("containerd://{new_id}")}]);
         })
         .unwrap();
-    let r = wait_crr(&node, "r", "Completed", |r| r.is_completed()).await;
+    let r = wait::crr(&node.api, LIMIT, "default", "r", "Completed", |r| {
+        r.is_completed()
+    })
+    .await;
     assert_eq!(r.phase(), Phase::Completed);
     assert_eq!(node.cri.state().call_count("StopContainer"), 1);
     d.terminate();
@@ -209,7 +189,7 @@ async fn a_pass_on_a_copy_older_than_the_completion_does_not_complete_and_count_
             request(&node, "r", "web-0", None),
         )
         .unwrap();
-    wait_crr(&node, "r", "main killed", |r| {
+    wait::crr(&node.api, LIMIT, "default", "r", "main killed", |r| {
         r.status.as_ref().is_some_and(|s| {
             s.container_recreate_states
                 .iter()
@@ -218,7 +198,7 @@ async fn a_pass_on_a_copy_older_than_the_completion_does_not_complete_and_count_
     })
     .await;
     let new_id = node.recreate("web-0", "main");
-    wait_crr(&node, "r", "main Recreating", |r| {
+    wait::crr(&node.api, LIMIT, "default", "r", "main Recreating", |r| {
         r.status.as_ref().is_some_and(|s| {
             s.container_recreate_states
                 .iter()

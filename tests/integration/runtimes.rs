@@ -15,6 +15,7 @@ use crate::pull_support::{self, NODE};
 use crate::support::cluster::Rbac;
 use crate::support::daemon::{Daemon, http_get};
 use crate::support::rbac::identity_on_double;
+use crate::support::wait;
 
 const LIMIT: Duration = Duration::from_secs(30);
 /// What the Node of a CRI-O kubelet reports: `<CRI Version's runtimeName>://<runtimeVersion>`
@@ -95,7 +96,11 @@ impl TwoRuntimes {
             json!({IMAGE: {"tags": [{"tag": "v1", "version": 1}]}}),
             None,
         );
-        pull_support::wait_status(&self.api, "v1 Succeeded", |s| s.succeeded == 1).await;
+        let v1 = "v1 Succeeded";
+        wait::node_image(&self.api, pull_support::LIMIT, NODE, v1, |s| {
+            s.succeeded == 1
+        })
+        .await;
         let pulls = |rt: &FakeRuntime| {
             rt.state()
                 .pulls

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use crate::support::daemon::Daemon;
 use crate::support::manager::KubeletTiming;
-use crate::support::node::{FakeNode, NODE, meta_of};
+use crate::support::node::{FakeNode, NODE};
 use crate::support::restarts::HookServer;
+use crate::support::wait;
+use apiserver_double::StoreView;
 use kruised::k8s::keys;
 use serde_json::json;
 
@@ -103,41 +105,32 @@ fn running_in(node: &FakeNode, obj: &serde_json::Value, container: &str) -> Opti
     Some((value, c.status.metadata.attempt))
 }
 
-/// Waits until `container` of `pod` runs with `value` and kruised's annotation follows it.
-async fn wait_value(node: &FakeNode, pod: &str, container: &str, value: &str) {
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            let obj = v.get("pods", "default", pod)?;
-            let meta = meta_of(&obj)?;
-            let id = obj["status"]["containerStatuses"]
-                .as_array()?
-                .iter()
-                .find(|s| s["name"] == container)?["containerID"]
-                .clone();
-            (meta.container(container)?.container_id == id.as_str().unwrap_or_default())
-                .then_some(())
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{pod}/{container}: no up-to-date annotation; pod now {:#}",
-                node.api.get("pods", "default", pod).unwrap_or_default()
-            )
-        });
-    // the status names a container only after the fake runtime made it, so a change of what
-    // runs is a change of the store
-    node.api
-        .wait_for_value(LIMIT, |v| {
-            let obj = v.get("pods", "default", pod)?;
-            (running_in(node, &obj, container)?.0 == value).then_some(())
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{pod}/{container} runs {:?}, not {value}",
-                running(node, pod, container)
-            )
-        });
+/// What a wait on `container` of `pod` looks at in the store: whether kruised's annotation
+/// names the container the status reports, and what that container runs with (the status names
+/// a container only after the fake runtime made it, so a change of what runs is a change of the
+/// store).
+fn follows(
+    node: &FakeNode,
+    v: &StoreView<'_>,
+    pod: &str,
+    container: &str,
+) -> (bool, Option<(String, u32)>) {
+    let Some(obj) = v.get("pods", "default", pod) else {
+        return (false, None);
+    };
+    let id = obj["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == container))
+        .and_then(|s| s["containerID"].as_str());
+    let annotated = wait::meta_of(&obj)
+        .and_then(|m| Some(m.container(container)?.container_id.clone()))
+        .is_some_and(|a| Some(a.as_str()) == id);
+    (annotated, running_in(node, &obj, container))
+}
+
+/// Whether what [`follows`] saw runs `value` with the annotation following it.
+fn runs(value: &str) -> impl Fn(&(bool, Option<(String, u32)>)) -> bool {
+    move |(annotated, running)| *annotated && running.as_ref().is_some_and(|(v, _)| v == value)
 }
 
 fn stops(d: &Daemon, reason: &str) -> usize {
@@ -172,8 +165,11 @@ async fn a_sync_holding_the_pod_from_before_the_change_recreates_the_old_value_a
 
     // the held sync recreated both from the old pod; kruised stopped each once more, and the
     // kubelet's next sync, with the pod as it now is, gave the new value: never a third stop
-    wait_value(&node, "web-0", "main", "v2").await;
-    wait_value(&node, "web-0", "side", "v2").await;
+    for c in ["main", "side"] {
+        let what = format!("web-0/{c} runs v2 and kruised's annotation follows it");
+        let look = |v: &StoreView<'_>| follows(&node, v, "web-0", c);
+        wait::store(&node.api, LIMIT, &what, look, runs("v2")).await;
+    }
     assert_eq!(
         stops(&d, "stale-recreation"),
         2,
@@ -208,8 +204,11 @@ async fn with_the_settle_each_change_is_one_restart_however_the_kubelets_syncs_l
         update(&node, &kubelet, p, "v2").await;
     }
     for p in &pods {
-        wait_value(&node, p, "main", "v2").await;
-        wait_value(&node, p, "side", "v2").await;
+        for c in ["main", "side"] {
+            let what = format!("{p}/{c} runs v2 and kruised's annotation follows it");
+            let look = |v: &StoreView<'_>| follows(&node, v, p, c);
+            wait::store(&node.api, LIMIT, &what, look, runs("v2")).await;
+        }
     }
     assert_eq!(stops(&d, "stale-recreation"), 0, "{}", d.log_text());
     assert_eq!(stops(&d, ""), 2 * pods.len(), "{}", d.log_text());

@@ -21,6 +21,8 @@ use tokio::time::Instant;
 use crate::support::daemon::{Daemon, http_get};
 use crate::support::node::{FakeNode, NODE};
 use crate::support::tcp_relay::TcpRelay;
+use crate::support::wait;
+use kruised::cri::fake::FakeState;
 
 /// What a single step may take when nothing is wrong.
 const STEP: Duration = Duration::from_secs(20);
@@ -115,21 +117,10 @@ impl Scene {
         self.node.stopped_ids().iter().filter(|s| *s == id).count()
     }
 
-    /// Waits until container `id` was stopped, at most `limit`; returns when it was seen.
-    async fn wait_stopped(&self, what: &str, id: &str, limit: Duration) -> Instant {
-        let stopped = self
-            .node
-            .cri
-            .wait_for(limit, |s| s.stops.iter().any(|(i, _)| i == id))
-            .await;
-        assert!(
-            stopped.is_ok(),
-            "{what}: container {id} not stopped within {limit:?}; log:\n{}",
-            self.daemon.log_text()
-        );
-        Instant::now()
+    /// Fails the test with `missed` and kruised's log, for a wait that gave up.
+    fn fail(&self, missed: &wait::Missed<impl std::fmt::Debug>) -> ! {
+        missed.fail_with(format_args!("log:\n{}", self.daemon.log_text()))
     }
-
     /// Plays the kubelet for `pod` whose `main` container `old` was stopped: recreates it
     /// with the pod's current metadata, then waits until kruised's annotation names the new
     /// container (so kruised has seen everything up to it) and checks `old` was stopped once
@@ -161,6 +152,12 @@ impl Scene {
             "{pod}: its new container left alone"
         );
     }
+}
+
+/// How often the container `id` was stopped, as the fake runtime saw it (what a wait on its
+/// stop looks at).
+fn stops(id: &str) -> impl Fn(&FakeState) -> usize + '_ {
+    move |st| st.stops.iter().filter(|(i, _)| i == id).count()
 }
 
 /// How often each message (with its error, if any) appears in the daemon's log, most often
@@ -236,10 +233,11 @@ async fn a_change_made_after_every_open_connection_went_silent_is_acted_on_once_
         })
         .await;
     let noticed = silent_at.elapsed();
-    let acted = s
-        .wait_stopped("web-0's stale container", &web0, ACT_LIMIT)
+    let what = "web-0's stale container stopped";
+    wait::try_cri(&s.node.cri, ACT_LIMIT, what, stops(&web0), |n| *n > 0)
         .await
-        .duration_since(changed_at);
+        .unwrap_or_else(|m| s.fail(&m));
+    let acted = changed_at.elapsed();
     // the write that went out before the silence let go of its key within its limit
     let released = s
         .daemon
@@ -332,7 +330,11 @@ async fn changes_made_while_the_api_server_was_away_for_five_minutes_are_each_ac
     let noticed = back_at.elapsed();
     let mut acted = Vec::new();
     for (pod, id) in ["web-0", "web-1", "web-2"].iter().zip(&ids) {
-        let at = s.wait_stopped(pod, id, ACT_LIMIT).await;
+        let what = format!("{pod}'s container stopped");
+        wait::try_cri(&s.node.cri, ACT_LIMIT, &what, stops(id), |n| *n > 0)
+            .await
+            .unwrap_or_else(|m| s.fail(&m));
+        let at = Instant::now();
         acted.push(format!(
             "{pod} {:.1}s",
             at.duration_since(back_at).as_secs_f64()
@@ -404,10 +406,11 @@ async fn an_api_server_back_on_a_compacted_store_is_relisted_and_nothing_is_lost
         .await
         .expect("kruised relisted the pods");
     let relisted = back_at.elapsed();
-    let acted = s
-        .wait_stopped("web-0's stale container", &web0, ACT_LIMIT)
+    let what = "web-0's stale container stopped";
+    wait::try_cri(&s.node.cri, ACT_LIMIT, what, stops(&web0), |n| *n > 0)
         .await
-        .duration_since(back_at);
+        .unwrap_or_else(|m| s.fail(&m));
+    let acted = back_at.elapsed();
     let found = s
         .node
         .wait_meta("web-new", ACT_LIMIT, |m| m.containers.len() == 2)
@@ -482,10 +485,11 @@ async fn while_every_answer_takes_ten_seconds_no_worker_holds_a_key_past_its_lim
     let slow_at = Instant::now();
     s.change("web-0", "green");
     // the pod watch opened before the slowness carries the change at once
-    let acted = s
-        .wait_stopped("web-0's stale container", &web0, ACT_LIMIT)
+    let what = "web-0's stale container stopped";
+    wait::try_cri(&s.node.cri, ACT_LIMIT, what, stops(&web0), |n| *n > 0)
         .await
-        .duration_since(slow_at);
+        .unwrap_or_else(|m| s.fail(&m));
+    let acted = slow_at.elapsed();
     // the kubelet recreates it at once; kruised's annotation of it waits for the server
     let new = s.node.recreate("web-0", "main");
     // the scenario: a minute of slow answers

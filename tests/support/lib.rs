@@ -16,6 +16,7 @@ pub mod pull;
 pub mod rbac;
 pub mod restarts;
 pub mod tcp_relay;
+pub mod wait;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! A node for the image-pull tests: the API-server double, a `Context` like the daemon's, and the
 //! image puller started in-process over a given CRI endpoint (the fake runtime or the lab's
-//! containerd), with every image call announced so tests wait on conditions, never on time.
+//! containerd), with its `PullImage` calls recorded; its waits are [`crate::wait`]'s.
 //! Used by the integration and end-to-end image-pull tests and the `prepull` benchmark.
 
 use std::path::PathBuf;
@@ -21,9 +21,10 @@ use kruised::k8s::{client, watch as kwatch, write::EventSink};
 use kruised::{Cli, Command};
 use kube::Api;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::wait;
 
 /// Bound of every wait.
 pub const LIMIT: Duration = Duration::from_secs(60);
@@ -43,29 +44,19 @@ pub struct PullCall {
     pub ended: Instant,
 }
 
-/// An image service that announces every finished call and records the pulls.
+/// An image service that records the pulls.
 #[derive(Clone)]
 pub struct Observed {
     inner: RemoteRuntime,
-    tick: Arc<watch::Sender<u64>>,
     pulls: Arc<Mutex<Vec<PullCall>>>,
-}
-
-impl Observed {
-    fn bump<T>(&self, r: T) -> T {
-        self.tick.send_modify(|n| *n += 1);
-        r
-    }
 }
 
 impl ImageService for Observed {
     async fn list_images(&self) -> kruised::cri::Result<Vec<Image>> {
-        let r = self.inner.list_images().await;
-        self.bump(r)
+        self.inner.list_images().await
     }
     async fn image_status(&self, image: &str) -> kruised::cri::Result<Option<Image>> {
-        let r = self.inner.image_status(image).await;
-        self.bump(r)
+        self.inner.image_status(image).await
     }
     async fn pull_image(
         &self,
@@ -80,15 +71,13 @@ impl ImageService for Observed {
             started,
             ended: Instant::now(),
         });
-        self.bump(r)
+        r
     }
     async fn remove_image(&self, image: &str) -> kruised::cri::Result<()> {
-        let r = self.inner.remove_image(image).await;
-        self.bump(r)
+        self.inner.remove_image(image).await
     }
     async fn image_fs_info(&self) -> kruised::cri::Result<Vec<FilesystemUsage>> {
-        let r = self.inner.image_fs_info().await;
-        self.bump(r)
+        self.inner.image_fs_info().await
     }
 }
 
@@ -111,7 +100,6 @@ pub struct PullNode {
     pub runtime: RemoteRuntime,
     /// A kubeconfig for the double.
     pub kubeconfig: PathBuf,
-    ticks: watch::Receiver<u64>,
     pulls: Arc<Mutex<Vec<PullCall>>>,
     cancel: CancellationToken,
     _dir: tempfile::TempDir,
@@ -215,11 +203,9 @@ impl PullNode {
             tracker: tracker.clone(),
             liveness,
         };
-        let (tick, ticks) = watch::channel(0);
         let pulls = Arc::new(Mutex::new(Vec::new()));
         let observed = Observed {
             inner: remote.clone(),
-            tick: Arc::new(tick),
             pulls: pulls.clone(),
         };
         let events = EventSink::spawn(
@@ -241,7 +227,6 @@ impl PullNode {
             api,
             runtime: remote,
             kubeconfig,
-            ticks,
             pulls,
             cancel,
             _dir: dir,
@@ -267,7 +252,7 @@ impl PullNode {
 
     /// The stored status.
     pub fn status(&self) -> Option<NodeImageStatus> {
-        status_of(self.api.get("nodeimages", "", NODE))
+        wait::node_image_status(self.api.get("nodeimages", "", NODE))
     }
 
     /// Waits until the stored status satisfies `pred`.
@@ -276,21 +261,7 @@ impl PullNode {
         what: &str,
         pred: impl Fn(&NodeImageStatus) -> bool,
     ) -> NodeImageStatus {
-        wait_status(&self.api, what, pred).await
-    }
-
-    /// Waits until `pred` holds, re-checking after every image call of the puller.
-    pub async fn wait_calls(&self, what: &str, mut pred: impl FnMut() -> bool) {
-        let mut ticks = self.ticks.clone();
-        crate::within(LIMIT, what, async {
-            loop {
-                if pred() {
-                    return;
-                }
-                ticks.changed().await.unwrap();
-            }
-        })
-        .await;
+        wait::node_image(&self.api, LIMIT, NODE, what, pred).await
     }
 
     /// The references the puller sent to `PullImage`, in order of their return.
@@ -315,7 +286,7 @@ impl PullNode {
 
     /// Waits until events with `reason` occurred at least `n` times.
     pub async fn wait_events(&self, reason: &str, n: u64) -> Vec<Value> {
-        wait_events(&self.api, reason, n).await
+        wait::events(&self.api, LIMIT, reason, n).await
     }
 
     /// Bodies of the status writes received so far.
@@ -411,56 +382,12 @@ pub fn next_batch_pod(
     pod
 }
 
-/// Waits until the stored NodeImage status satisfies `pred`.
-pub async fn wait_status(
-    api: &apiserver_double::Handle,
-    what: &str,
-    pred: impl Fn(&NodeImageStatus) -> bool,
-) -> NodeImageStatus {
-    api.wait_for_value(LIMIT, |v| {
-        status_of(v.get("nodeimages", "", NODE)).filter(|s| pred(s))
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "{what}: status now {:#?}",
-            status_of(api.get("nodeimages", "", NODE))
-        )
-    })
-}
-
 /// Events with `reason`.
 pub fn events(api: &apiserver_double::Handle, reason: &str) -> Vec<Value> {
     api.list("events", None)
         .into_iter()
         .filter(|e| e["reason"] == reason)
         .collect()
-}
-
-/// Waits until events with `reason` occurred at least `n` times (the recorder folds repeats on
-/// one object into a count, as client-go does).
-pub async fn wait_events(api: &apiserver_double::Handle, reason: &str, n: u64) -> Vec<Value> {
-    api.wait_for_value(LIMIT, |v| {
-        let e: Vec<Value> = v
-            .list("events", None)
-            .into_iter()
-            .filter(|e| e["reason"] == reason)
-            .collect();
-        (e.iter().map(occurrences).sum::<u64>() >= n).then_some(e)
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{n} {reason} events; have {:#?}", events(api, reason)))
-}
-
-/// How often an event happened: its count (core v1 events fold repeats into it), or once.
-pub fn occurrences(e: &Value) -> u64 {
-    e["count"].as_u64().unwrap_or(1)
-}
-
-/// The status of a NodeImage JSON object.
-pub fn status_of(obj: Option<Value>) -> Option<NodeImageStatus> {
-    let ni: NodeImage = serde_json::from_value(obj?).ok()?;
-    ni.status
 }
 
 /// The status of `image:tag`; panics with the status when there is none.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::support::daemon::kruised_bin;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
-use crate::support::{Lab, unique, within};
+use crate::support::{Lab, unique, wait, within};
 use kruised::cri::{ImageService, KubeletService, RuntimeService, StringMap};
 use reference::{Canon, Reference, Seen};
 use regex::Regex;
@@ -1011,37 +1011,29 @@ impl Streaming {
 
     /// The JSON documents printed so far that name container `id` with event `kind`.
     fn events_of(&self, id: &str, kind: &str) -> Vec<String> {
-        let text = norm(&self.out.borrow(), false);
-        let mut docs = Vec::new();
-        let mut cur = String::new();
-        for l in text.lines() {
-            cur.push_str(l);
-            cur.push('\n');
-            if l == "}" {
-                docs.push(std::mem::take(&mut cur));
-            }
-        }
-        docs.into_iter()
-            .filter(|d| {
-                d.contains(&format!("\"containerId\": \"{id}\""))
-                    && d.contains(&format!("\"containerEventType\": \"{kind}\""))
-            })
-            .collect()
+        events_in(&self.out.borrow(), id, kind)
     }
+}
 
-    /// Waits until the output holds an event of `kind` for `id`, at most `limit`.
-    async fn wait_for(&mut self, id: &str, kind: &str, limit: Duration) -> bool {
-        tokio::time::timeout(limit, async {
-            while self.events_of(id, kind).is_empty() {
-                if self.out.changed().await.is_err() {
-                    return false;
-                }
-            }
-            true
-        })
-        .await
-        .unwrap_or(false)
+/// The JSON documents of `crictl events -o json` output `out` that name container `id` with
+/// event `kind`.
+fn events_in(out: &str, id: &str, kind: &str) -> Vec<String> {
+    let text = norm(out, false);
+    let mut docs = Vec::new();
+    let mut cur = String::new();
+    for l in text.lines() {
+        cur.push_str(l);
+        cur.push('\n');
+        if l == "}" {
+            docs.push(std::mem::take(&mut cur));
+        }
     }
+    docs.into_iter()
+        .filter(|d| {
+            d.contains(&format!("\"containerId\": \"{id}\""))
+                && d.contains(&format!("\"containerEventType\": \"{kind}\""))
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -1090,13 +1082,18 @@ async fn events_stream_on_an_idle_node_as_crictls_do() {
     let id = within(LIMIT, "an event in both streams", async {
         for attempt in 0.. {
             let id = k.create(&pod.spec, &pod.sandbox_id, &probe, attempt).await;
-            let wait = Duration::from_secs(3);
-            if ours.wait_for(&id, kind, wait).await
-                && match theirs.as_mut() {
-                    Some(t) => t.wait_for(&id, kind, wait).await,
-                    None => true,
+            let mut shown = true;
+            for s in std::iter::once(&mut ours).chain(theirs.as_mut()) {
+                let look = |out: &String| events_in(out, &id, kind).len();
+                let limit = Duration::from_secs(3);
+                shown = wait::try_watch(&mut s.out, limit, "the created event", look, |n| *n > 0)
+                    .await
+                    .is_ok();
+                if !shown {
+                    break;
                 }
-            {
+            }
+            if shown {
                 return id;
             }
         }
