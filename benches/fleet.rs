@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::k8s::keys;
 use kruised_test_support as support;
+use kruised_test_support::wait;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -50,6 +51,8 @@ use support::fleet::{
 
 /// The field manager of the harness's writes as the manager (kruise-manager's).
 const MANAGER: &str = "kruise-manager";
+/// How often a wait on the fleet's kubelets looks at what runs (each look lists every pod).
+const LOOK_EVERY: Duration = Duration::from_millis(200);
 
 struct Sizes {
     nodes: Vec<usize>,
@@ -230,25 +233,6 @@ fn created_by_pod(nodes: &[SimNode]) -> BTreeMap<String, Vec<(u32, String)>> {
     out
 }
 
-async fn wait_all(
-    kubelets: &Kubelets,
-    nodes: &[SimNode],
-    what: &str,
-    limit: Duration,
-    done: impl Fn(&BTreeMap<String, (String, i32)>) -> bool,
-) {
-    support::within(limit, what, async {
-        let mut tick = tokio::time::interval(Duration::from_millis(200));
-        loop {
-            tick.tick().await;
-            if done(&running_value(kubelets, nodes)) {
-                return;
-            }
-        }
-    })
-    .await;
-}
-
 #[allow(
     clippy::too_many_arguments,
     reason = "one scenario run, its parts named"
@@ -319,12 +303,12 @@ async fn run(
             .unwrap();
         }
         let chunk_names: Vec<String> = chunk.to_vec();
-        wait_all(
-            kubelets,
-            nodes,
-            "a wave of pods running with the new value",
+        wait::poll(
             // a wave's time grows with its size: each daemon's API client is rate-limited
             Duration::from_secs(120) + Duration::from_secs(chunk.len() as u64),
+            LOOK_EVERY,
+            "a wave of pods running with the new value",
+            || std::future::ready(running_value(kubelets, nodes)),
             |now| {
                 chunk_names
                     .iter()
@@ -502,11 +486,11 @@ async fn main() {
         let kubelets = Kubelets::start(&lab, nodes.clone(), Duration::from_secs(1));
         let t0 = Instant::now();
         let pods = create_pods(&lab, &nodes, sizes.pods_per_node).await;
-        wait_all(
-            &kubelets,
-            &nodes,
-            "every pod running",
+        wait::poll(
             Duration::from_secs(300),
+            LOOK_EVERY,
+            "every pod running",
+            || std::future::ready(running_value(&kubelets, &nodes)),
             |now| now.len() == pods.len() && now.values().all(|(v, _)| v == "v0"),
         )
         .await;

@@ -24,6 +24,7 @@ use super::support::cluster::{
 };
 use super::support::daemon::Daemon;
 use super::support::restarts::HookServer;
+use super::support::wait;
 use super::{runtime_id, status_of};
 
 /// The real kruise-manager runs beside the cluster (`KRUISED_KRUISE_MANAGER`, its health
@@ -134,7 +135,9 @@ impl User {
                 && status["readyReplicas"] == spec["replicas"]
                 && status["replicas"] == spec["replicas"]
         };
-        if let Err(status) = wait_kruise(&self.clonesets(), "web", done).await {
+        let done = move |o: Option<&DynamicObject>| o.is_some_and(done);
+        let finished = wait::try_kube(&self.clonesets(), LIMIT, "web", what, done).await;
+        if let Err(status) = finished.map_err(status_then) {
             let pods: Vec<String> = self
                 .pods_now()
                 .await
@@ -191,31 +194,12 @@ async fn echo(lab: &KubeLab, pod: &Pod, name: &str, var: &str) -> String {
     containermeta::echo(lab, runtime_id(id), var).await
 }
 
-/// Waits until `cond` holds for the object `name` of `api`, at most [`LIMIT`]; returns it, or
-/// its status as it is then.
-async fn wait_kruise(
-    api: &Api<DynamicObject>,
-    name: &str,
-    cond: impl Fn(&DynamicObject) -> bool + Send + 'static,
-) -> Result<DynamicObject, Value> {
-    let found = tokio::time::timeout(
-        LIMIT,
-        kube::runtime::wait::await_condition(
-            api.clone(),
-            name,
-            move |o: Option<&DynamicObject>| o.is_some_and(&cond),
-        ),
-    )
-    .await;
-    match found {
-        Ok(Ok(Some(o))) => Ok(o),
-        _ => Err(api
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .map_or(Value::Null, |o| o.data["status"].clone())),
-    }
+/// The status of the object a wait on kruise's objects gave up on, as it was then.
+fn status_then(missed: wait::Missed<Option<DynamicObject>>) -> Value {
+    missed
+        .last
+        .flatten()
+        .map_or(Value::Null, |o| o.data["status"].clone())
 }
 
 /// The pod's in-place update is finished as the manager records it: its state names the
@@ -422,11 +406,13 @@ async fn an_image_pull_job_is_pulled_by_kruised_and_succeeds_with_and_without_a_
         .await;
     }
     for name in ["public", "private"] {
-        let job = wait_kruise(&user.api(&jobs), name, |o| {
-            o.data["status"]["completionTime"].is_string()
-        })
-        .await
-        .unwrap_or_else(|status| {
+        let done = |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["completionTime"].is_string())
+        };
+        let job = wait::try_kube(&user.api(&jobs), LIMIT, name, "the job complete", done)
+            .await
+            .map_err(status_then)
+            .unwrap_or_else(|status| {
             panic!(
                 "job {name} did not complete within {LIMIT:?}: {status:#}\nkruise-manager's log:\n{}",
                 manager_log_tail()
@@ -546,8 +532,11 @@ fn recreate_main(name: &str, pod: &str) -> Value {
 /// Waits until the request `name` is Completed, and asserts that every container of it
 /// Succeeded; the request then.
 async fn recreate_succeeded(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
-    let crr = wait_kruise(api, name, |o| o.data["status"]["phase"] == "Completed")
+    let done =
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Completed");
+    let crr = wait::try_kube(api, LIMIT, name, "Completed", done)
         .await
+        .map_err(status_then)
         .unwrap_or_else(|status| {
             panic!(
                 "{name} not Completed within {LIMIT:?}: {status:#}\nkruise-manager's log:\n{}",

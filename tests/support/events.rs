@@ -15,6 +15,8 @@ use super::within;
 pub struct Events {
     rx: mpsc::UnboundedReceiver<Result<ContainerEvent, CriError>>,
     task: tokio::task::JoinHandle<()>,
+    /// The last event through, for a wait's failure.
+    last: Option<ContainerEvent>,
 }
 
 impl Drop for Events {
@@ -43,7 +45,11 @@ impl Events {
                 }
             }
         });
-        let mut events = Events { rx, task };
+        let mut events = Events {
+            rx,
+            task,
+            last: None,
+        };
         let probe = ContainerSpec::sleeper("events-probe", &pod.spec.containers[0].image);
         let subscribed = within(limit, "the first event through the stream", async {
             for attempt in 0.. {
@@ -78,8 +84,13 @@ impl Events {
         let found = tokio::time::timeout(limit, async {
             loop {
                 match self.rx.recv().await {
-                    Some(Ok(e)) if matches(&e) => return Ok(()),
-                    Some(Ok(_)) => continue,
+                    Some(Ok(e)) => {
+                        let found = matches(&e);
+                        self.last = Some(e);
+                        if found {
+                            return Ok(());
+                        }
+                    }
                     Some(Err(e)) => return Err(Some(e)),
                     None => return Err(None),
                 }
@@ -93,8 +104,9 @@ impl Events {
         }
     }
 
-    /// Waits for an event that `matches`, failing the test with `what` after `limit` or when
-    /// the stream fails.
+    /// Waits for an event that `matches`, failing the test with `what` and the last event that
+    /// came through after `limit` or when the stream fails. (A stream is no state, so this is
+    /// no [`crate::wait`]: each event is seen once, here.)
     pub async fn wait_for(
         &mut self,
         limit: Duration,
@@ -103,8 +115,14 @@ impl Events {
     ) {
         match self.next_within(limit, matches).await {
             Ok(true) => {}
-            Ok(false) => panic!("{what}: no such event within {limit:?}"),
-            Err(e) => panic!("{what}: the event stream ended: {e:?}"),
+            Ok(false) => panic!(
+                "{what}: no such event within {limit:?}; the last through: {:#?}",
+                self.last
+            ),
+            Err(e) => panic!(
+                "{what}: the event stream ended: {e:?}; the last through: {:#?}",
+                self.last
+            ),
         }
     }
 }

@@ -406,8 +406,8 @@ pub async fn logged(d: &mut Daemon, limit: Duration, needle: &str, times: usize)
 /// most `limit`; returns it. A failure shows the object as it is then (`None`: not there).
 pub async fn try_kube<K>(
     api: &kube::Api<K>,
-    name: &str,
     limit: Duration,
+    name: &str,
     what: &str,
     cond: impl kube::runtime::wait::Condition<K>,
 ) -> Result<K, Missed<Option<K>>>
