@@ -97,9 +97,10 @@ impl SystemdLab {
         names.iter().map(|n| self.property(n)).collect()
     }
 
-    /// Fails the test for a wait on the unit that gave up, with the journal.
-    fn fail(&self, missed: &wait::Missed<Vec<String>>) -> ! {
-        missed.fail_with(format_args!("journal:\n{}", self.journal()))
+    /// Fails the test for a wait on the unit's properties `names` that gave up, with the
+    /// journal.
+    fn fail(&self, names: &[&str], missed: &wait::Missed<Vec<String>>) -> ! {
+        missed.fail_with(format_args!("(of {names:?})\njournal:\n{}", self.journal()))
     }
 
     /// The journal's position now: what the unit logs after it is [`SystemdLab::journal`]'s.
@@ -196,7 +197,7 @@ async fn install_binary(lab: &SystemdLab, plane: &Plane, exe: &Path) {
         |v| v[0] == "active" && v[1].starts_with("ready"),
     )
     .await
-    .unwrap_or_else(|m| lab.fail(&m));
+    .unwrap_or_else(|m| lab.fail(&names, &m));
 }
 
 /// A kruise-managed pod on the node whose container reads the annotation `role` (`blue`), run on
@@ -335,7 +336,7 @@ async fn the_watchdog_restarts_a_kruised_that_stopped_answering() {
         |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[3] != pid,
     )
     .await
-    .unwrap_or_else(|m| sd.fail(&m));
+    .unwrap_or_else(|m| sd.fail(&names, &m));
     assert!(
         sd.journal().contains("Watchdog timeout"),
         "restarted ({v:?}) but not by the watchdog:\n{}",
@@ -351,7 +352,7 @@ async fn the_watchdog_restarts_a_kruised_that_stopped_answering() {
         |v| v[0].starts_with("ready"),
     )
     .await
-    .unwrap_or_else(|m| sd.fail(&m));
+    .unwrap_or_else(|m| sd.fail(&names, &m));
     std::fs::remove_file(
         sd.root
             .join("etc/systemd/system/kruised.service.d/50-test-watchdog.conf"),
@@ -446,7 +447,7 @@ async fn the_watchdog_restarts_a_kruised_whose_loop_is_stuck() {
         |v| v[0].parse::<u64>().is_ok_and(|n| n > before) && v[1] == "active" && v[2] != pid,
     )
     .await
-    .unwrap_or_else(|m| sd.fail(&m));
+    .unwrap_or_else(|m| sd.fail(&names, &m));
     let journal = sd.journal();
     assert!(
         journal.contains("Watchdog timeout"),
@@ -466,7 +467,7 @@ async fn the_watchdog_restarts_a_kruised_whose_loop_is_stuck() {
         |v| v[0].starts_with("ready"),
     )
     .await
-    .unwrap_or_else(|m| sd.fail(&m));
+    .unwrap_or_else(|m| sd.fail(&names, &m));
     let (code, body) = http_get(admin, "/healthz").await;
     assert_eq!((code, body.as_str()), (200, "ok"), "{}", sd.journal());
     sd.ok(&["systemctl", "stop", UNIT]);

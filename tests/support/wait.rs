@@ -1,8 +1,9 @@
-//! The waiting room: every wait of the tests and benchmarks, each with a limit, each re-checked
-//! on a change notification where there is one (a write to the API double's store, a request to
-//! it, a call to the fake CRI runtime, a `tokio::sync::watch` channel), polled on a short
-//! interval where there is none (a real runtime's state, a unit's properties), and each failing
-//! with what it waited for and what it saw last.
+//! The waiting room: the waits the tests and benchmarks share, each with a limit, each
+//! re-checked on a change notification where there is one (a write to the API double's store, a
+//! call to the fake CRI runtime, a `tokio::sync::watch` channel), polled where there is none (a
+//! real runtime's state, a unit's properties), and each failing with what it waited for and what
+//! it saw last. (kruised's log is waited on by [`Daemon`]'s own methods, over its lines as they
+//! come; [`logged`] is the count of one.)
 //!
 //! A wait is a `look` (what to see of the world: the object as it is, a count, a value) and a
 //! `done` (whether what was seen is what the test waits for). What the last `look` returned is
@@ -13,7 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use apiserver_double::{Handle, RequestLog, StoreView};
+use apiserver_double::{Handle, StoreView};
 use kruised::cri::fake::{FakeRuntime, FakeState};
 use kruised::k8s::crd::{ContainerRecreateRequest, NodeImage, NodeImageStatus, NodePodProbe};
 use kruised::k8s::crd::{ContainerRecreateRequestPhase, ProbeState};
@@ -105,34 +106,6 @@ pub async fn store<S: fmt::Debug>(
         .unwrap_or_else(|m| m.fail())
 }
 
-/// Waits until `done` holds of what `look` sees in the API double's request log, re-checked
-/// after every request; returns what it saw.
-pub async fn requests<S: fmt::Debug>(
-    api: &Handle,
-    limit: Duration,
-    what: &str,
-    mut look: impl FnMut(&RequestLog) -> S,
-    mut done: impl FnMut(&S) -> bool,
-) -> S {
-    let (mut last, mut found) = (None, None);
-    let waited = api
-        .wait_for_requests(limit, |log| {
-            let seen = look(log);
-            let ok = done(&seen);
-            if ok {
-                found = Some(seen);
-            } else {
-                last = Some(seen);
-            }
-            ok
-        })
-        .await;
-    match (waited, found) {
-        (Ok(()), Some(seen)) => seen,
-        _ => missed(what, limit, last).fail(),
-    }
-}
-
 /// Waits until `done` holds of what `look` sees in the fake runtime's state, re-checked after
 /// every CRI call it serves; returns what it saw.
 pub async fn try_cri<S>(
@@ -143,22 +116,16 @@ pub async fn try_cri<S>(
     mut done: impl FnMut(&S) -> bool,
 ) -> Result<S, Missed<S>> {
     let (mut last, mut found) = (None, None);
-    let waited = rt
+    // the outcome is in `found`: the fake's own timeout error says nothing more
+    let _ = rt
         .wait_for(limit, |st| {
             let seen = look(st);
             let ok = done(&seen);
-            if ok {
-                found = Some(seen);
-            } else {
-                last = Some(seen);
-            }
+            *(if ok { &mut found } else { &mut last }) = Some(seen);
             ok
         })
         .await;
-    match (waited, found) {
-        (Ok(()), Some(seen)) => Ok(seen),
-        _ => Err(missed(what, limit, last)),
-    }
+    found.ok_or_else(|| missed(what, limit, last))
 }
 
 /// [`try_cri`], failing the test when it gives up.
