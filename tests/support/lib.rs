@@ -1,6 +1,36 @@
-//! Shared helpers of the integration, end-to-end and cluster tests and of the benchmarks: finding
-//! the real runtime lab, and a small "kubelet" that creates pods through CRI the way the kubelet
-//! does. A crate of its own, built once for every test binary that uses it.
+//! The tests' shared crate, built once for every test and bench binary that uses it. A map of
+//! `tests/`, then of this crate.
+//!
+//! **`tests/`, one folder a layer** (the README's Tests section says what each runs against):
+//! `integration/` (one binary: the `kruised` binary and library against the doubles below, the
+//! command line, the module layering (`layers.rs`) and the test tree's own rules
+//! (`test_tree.rs`)), `e2e/` then `e2e_faults/` (the shipped binary against real runtimes from
+//! `cri-lab.sh`), `cluster/` (a real Kubernetes, where its binaries are provided), `fixtures/`
+//! (recorded crictl output, certificates, chart manifests); the labs `cri-lab.sh`,
+//! `fleet-lab.sh`, `systemd-lab.sh`, `kubectl.sh`; `run.sh`, every layer. Two doubles are crates
+//! of their own: the API-server double (`tests/apiserver/`) and the kubelet stand-in binary
+//! (`tests/kubelet-stand-in/`, the demo's kubelet, built on [`kubelet`]); the fake CRI runtime is
+//! `src/cri/fake/` (feature `test-util`).
+//!
+//! **This crate:**
+//!
+//! - *Doubles.* [`kubelet`]: the one kubelet of every layer that plays it (its labels, env,
+//!   container hash, CRI calls, the one writer of a pod's `containerStatuses`, its sync timing);
+//!   [`node`]: a whole fake node (API double, fake runtime, kubelet); [`manager`]:
+//!   kruise-manager's controllers and webhooks on the API double; [`fleet`]: many simulated
+//!   nodes for the fleet benchmark; [`pull`]: a node for the image-pull tests, the puller
+//!   in-process.
+//! - *Launchers.* [`Lab`] and [`LabRuntime`] (below): the real runtime lab; [`Plane`]: the API
+//!   double with its kubeconfig; [`daemon`]: `kruised` as its own process, its log followed;
+//!   [`cluster`]: the real cluster layer; [`restarts`]: the env-restart workload on it.
+//! - *Builders.* [`crr`]: recreate requests as kruise's webhook leaves them; [`rbac`]: kruised's
+//!   identity and RBAC on the API double, and telling a refusal from its log.
+//! - *Network.* [`proxy`]: HTTP CONNECT, absolute-form and SOCKS5 proxies; [`tcp_relay`]: a
+//!   relay that can go silent or cut connections; [`authority`]: a CRI relay for clients that
+//!   send the socket's path as `:authority`; [`events`]: a runtime's container events followed.
+//! - *Waiting.* [`wait`]: every wait of the tests, each on a change notification where one
+//!   exists, each with its limit, each failing with what it saw last; [`within`] bounds any
+//!   future.
 
 pub mod authority;
 pub mod cluster;
