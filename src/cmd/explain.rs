@@ -14,7 +14,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 
-use super::OutputFormat;
+use super::output::OutputFormat;
 use crate::config::RuntimeArgs;
 use crate::controller::containermeta::env::read_env;
 use crate::controller::containermeta::{

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::OutputFormat;
+use super::output::OutputFormat;
 use crate::hash::env::expected_env_hash;
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
 

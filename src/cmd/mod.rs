@@ -11,6 +11,7 @@
 pub mod crictl;
 pub mod explain;
 pub mod hash;
+pub mod output;
 pub mod run;
 pub mod version;
 
@@ -84,16 +85,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Output format of the inspection commands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    /// A table.
-    #[default]
-    Table,
-    /// JSON.
-    Json,
 }
 
 /// Arguments of `kruised completion`.

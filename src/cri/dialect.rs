@@ -16,7 +16,7 @@
 //! The image a container runs is named by the image ID (with or without `sha256:`) or by one
 //! of the image's repo digests, depending on the runtime and the call.
 
-use super::{Container, ExecResult, Image};
+use super::types::{Container, ExecResult, Image};
 
 /// What CRI-O answers for an `ExecSync` whose command outlived its timeout: an exit code of
 /// -1 and this on stderr (conmon's `TimedOutMessage`). containerd fails the call with

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use super::CriError;
+use super::error::CriError;
 
 /// Sockets tried, in this order, under the host run directory when no endpoint is configured.
 /// The second element names the runtime that usually listens there (for messages only: the

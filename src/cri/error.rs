@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// Result of a CRI call.
+pub type Result<T, E = CriError> = std::result::Result<T, E>;
+
 /// An error talking to the container runtime.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CriError {

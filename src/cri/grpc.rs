@@ -13,13 +13,14 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
-#[cfg(feature = "test-util")]
-use super::KubeletService;
+use super::endpoint::Endpoint;
+use super::error::{CriError, Result};
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
-use super::{CriError, Endpoint, ImageService, Result, RuntimeService, RuntimeStatus, proto};
-use super::{RuntimeCondition, detail::*, parts::*, types::*};
-use super::{convert, convert_detail};
+#[cfg(feature = "test-util")]
+use super::service::KubeletService;
+use super::service::{ImageService, RuntimeService};
+use super::{convert, convert_detail, detail::*, parts::*, proto, types::*};
 
 /// Largest message accepted from the runtime (kruise-daemon and the kubelet use 16 MiB).
 const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;

@@ -7,8 +7,11 @@
 
 use std::fmt;
 
-use super::Timeouts;
-use super::{CriError, Endpoint, EndpointSource, RemoteRuntime, RuntimeService, RuntimeVersion};
+use super::endpoint::{Endpoint, EndpointSource};
+use super::error::CriError;
+use super::grpc::{RemoteRuntime, Timeouts};
+use super::service::RuntimeService;
+use super::types::RuntimeVersion;
 
 /// What one candidate endpoint answered during discovery.
 #[derive(Debug)]

@@ -5,7 +5,9 @@
 
 use std::fmt;
 
-use super::detail::{ContainerStatusDetail, ImageSpec, SandboxStatusDetail};
+use super::detail::{
+    ContainerStatusDetail, ImageSpec, RuntimeFeatures, RuntimeHandler, SandboxStatusDetail,
+};
 use super::parts::{ContainerMetadata, StringMap};
 
 /// What the runtime answers to `Version`.
@@ -364,4 +366,43 @@ pub struct ContainerConfig {
     pub annotations: StringMap,
     /// Log path relative to the sandbox's log directory.
     pub log_path: String,
+}
+
+/// A runtime condition (`RuntimeReady`, `NetworkReady`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeCondition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Whether it holds.
+    pub status: bool,
+    /// Machine-readable reason when it does not.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What `Status` returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeStatus {
+    /// Runtime conditions.
+    pub conditions: Vec<RuntimeCondition>,
+    /// Runtime-specific details (verbose).
+    pub info: StringMap,
+    /// The runtime handlers offered, when the runtime reports them.
+    #[serde(skip)]
+    pub handlers: Vec<RuntimeHandler>,
+    /// The runtime's features, when it reports them.
+    #[serde(skip)]
+    pub features: Option<RuntimeFeatures>,
+}
+
+impl RuntimeStatus {
+    /// Whether the runtime says it is ready to run containers (network readiness is not
+    /// required: host-network pods need none, and the kubelet owns networking).
+    pub fn runtime_ready(&self) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.kind == "RuntimeReady" && c.status)
+    }
 }

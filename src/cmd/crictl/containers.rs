@@ -20,10 +20,12 @@ use super::args::{
 use super::filter::{
     count, label_or_unknown, matches, newest_first, parse_container_state, parse_labels, regex,
 };
+use super::format::now_ns;
 use super::format::{age, truncate_id};
 use super::json::{Json, info_value};
+use super::output::{err_out, ids_to_inspect, map_block, out, print_doc, print_list};
 use super::table::Table;
-use super::{err_out, ids_to_inspect, map_block, now_ns, out, print_doc, print_list, wire};
+use super::wire;
 
 /// `exec -s` without `--timeout`: crictl waits as long as the command runs; the CRI needs a
 /// number, so "no limit" is a day.

@@ -15,8 +15,9 @@ use super::containers::{go_map, one_or_many, status_object};
 use super::filter::{filter_images, parse_image_filters, sort_images};
 use super::format::{human_size, human_size_with_precision, truncate_id};
 use super::json::Json;
+use super::output::{err_out, ids_to_inspect, out, print_doc, print_list};
 use super::table::Table;
-use super::{err_out, ids_to_inspect, out, print_doc, print_list, wire};
+use super::wire;
 
 /// `pull` without `--pull-timeout`: crictl waits as long as the pull takes; the client needs
 /// a limit, so "no limit" is a day.

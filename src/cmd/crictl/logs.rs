@@ -15,8 +15,8 @@ use crate::config::parse_duration;
 use crate::cri::{ContainerState, RemoteRuntime, RuntimeService};
 
 use super::args::LogsArgs;
+use super::format::now_ns;
 use super::format::{parse_rfc3339, rfc3339_nano_fixed};
-use super::now_ns;
 
 /// How often `-f` looks for new data and whether the container still runs.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);

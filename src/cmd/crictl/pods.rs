@@ -11,9 +11,11 @@ use crate::cri::{
 use super::args::{InspectpArgs, ListOutput, PodFilterArgs, PodsArgs, StatusOutput};
 use super::containers::{go_map, one_or_many, status_object};
 use super::filter::{count, matches, newest_first, parse_labels, parse_sandbox_state, regex};
+use super::format::now_ns;
 use super::format::{age, go_time_string, truncate_id};
+use super::output::{ids_to_inspect, map_block, out, print_doc, print_list};
 use super::table::Table;
-use super::{ids_to_inspect, map_block, now_ns, out, print_doc, print_list, wire};
+use super::wire;
 
 /// The name crictl shows for a sandbox state.
 fn state_name(s: SandboxState) -> &'static str {

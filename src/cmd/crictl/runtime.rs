@@ -9,7 +9,8 @@ use crate::cri::{RemoteRuntime, RuntimeHandler, RuntimeService};
 
 use super::args::{DataOutput, EventsArgs, InfoArgs};
 use super::json::{Json, info_value};
-use super::{out, print_doc, wire};
+use super::output::{out, print_doc};
+use super::wire;
 
 /// Go's `encoding/json` of the CRI runtime handlers (snake_case, `omitempty`), as crictl
 /// writes them.

@@ -14,8 +14,9 @@ use crate::cri::{ContainerStats, ContainerStatsFilter, RemoteRuntime, RuntimeSer
 use super::args::{ListOutput, StatsArgs};
 use super::filter::parse_labels;
 use super::format::{human_size, truncate_id};
+use super::output::{out, print_list};
 use super::table::Table;
-use super::{out, print_list, wire};
+use super::wire;
 
 /// How often `-w` redraws.
 const WATCH_PERIOD: Duration = Duration::from_millis(500);
