@@ -771,3 +771,31 @@ fn the_files_of_a_folder_name_each_other_without_a_circle() {
     let found = circles(&files);
     assert!(found.is_empty(), "circles:\n{}", found.join("\n"));
 }
+
+/// `cmd/crictl/mod.rs` is a face as the controllers' are: module declarations, re-exports and
+/// the entry point (`run`), its code in files of its own.
+#[test]
+fn crictls_mod_rs_holds_only_its_modules_re_exports_and_entry_point() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let text = std::fs::read_to_string(src.join("cmd/crictl/mod.rs")).expect("read");
+    let code = product_code(&text);
+    let mut others = Vec::new();
+    let mut depth = 0usize;
+    for line in code.lines() {
+        let item = line.trim_start();
+        if depth == 0 && !item.is_empty() && !item.starts_with('}') && !item.starts_with("#[") {
+            let allowed = ["mod ", "pub mod ", "use ", "pub use ", "pub async fn run("]
+                .iter()
+                .any(|p| item.starts_with(p));
+            if !allowed {
+                others.push(item.to_string());
+            }
+        }
+        depth += line.matches('{').count();
+        depth = depth.saturating_sub(line.matches('}').count());
+    }
+    assert!(
+        others.is_empty(),
+        "cmd/crictl/mod.rs holds more than its face: {others:?}"
+    );
+}

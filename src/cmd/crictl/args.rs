@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use crate::build_info::VERSION;
+
 use crate::config::{RuntimeArgs, parse_duration};
 
 /// crictl-compatible debugging of the node's container runtime.
@@ -453,4 +455,35 @@ pub struct CompletionArgs {
     /// The shell
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+/// Whether the command line or crictl.yaml asks for debug mode (read before logging starts;
+/// errors in the file are reported later, by the command).
+pub fn debug_requested(args: &CrictlArgs) -> bool {
+    args.global.debug
+        || args
+            .global
+            .runtime
+            .crictl_file()
+            .ok()
+            .and_then(|f| f.debug)
+            .unwrap_or(false)
+}
+
+/// The clap command of `crictl` on its own (for its help and completions).
+pub fn command() -> clap::Command {
+    CrictlArgs::augment_args(clap::Command::new("crictl"))
+        .about("crictl-compatible debugging of the node's container runtime (kruised)")
+        .version(VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_links_kruised_explain() {
+        let help = command().render_help().to_string();
+        assert!(help.contains("kruised explain"), "{help}");
+    }
 }

@@ -2,10 +2,12 @@
 //! global flags, environment and config file, commands, table layouts and JSON/YAML shapes
 //! (issue 12). The same binary runs as `crictl` when invoked under that name.
 //!
-//! - [`args`]: the command line;
+//! - [`args`]: the command line, and its clap command ([`command`]);
 //! - [`format`], [`table`], [`json`], [`yaml`], [`wire`]: crictl's output formats, as pure
 //!   functions;
 //! - [`filter`]: labels, states, regular expressions, orderings;
+//! - `connect`: reaching the runtime within `--timeout`; `output`: writing to stdout and
+//!   stderr, the documents and the verbose views' blocks;
 //! - one file per command group: [`containers`], [`pods`], [`images`], [`runtime`], [`logs`],
 //!   [`stats`].
 //!
@@ -14,6 +16,7 @@
 //! does not answer fails within `--timeout` instead of being retried.
 
 pub mod args;
+mod connect;
 mod containers;
 pub mod filter;
 pub mod format;
@@ -29,40 +32,14 @@ pub mod wire;
 pub mod yaml;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::Context;
-use clap::Args;
-
-pub use args::CrictlArgs;
-use args::{CrictlCommand, GlobalArgs};
-
-use crate::build_info::VERSION;
-use crate::cri::{RemoteRuntime, Timeouts};
+use args::CrictlCommand;
+pub use args::{CrictlArgs, command, debug_requested};
+pub use connect::DEFAULT_TIMEOUT;
+use connect::connect;
 use output::out;
 
-/// crictl's default `--timeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Whether the command line or crictl.yaml asks for debug mode (read before logging starts;
-/// errors in the file are reported later, by the command).
-pub fn debug_requested(args: &CrictlArgs) -> bool {
-    args.global.debug
-        || args
-            .global
-            .runtime
-            .crictl_file()
-            .ok()
-            .and_then(|f| f.debug)
-            .unwrap_or(false)
-}
-
-/// The clap command of `crictl` on its own (for its help and completions).
-pub fn command() -> clap::Command {
-    CrictlArgs::augment_args(clap::Command::new("crictl"))
-        .about("crictl-compatible debugging of the node's container runtime (kruised)")
-        .version(VERSION)
-}
+use crate::build_info::VERSION;
 
 /// Runs a crictl command.
 pub async fn run(args: CrictlArgs) -> anyhow::Result<ExitCode> {
@@ -99,31 +76,5 @@ pub async fn run(args: CrictlArgs) -> anyhow::Result<ExitCode> {
         CrictlCommand::Logs(a) => logs::logs(&rt, a).await,
         CrictlCommand::Stats(a) => stats::stats(&rt, a).await,
         CrictlCommand::Completion(_) => Ok(ExitCode::SUCCESS),
-    }
-}
-
-/// Finds the runtime the way the daemon does (flags, environment, crictl.yaml, detection) and
-/// checks that it answers, within `--timeout` (default 2 s).
-async fn connect(g: &GlobalArgs) -> anyhow::Result<RemoteRuntime> {
-    let cfg = g.runtime.resolve_with(Timeouts {
-        connect: DEFAULT_TIMEOUT,
-        call: DEFAULT_TIMEOUT,
-    })?;
-    tracing::debug!(source = ?cfg.source, image = ?cfg.image_endpoint, timeouts = ?cfg.timeouts, "connecting");
-    let runtimes = cfg
-        .discover()
-        .await
-        .context("connect to the container runtime")?;
-    Ok(runtimes.primary().clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_help_links_kruised_explain() {
-        let help = command().render_help().to_string();
-        assert!(help.contains("kruised explain"), "{help}");
     }
 }
