@@ -1,18 +1,21 @@
 //! Pauses between attempts: the daemon's one exponential back-off ([`exponential`], walked with
 //! jitter by [`Backoff`]) and the jitter that keeps a fleet's nodes from retrying in step. The
-//! API watches, the runtime loop and the controllers all pause through it.
+//! API watches, the runtime loop, the controllers and the work queue's retries all pause
+//! through it.
 //!
 //! What a failed status write waits before it is tried again, by writer (they differ on
 //! purpose; each is the writer's own kind of retry):
 //!
 //! | writer | retry | why |
 //! |---|---|---|
-//! | NodeImage status (`imagepull::controller`), NodePodProbe status (`podprobe`) | [`Backoff`] from 200 ms to 30 s ([`STATUS_WRITE_RETRY_MIN`], [`STATUS_WRITE_RETRY_MAX`]) | one writer of one object per node, which keeps its own state: it writes again the state it holds then, and many nodes fail together when the API server does |
-//! | pod annotation (`containermeta`) | the pod's key again after 3 s, through its work queue | the write is the end of a pass, which is retried whole on fresh data (the pod may have changed) |
-//! | recreate request status (`recreate`) | the pod's key again after 2 s, through its work queue | the same; a pass that failed on the runtime instead waits by the error's kind |
+//! | NodeImage status (`imagepull::controller`), NodePodProbe status (`podprobe`) | [`Backoff`] from 200 ms to 30 s, ± 20 % ([`STATUS_WRITE_RETRY_MIN`], [`STATUS_WRITE_RETRY_MAX`]) | one writer of one object per node, which keeps its own state: it writes again the state it holds then, and many nodes fail together when the API server does |
+//! | pod annotation (`containermeta`) | the pod's key again through its work queue: 3 s, doubling with each failure in a row up to 1 min, from 3 s again after a pass that succeeds | the write is the end of a pass, which is retried whole on fresh data (the pod may have changed) |
+//! | recreate request status (`recreate`) | the pod's key again through its work queue: 2 s, doubling up to 1 min, the same way | the same; a pass that failed on a runtime that is away or restarting instead waits 250 ms, doubling up to 2 s |
 //!
 //! The queue-driven retries take the pass's key again rather than the write: the work queue
-//! keeps one timer per key (the earliest wins) and the pass reads the object anew.
+//! keeps one timer per key (the earliest wins), counts a key's failures in a row, and waits
+//! [`exponential`] of them (`controller::queue`'s `Retry`, up to its `RETRY_DELAY_LIMIT`),
+//! without jitter, as client-go's per-item limiter; the pass reads the object anew.
 
 use std::time::Duration;
 

@@ -4,7 +4,8 @@
 //! waiting once (the earlier time wins, as in client-go's delaying queue): a retry storm adds no
 //! task per retry. A key's retries back off as client-go's per-item failure limiter does: the
 //! pause asked for doubles with each failure in a row, up to [`RETRY_DELAY_LIMIT`], and a pass
-//! that succeeds starts the key over. [`WorkQueue::run_worker`] survives a pass that panics: the key is released,
+//! that succeeds starts the key over (the daemon's one exponential back-off,
+//! [`crate::backoff::exponential`], without jitter: client-go's limiter has none). [`WorkQueue::run_worker`] survives a pass that panics: the key is released,
 //! retried later, and the worker goes on; the key worked on longest is what liveness checks.
 //! A queue made [`WorkQueue::with_metrics`] reports client-go's work queue metrics
 //! ([`metrics`]), counted as client-go counts them.
@@ -132,11 +133,7 @@ impl Retry {
 
     /// The pause after `failures` failed passes in a row (the first is 1).
     fn pause(self, failures: u32) -> Duration {
-        let doublings = failures.saturating_sub(1).min(31);
-        self.first
-            .checked_mul(1u32 << doublings)
-            .unwrap_or(Duration::MAX)
-            .min(self.limit)
+        crate::backoff::exponential(failures.saturating_sub(1), self.first, self.limit)
     }
 }
 
@@ -600,6 +597,18 @@ mod tests {
         assert_eq!(soon.pause(u32::MAX), RETRY_DELAY_LIMIT);
         assert_eq!(soon.at_most(secs(2)).pause(100), secs(2));
         assert_eq!(Retry::after(secs(3)).at_most(secs(1)).pause(2), secs(3));
+    }
+
+    #[test]
+    fn a_keys_pauses_are_the_daemons_exponential_backoff_of_its_failures_without_jitter() {
+        let first = Duration::from_secs(3);
+        for failures in 1..12 {
+            assert_eq!(
+                Retry::after(first).pause(failures),
+                crate::backoff::exponential(failures - 1, first, RETRY_DELAY_LIMIT),
+                "after {failures} failures"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
