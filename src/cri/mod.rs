@@ -1,5 +1,6 @@
 //! The container runtime, over the CRI v1 gRPC API: the only module that knows gRPC.
 //!
+//! - [`clock`]: the runtime's "now", which its timestamps are compared with;
 //! - [`endpoint`]: where the runtime listens, and detection over the well-known sockets;
 //! - [`RuntimeService`] / [`ImageService`]: the narrow interface the daemon uses, in domain types;
 //! - [`RemoteRuntime`]: the tonic client over a unix socket;
@@ -8,6 +9,7 @@
 //! - `fake`: an in-memory CRI server for tests, speaking the real protocol on a unix socket
 //!   (feature `test-util`: never in the shipped build).
 
+pub mod clock;
 mod convert;
 mod convert_detail;
 mod detail;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use crate::controller::containers::newest_by_name;
+use crate::cri::clock::now_ns;
 use crate::cri::{
     Container, ContainerFilter, ContainerState, ContainerStatus, CriError, ImageService,
     RemoteRuntime, RuntimeService,
@@ -20,7 +21,6 @@ use super::args::{
 use super::filter::{
     count, label_or_unknown, matches, newest_first, parse_container_state, parse_labels, regex,
 };
-use super::format::now_ns;
 use super::format::{age, truncate_id};
 use super::json::{Json, info_value};
 use super::output::{err_out, ids_to_inspect, map_block, out, print_doc, print_list};

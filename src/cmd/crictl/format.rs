@@ -316,14 +316,6 @@ pub fn parse_rfc3339(s: &str) -> Option<(i64, i32)> {
     Some((secs * NS_PER_SEC + i64::from(nanos), offset))
 }
 
-/// Now, in nanoseconds since the epoch.
-pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

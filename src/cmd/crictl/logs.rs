@@ -12,10 +12,10 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 
 use crate::config::parse_duration;
+use crate::cri::clock::now_ns;
 use crate::cri::{ContainerState, RemoteRuntime, RuntimeService};
 
 use super::args::LogsArgs;
-use super::format::now_ns;
 use super::format::{parse_rfc3339, rfc3339_nano_fixed};
 
 /// How often `-f` looks for new data and whether the container still runs.

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::cri::clock::now_ns;
 use crate::cri::{
     PodSandbox, PodSandboxStatus, RemoteRuntime, RuntimeService, SandboxFilter, SandboxState,
 };
@@ -11,7 +12,6 @@ use crate::cri::{
 use super::args::{InspectpArgs, ListOutput, PodFilterArgs, PodsArgs, StatusOutput};
 use super::containers::{go_map, one_or_many, status_object};
 use super::filter::{count, matches, newest_first, parse_labels, parse_sandbox_state, regex};
-use super::format::now_ns;
 use super::format::{age, go_time_string, truncate_id};
 use super::output::{ids_to_inspect, map_block, out, print_doc, print_list};
 use super::table::Table;

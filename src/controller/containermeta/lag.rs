@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 
 use super::settle::KubeletLag;
-use crate::cri::ContainerEvent;
+use crate::cri::{ContainerEvent, clock};
 
 /// What happened to a container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,17 +81,12 @@ impl LagMeter {
             return;
         };
         // the runtime's time of the event, on this node's clock
-        let ago = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .saturating_sub(Duration::from_nanos(e.created_at.max(0) as u64));
-        let now = Instant::now();
         self.await_report(
             &e.container_id,
             &pod.uid().unwrap_or_default(),
             &status.metadata.name,
             ContainerChange::Started,
-            now.checked_sub(ago).unwrap_or(now),
+            clock::instant_of(e.created_at),
         );
     }
 
@@ -248,6 +243,54 @@ mod tests {
             meter
                 .measure(&main("c2", json!({"running": {}})), "u1", at)
                 .is_empty()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_starts_lag_runs_from_the_runtimes_time_on_the_clock_the_test_advances() {
+        // the runtime stamps the start, the kubelet reports it 3 s later on tokio's clock
+        let status = crate::cri::ContainerStatus {
+            id: "c1".into(),
+            metadata: crate::cri::ContainerMetadata {
+                name: "main".into(),
+                attempt: 0,
+            },
+            state: crate::cri::ContainerState::Running,
+            created_at: clock::now_ns(),
+            started_at: clock::now_ns(),
+            finished_at: 0,
+            exit_code: 0,
+            image: "i".into(),
+            image_ref: String::new(),
+            image_id: String::new(),
+            reason: String::new(),
+            message: String::new(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            log_path: String::new(),
+            info: Default::default(),
+            detail: Default::default(),
+        };
+        let event = ContainerEvent {
+            container_id: "c1".into(),
+            kind: crate::cri::ContainerEventKind::Started,
+            created_at: status.created_at,
+            pod_sandbox_id: None,
+            sandbox_status: None,
+            container_statuses: vec![status],
+        };
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let mut meter = LagMeter::default();
+        let shown = main("c1", json!({"running": {}}));
+        meter.started(&shown, &event);
+        let measured = meter.measure(&shown, "u1", Instant::now());
+        let [(name, ContainerChange::Started, lag)] = measured.as_slice() else {
+            panic!("one start measured, not {measured:?}");
+        };
+        assert_eq!(name, "main");
+        assert!(
+            *lag >= Duration::from_secs(3) && *lag < Duration::from_millis(3500),
+            "the 3 s the test advanced, not {lag:?}"
         );
     }
 }
