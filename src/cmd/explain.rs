@@ -5,10 +5,15 @@
 //! and why each happened ([`restarts`]): the stops kruised recorded on the pod
 //! ([`crate::controller::provenance`]) matched to the restarts the kubelet counted, so that one
 //! kruised did not make shows as such (a crash, an OOM kill, the kubelet).
+//!
+//! What it sees and decides is the daemon's: containermeta's observe step and plan
+//! ([`containermeta::observe_as_started`], [`containermeta::plan`]), taken as a daemon that
+//! just started takes them, so the two cannot disagree.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
@@ -16,15 +21,14 @@ use kube::{Api, ResourceExt};
 
 use super::output::OutputFormat;
 use crate::config::RuntimeArgs;
-use crate::controller::containermeta::env::read_env;
 use crate::controller::containermeta::{
     self,
-    decide::{self, Observation, RestartStep, Verdict},
+    decide::{self, RestartStep, Verdict},
 };
-use crate::controller::containers::{containers_of_pod, newest_by_name};
+use crate::controller::containers::newest_by_name;
 use crate::controller::provenance::{self, NOT_BY_KRUISED, Restart};
 use crate::cri::{ContainerState, RemoteRuntime, RuntimeService, Runtimes};
-use crate::hash::env::{current_env_hash, expected_env_hash};
+use crate::hash::env::expected_env_hash;
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
 use crate::k8s::{client, keys};
 
@@ -265,9 +269,9 @@ fn step_text(step: &RestartStep) -> String {
     }
 }
 
-/// Builds the view of `pod` from the runtime.
+/// Builds the view of `pod` from the runtime: the daemon's own observation and plan, as a
+/// daemon that just started (nothing remembered), so explain and the daemon cannot disagree.
 pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
-    let uid = pod.uid().unwrap_or_default();
     // the daemon's lookup; the node's primary runtime where it finds none (explain reports
     // what it can)
     let (runtime, runtime_name) = match runtimes.for_containers(decide::container_ids(pod)) {
@@ -277,8 +281,16 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
             runtimes.primary_version().runtime_name.clone(),
         ),
     };
-    let containers = containers_of_pod(&runtime, &uid).await.unwrap_or_default();
-    let newest = newest_by_name(&containers);
+    let seen = containermeta::observe_as_started(
+        Arc::new(pod.clone()),
+        runtime.clone(),
+        runtime_name.clone(),
+    )
+    .await
+    .ok();
+    let planned = seen.as_ref().map(containermeta::plan);
+    let containers = seen.as_ref().map_or(&[][..], |s| s.containers.as_slice());
+    let newest = newest_by_name(containers);
     let annotated = keys::parse_runtime_containers_meta(pod.annotations())
         .ok()
         .flatten();
@@ -288,48 +300,35 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
         .or_else(|| pod.annotations().get(keys::INPLACE_UPDATE_STATE_OLD))
         .cloned();
     let (labels, annotations) = decide::metadata_maps(pod);
-    let (meta, _) = decide::build_meta(pod, &runtime_name, &newest, annotated.as_ref(), true);
     let records = provenance::of_pod(pod.annotations());
     let mut views = Vec::new();
     for spec in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         let running = newest.get(spec.name.as_str()).copied();
-        let current = match running {
-            Some(c) => read_env(&runtime, &c.id)
-                .await
-                .ok()
-                .map(|(env, _)| current_env_hash(spec, |n| env.get(n).cloned())),
-            None => None,
-        };
-        // the daemon's own plan, with nothing remembered (as a daemon that just started)
-        let decision = match (running, meta.container(&spec.name)) {
-            (Some(c), Some(m)) => {
-                let mut m = m.clone();
-                if let Some(h) = current {
-                    m.hashes.extracted_env_from_metadata_hash = h;
-                }
-                let observed = Observation {
-                    spec,
-                    meta: &m,
-                    running: c,
-                    image_id_matches: containermeta::image_id_matches(&runtime, spec, c).await,
-                    already_stopped: false,
-                    previous_stop: None,
-                    kubelet_expected_since: None,
-                };
-                let now = tokio::time::Instant::now();
-                let plan = decide::plan_restarts(pod, &[observed], now, now);
-                plan.steps.first().map_or_else(
-                    || "no running container".into(),
-                    |(_, step)| step_text(step),
-                )
-            }
-            _ => "no running container".into(),
-        };
+        // the env hash the daemon's observation holds for the running container: read from
+        // it, or kept from the annotation while it names the same container
+        let current = seen
+            .as_ref()
+            .filter(|_| running.is_some())
+            .filter(|s| {
+                s.env_error
+                    .as_ref()
+                    .is_none_or(|(name, _)| *name != spec.name)
+            })
+            .and_then(|s| s.meta.container(&spec.name))
+            .map(|m| m.hashes.extracted_env_from_metadata_hash)
+            .filter(|h| *h != 0);
+        let decision = planned
+            .as_ref()
+            .and_then(|p| p.restarts.steps.iter().find(|(name, _)| *name == spec.name))
+            .map_or_else(
+                || "no running container".into(),
+                |(_, step)| step_text(step),
+            );
         let (restart_count, last_terminated) = kubelet_view(pod, &spec.name);
         let attempts = attempts_of(
             &runtime,
             &runtime_name,
-            &containers,
+            containers,
             &spec.name,
             restart_count,
         )

@@ -799,3 +799,27 @@ fn crictls_mod_rs_holds_only_its_modules_re_exports_and_entry_point() {
         "cmd/crictl/mod.rs holds more than its face: {others:?}"
     );
 }
+
+/// `kruised explain` shows the daemon's own observation and plan (containermeta's observe
+/// step and plan), and rebuilds neither: it builds no annotation, reads no env and plans no
+/// restart of its own.
+#[test]
+fn explain_takes_the_daemons_observe_step_and_plan_and_rebuilds_neither() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let text = std::fs::read_to_string(src.join("cmd/explain.rs")).expect("read");
+    let code = product_code(&text);
+    for own in [
+        "build_meta(",
+        "read_env(",
+        "plan_restarts(",
+        "current_env_hash(",
+    ] {
+        assert!(!code.contains(own), "cmd/explain.rs calls {own} itself");
+    }
+    for daemons in ["containermeta::observe_as_started", "containermeta::plan"] {
+        assert!(
+            code.contains(daemons),
+            "cmd/explain.rs does not call {daemons}"
+        );
+    }
+}

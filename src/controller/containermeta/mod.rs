@@ -20,6 +20,7 @@
 //! | `pods.rs` | the pod watch and its event filter (kruise's rule against a patch storm on start), the relist |
 //! | `events.rs` | the runtime's container events, where it sends them |
 //! | `reconcile.rs` | one pass over a pod: observe, plan, apply |
+//! | `observe.rs` | what a pass sees of a pod, the step `kruised explain` takes too |
 //! | `decide.rs` | the plan, pure: the annotation, whether and when to stop a container |
 //! | `settle.rs` | when a stop is safe: what a pod's history says of the kubelet (`docs/RELIABILITY.md`, "When a stale-env stop is safe") |
 //! | `lag.rs` | how late this node's kubelet reports container changes |
@@ -39,6 +40,7 @@ mod events;
 mod lag;
 mod memory;
 mod metrics;
+mod observe;
 mod pods;
 mod reconcile;
 mod restart;
@@ -52,7 +54,9 @@ use tracing::Instrument;
 use self::controller::ContainerMeta;
 use self::memory::Memory;
 pub use self::metrics::Metrics;
+pub use self::observe::{Observed, observe_as_started};
 use self::pods::NowOrNever;
+pub use self::reconcile::{Planned, plan};
 pub use self::restart::{image_id_matches, image_matches};
 use super::context::Context;
 use super::provenance::Book;

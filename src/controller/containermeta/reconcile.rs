@@ -1,7 +1,8 @@
 //! One pass over a pod, in three steps:
 //!
-//! 1. [`observe`]: the pod as the store has it, its containers in the runtime, the env of those
-//!    whose hash is not known yet, and what the memory holds of them (a [`View`]);
+//! 1. [`observe`]: the pod as the store has it, then `observe.rs`'s step (the one `kruised
+//!    explain` takes too): its containers in the runtime, the env of those whose hash is not
+//!    known yet, and what the memory holds of them;
 //! 2. [`plan`]: pure, the decisions of `decide.rs` on what was observed: the new annotation and
 //!    the restart plan, with its stops;
 //! 3. [`apply`]: the stops (each on a task of its own, `restart.rs`), what the memory is to
@@ -18,14 +19,14 @@ use tracing::Instrument;
 use super::controller::{ContainerMeta, Key};
 use super::decide::{self, Observation, Plan, RestartStep, Verdict};
 use super::env;
-use super::memory::View;
+use super::observe::{Observed, observe_pod};
 use super::restart::{self, Stop};
-use crate::controller::containers::{containers_of_pod, newest_by_name};
+use crate::controller::containers::newest_by_name;
 use crate::controller::provenance::{self, PodId};
 use crate::controller::queue::{Pass, Retry};
-use crate::cri::{Container, CriError, RemoteRuntime, RuntimeLookupError};
-use crate::hash::env::{current_env_hash, expected_env_hash};
-use crate::k8s::keys::{self, RuntimeContainerMetaSet};
+use crate::cri::{Container, CriError, RuntimeLookupError};
+use crate::hash::env::expected_env_hash;
+use crate::k8s::keys;
 
 /// Pause before retrying a pod whose pass failed, doubled with each failure in a row
 /// ([`crate::controller::queue::RETRY_DELAY_LIMIT`]).
@@ -86,42 +87,14 @@ async fn reconcile(c: &ContainerMeta, key: &Key) -> Result<(), ReconcileError> {
     };
     let planned = plan(&seen);
     apply(c, key, &seen, planned).await?;
-    seen.env_error.map_or(Ok(()), Err)
+    match seen.env_error {
+        Some((container, error)) => Err(ReconcileError::Env { container, error }),
+        None => Ok(()),
+    }
 }
 
-/// What a pass saw of a pod.
-struct Observed {
-    pod: Arc<Pod>,
-    runtime: RemoteRuntime,
-    /// The runtime's name, as the kubelet's container IDs begin (`containerd`).
-    runtime_name: String,
-    /// Every container of the pod in the runtime.
-    containers: Vec<Container>,
-    /// The annotation as the pod carries it (`None`: none, or malformed).
-    old: Option<RuntimeContainerMetaSet>,
-    /// The annotation as it should be, every env hash the runtime gave filled in.
-    meta: RuntimeContainerMetaSet,
-    /// Why an env hash is missing from it, if one is.
-    env_error: Option<ReconcileError>,
-    /// Where env from metadata is followed: what a restart is decided on.
-    restarts: Option<RestartInputs>,
-    /// When it was observed.
-    now: Instant,
-}
-
-/// What the restart plan needs beyond the pod: per container of the new annotation that runs
-/// (in its order), whether its image matches the spec's, and what the memory holds of it.
-struct RestartInputs {
-    /// The containers' names, in the annotation's order.
-    names: Vec<String>,
-    /// Per container: whether the spec image resolves to the one it runs, where asked.
-    image_id_matches: Vec<Option<bool>>,
-    /// What the memory holds of them.
-    memory: View,
-}
-
-/// Observes pod `key`: `None` when there is nothing to do (gone, being deleted, not
-/// kruise-managed, no container yet).
+/// Observes pod `key` (`observe.rs`): `None` when there is nothing to do (gone, being
+/// deleted, not kruise-managed, no container yet).
 async fn observe(c: &ContainerMeta, key: &Key) -> Result<Option<Observed>, ReconcileError> {
     let Some(pod) = c.pods.store().get(key) else {
         return Ok(None);
@@ -144,89 +117,37 @@ async fn observe(c: &ContainerMeta, key: &Key) -> Result<Option<Observed>, Recon
         return Ok(None);
     }
     let (runtime, runtime_name) = c.runtimes.for_containers(ids)?;
-    let uid = pod.uid().unwrap_or_default();
-    let containers = containers_of_pod(&runtime, &uid).await?;
-    let old = match keys::parse_runtime_containers_meta(pod.annotations()) {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!(error = %e, "ignoring a malformed annotation; it will be rewritten");
-            None
-        }
-    };
-    let newest = newest_by_name(&containers);
-    let (mut meta, to_read) =
-        decide::build_meta(&pod, &runtime_name, &newest, old.as_ref(), c.with_env);
-    let mut env_error = None;
-    for r in to_read {
-        let Some(spec) = decide::spec_of(&pod, &r.name) else {
-            continue;
-        };
-        match env::read_env(&runtime, &r.id).await {
-            Ok((values, source)) => {
-                c.metrics.env_read(source);
-                let hash = current_env_hash(spec, |n| values.get(n).cloned());
-                if let Some(e) = meta.containers.iter_mut().find(|e| e.name == r.name) {
-                    e.hashes.extracted_env_from_metadata_hash = hash;
-                }
-            }
-            Err(e) => {
-                env_error = Some(ReconcileError::Env {
-                    container: r.name.clone(),
-                    error: e,
-                })
-            }
-        }
-    }
-    // per container of the new annotation that runs, where env from metadata is followed:
-    // whether its image matches the spec's, then what the memory holds of it, as of `now`
-    let mut names = Vec::new();
-    let mut running = Vec::new();
-    let mut image_id_matches = Vec::new();
-    for entry in meta.containers.iter().filter(|_| c.with_env) {
-        let (Some(spec), Some(current)) = (
-            decide::spec_of(&pod, &entry.name),
-            newest.get(entry.name.as_str()),
-        ) else {
-            continue;
-        };
-        image_id_matches.push(restart::image_id_matches(&runtime, spec, current).await);
-        names.push(entry.name.clone());
-        running.push((entry.name.as_str(), current.id.as_str()));
-    }
-    let now = Instant::now();
-    let restarts = c.with_env.then(|| RestartInputs {
-        memory: c.memory.view(&uid, &running, now, c.restart_delay),
-        names,
-        image_id_matches,
-    });
-    Ok(Some(Observed {
+    let seen = observe_pod(
         pod,
-        runtime,
+        runtime.clone(),
         runtime_name,
-        containers,
-        old,
-        meta,
-        env_error,
-        restarts,
-        now,
-    }))
+        c.with_env,
+        &c.memory,
+        c.restart_delay,
+    )
+    .await?;
+    for source in &seen.env_read {
+        c.metrics.env_read(*source);
+    }
+    Ok(Some(seen))
 }
 
 /// What a pass decided.
-struct Planned<'a> {
+pub struct Planned<'a> {
     /// The annotation's new value, where it changes.
-    annotation: Option<String>,
+    pub annotation: Option<String>,
     /// The restart plan, its steps paired with the containers they are about.
-    restarts: Plan,
+    pub restarts: Plan,
     /// The running container of each step, in the plan's order.
-    running: Vec<&'a Container>,
+    pub running: Vec<&'a Container>,
     /// The stops to make now.
-    stops: Vec<Stop>,
+    pub stops: Vec<Stop>,
 }
 
 /// Decides on what was observed, without any I/O: the annotation and the restart plan
-/// (`decide.rs`), the plan's stops with the env hash each stop is made for.
-fn plan(seen: &Observed) -> Planned<'_> {
+/// (`decide.rs`), the plan's stops with the env hash each stop is made for. The decision the
+/// daemon acts on and `kruised explain` prints.
+pub fn plan(seen: &Observed) -> Planned<'_> {
     let annotation = (seen.old.as_ref() != Some(&seen.meta) && !seen.meta.containers.is_empty())
         .then(|| seen.meta.to_annotation_value());
     let newest = newest_by_name(&seen.containers);
