@@ -148,8 +148,8 @@ async fn probe_task(
             thresholds.reset();
             set_result(&shared, &key, &s, ProbeState::Unknown, String::new());
         }
-        let now_ns =
-            i64::try_from(k8s_openapi::jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
+        // the container's creation time is the runtime's: compared on its clock
+        let now_ns = crate::cri::clock::now_ns();
         match decide::due(&s, c.state == ContainerState::Running, c.created_at, now_ns) {
             Due::NotRunning(message) => {
                 set_result(&shared, &key, &s, ProbeState::Failed, message);

@@ -155,7 +155,8 @@ async fn manage(
     }
     let newest = newest_by_name(&containers);
     let observed = observe::containers((&runtime, &runtime_name), r, &newest).await?;
-    let now_ns = i64::try_from(Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
+    // container times are the runtime's: compared on its clock
+    let now_ns = crate::cri::clock::now_ns();
     let killed = shared.memory.killed(&r.uid().unwrap_or_default());
     match decide::plan(r, &observed, &killed, now_ns) {
         Plan::WriteStates(states) => {

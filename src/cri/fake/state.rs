@@ -2,7 +2,7 @@
 //! failures it was told to answer; and how its dialect names a container's image.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::super::parts::*;
 use super::super::types::*;
@@ -77,11 +77,9 @@ fn hex64(seed: &str) -> String {
         .collect()
 }
 
+/// The fake stamps its times on the runtime's clock, which a test's paused tokio clock moves.
 pub(super) fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    crate::cri::clock::now_ns()
 }
 
 impl FakeState {
