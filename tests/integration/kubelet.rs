@@ -149,9 +149,8 @@ fn a_missing_pull_policy_is_the_api_servers_default_for_the_image() {
 #[tokio::test]
 async fn a_recreate_kills_then_pulls_as_the_policy_says_then_starts() {
     use kruised::cri::fake::FakeRuntime;
-    use kruised_test_support::kubelet::cri::{
-        ensure_image_fake, recreate_fake, sandbox_fake, start_fake,
-    };
+    use kruised_test_support::kubelet::cri::{ensure_image_fake, recreate_fake, sandbox_fake};
+    use kruised_test_support::kubelet::spec::container_config;
     let dir = tempfile::tempdir().expect("a directory");
     let cri = FakeRuntime::start(&dir.path().join("cri.sock"), "containerd")
         .await
@@ -159,7 +158,7 @@ async fn a_recreate_kills_then_pulls_as_the_policy_says_then_starts() {
     let p = pod(None);
     let sandbox = sandbox_fake(&cri, &p);
     let mut c = p.spec.as_ref().expect("spec").containers[0].clone();
-    let old = start_fake(&cri, &p, &sandbox, &c, 0, true, true);
+    let old = cri.add_container(&sandbox, container_config(&p, &c, 0), true, true);
     c.image = Some("r.io/app:v2".into());
     c.image_pull_policy = Some("Never".into());
     let never = recreate_fake(&cri, &p, &sandbox, &c, Some((&old, 137)), 1);

@@ -7,34 +7,29 @@
 //!   by daemon, and its processes' cost (the real one's only).
 //! - [`SimNode`] and [`Kubelets`]: each node a Node object and a CRI server of its own (the fake
 //!   runtime on a unix socket, where a DaemonSet would find the node's runtime), and the
-//!   kubelet's part of every node in one task: pods bound to a node get a sandbox and containers
-//!   with the kubelet's labels, annotations and container hash and their env resolved from the
-//!   pod as it is then; a container that exited is created again (attempt + 1) from the pod as
-//!   it is now; the pod's status (container IDs, restart counts, `Ready` from the containers and
-//!   the readiness gates) is written back when it changed. It watches the pods once for all
-//!   nodes, as its own user (`fleet-kubelet`), whose requests the figures leave out.
+//!   kubelet's part of every node in one task, the tests' one kubelet through CRI
+//!   ([`crate::kubelet::run`], the demo's kubelet too): it watches the pods once for all nodes,
+//!   as its own user (`fleet-kubelet`), whose requests the figures leave out.
 //! - [`FleetDaemon`]: kruised or kruise-daemon for one node, run as its DaemonSet runs it
 //!   (`NODE_NAME`, the node's runtime under its host run directory, its RBAC), its log in a
 //!   file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kruised::cri::ContainerState;
 use kruised::cri::fake::FakeRuntime;
+use kruised::cri::{RemoteRuntime, Timeouts};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::kubelet::cri::{recreate_fake, sandbox_fake};
-use crate::kubelet::status::{self, Report};
+use crate::kubelet::Kubelet;
+use crate::kubelet::run::{NodeKubelet, NodeKubelets};
 
 /// The namespace of the fleet's pods.
 pub const NAMESPACE: &str = "fleet";
@@ -524,8 +519,6 @@ pub struct SimNode {
     /// Its runtime.
     pub cri: FakeRuntime,
     relay: tokio::task::JoinHandle<()>,
-    /// Its pods' sandboxes, by pod UID.
-    sandboxes: Mutex<HashMap<String, String>>,
 }
 
 impl SimNode {
@@ -555,7 +548,6 @@ impl SimNode {
             varrun_relayed,
             cri,
             relay,
-            sandboxes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -567,60 +559,6 @@ impl SimNode {
             .iter()
             .map(|(id, _)| id.clone())
             .collect()
-    }
-
-    /// Brings `pod` to what the kubelet would run: returns the container statuses to report.
-    fn sync(&self, pod: &Pod) -> Vec<Value> {
-        let sandbox = {
-            let mut sandboxes = self.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
-            let uid = pod.uid().unwrap_or_default();
-            sandboxes
-                .entry(uid)
-                .or_insert_with(|| sandbox_fake(&self.cri, pod))
-                .clone()
-        };
-        let mut statuses = Vec::new();
-        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
-            let newest = {
-                let st = self.cri.state();
-                st.containers
-                    .values()
-                    .filter(|x| x.pod_sandbox_id == sandbox && x.status.metadata.name == c.name)
-                    .max_by_key(|x| x.status.metadata.attempt)
-                    .map(|x| {
-                        (
-                            x.status.id.clone(),
-                            x.status.metadata.attempt,
-                            x.status.state,
-                        )
-                    })
-            };
-            let (id, attempt) = match newest {
-                Some((id, attempt, ContainerState::Running)) => (Ok(id), attempt),
-                // restart policy Always, no back-off: a container that exited runs again
-                Some((_, attempt, _)) => (
-                    recreate_fake(&self.cri, pod, &sandbox, c, None, attempt + 1),
-                    attempt + 1,
-                ),
-                None => (recreate_fake(&self.cri, pod, &sandbox, c, None, 0), 0),
-            };
-            // an image the policy may not pull: not reported, tried again next round
-            let Ok(id) = id else { continue };
-            let image_id = self
-                .cri
-                .state()
-                .containers
-                .get(&id)
-                .map(|x| x.image.id.clone());
-            let report = Report {
-                image: c.image.clone().unwrap_or_default(),
-                image_id: image_id.unwrap_or_default(),
-                running: Some("2026-01-01T00:00:00Z".into()),
-                ..Report::ready(&c.name, &format!("containerd://{id}"), attempt)
-            };
-            statuses.push(report.json());
-        }
-        statuses
     }
 }
 
@@ -640,78 +578,15 @@ pub struct Kubelets {
 impl Kubelets {
     /// Starts them for `nodes`.
     pub fn start(lab: &FleetLab, nodes: Arc<Vec<SimNode>>, period: Duration) -> Kubelets {
+        let kubelets = nodes.iter().map(|n| {
+            let runtime = RemoteRuntime::new(n.cri.endpoint(), None, Timeouts::default());
+            let kubelet = Kubelet::new(runtime, lab.dir.join("pods").join(&n.name));
+            NodeKubelet::new(&n.name, kubelet, n.cri.runtime_name(), false)
+        });
         let pods: Api<Pod> = Api::namespaced(lab.kubelet.clone(), NAMESPACE);
-        let (store, writer) = reflector::store();
-        let stream =
-            reflector::reflector(writer, watcher(pods.clone(), watcher::Config::default()))
-                .default_backoff()
-                .applied_objects();
-        let by_name: HashMap<String, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
-        let reader = store.clone();
-        // the watch runs on its own, so the store is current whenever a container is recreated
-        // (a kubelet takes a pod change from its watch while it syncs others)
-        let changed = Arc::new(tokio::sync::Notify::new());
-        let notify = changed.clone();
-        let watch = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while stream.next().await.is_some() {
-                notify.notify_one();
-            }
-        });
-        let task = tokio::spawn(async move {
-            let _watch = AbortOnDrop(watch);
-            let mut tick = tokio::time::interval(period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = changed.notified() => {}
-                    _ = tick.tick() => {}
-                }
-                let mut patches = Vec::new();
-                for listed in reader.state() {
-                    // the pod as it is now, not as it was when this round began
-                    let Some(pod) = reader.get(&reflector::ObjectRef::from_obj(&*listed)) else {
-                        continue;
-                    };
-                    let Some(i) = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.as_ref())
-                        .and_then(|n| by_name.get(n))
-                    else {
-                        continue;
-                    };
-                    if pod.metadata.deletion_timestamp.is_some() {
-                        continue;
-                    }
-                    let statuses = nodes[*i].sync(&pod);
-                    if let Some(patch) = status_patch(&pod, statuses) {
-                        patches.push((pod.name_any(), patch));
-                    }
-                }
-                // every node's kubelet writes on its own: at once, a few dozen at a time
-                futures::stream::iter(patches)
-                    .for_each_concurrent(32, |(name, patch)| {
-                        let pods = pods.clone();
-                        async move {
-                            // a write that fails is made again on the next round: the status
-                            // still differs then
-                            let _ = pods
-                                .patch_status(
-                                    &name,
-                                    &PatchParams::default(),
-                                    &Patch::Strategic(&patch),
-                                )
-                                .await;
-                        }
-                    })
-                    .await;
-            }
-        });
+        let mut kubelets = NodeKubelets::new(pods, kubelets.collect());
+        let store = kubelets.store();
+        let task = tokio::spawn(async move { kubelets.run(period).await });
         Kubelets { store, task }
     }
 
@@ -725,23 +600,6 @@ impl Drop for Kubelets {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The status patch the kubelet writes for `pod` with `statuses`, if anything it reports
-/// changed ([`status::pod_status`]).
-fn status_patch(pod: &Pod, statuses: Vec<Value>) -> Option<Value> {
-    let pod = serde_json::to_value(pod).ok()?;
-    let status = status::pod_status(&pod, &pod, statuses);
-    status::changed(&pod, &status).then(|| json!({ "status": status }))
 }
 
 /// A node daemon of the fleet.

@@ -13,8 +13,8 @@ use kruised::cri::fake::{Dialect, FakeRuntime};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 
-use crate::kubelet::cri::{recreate_fake, sandbox_fake, start_fake};
-use crate::kubelet::spec;
+use crate::kubelet::cri::{ImageError, recreate_fake, sandbox_fake};
+use crate::kubelet::spec::{self, container_config};
 use crate::kubelet::status::{self, Report};
 
 /// The node's name in these tests.
@@ -169,7 +169,8 @@ impl FakeNode {
         serde_json::from_value(updated).expect("pod")
     }
 
-    /// Starts a container the way the kubelet does ([`start_fake`]) in the pod's sandbox.
+    /// Starts a container the way the kubelet does ([`container_config`]) in the pod's sandbox;
+    /// `env_in_info` and `has_env_binary` say how the runtime exposes its env.
     pub fn start_container(
         &self,
         pod: &Pod,
@@ -179,15 +180,9 @@ impl FakeNode {
         env_in_info: bool,
         has_env_binary: bool,
     ) -> String {
-        start_fake(
-            &self.cri,
-            pod,
-            sandbox,
-            c,
-            attempt,
-            env_in_info,
-            has_env_binary,
-        )
+        let config = container_config(pod, c, attempt);
+        self.cri
+            .add_container(sandbox, config, env_in_info, has_env_binary)
     }
 
     /// What the kubelet does after a container exited, or when its spec hash changed: creates
@@ -195,9 +190,8 @@ impl FakeNode {
     /// container in the pod's status. Returns the new container ID.
     pub fn recreate(&self, pod_name: &str, container: &str) -> String {
         let (id, attempt) = self.recreate_unreported(pod_name, container);
-        let pod: Pod =
-            serde_json::from_value(self.api.get("pods", "default", pod_name).expect("pod"))
-                .expect("pod");
+        let pod = self.api.get("pods", "default", pod_name).expect("pod");
+        let pod: Pod = serde_json::from_value(pod).expect("pod");
         let report = self
             .report(spec::container(&pod, container), &id, attempt)
             .json();
@@ -214,46 +208,39 @@ impl FakeNode {
     /// status is as before.
     /// Returns the new container's ID and attempt.
     pub fn recreate_unreported(&self, pod_name: &str, container: &str) -> (String, u32) {
-        let obj = self
-            .api
-            .get("pods", "default", pod_name)
-            .expect("pod exists");
-        let pod: Pod = serde_json::from_value(obj).expect("pod");
-        let spec = pod
-            .spec
-            .as_ref()
-            .expect("spec")
-            .containers
-            .iter()
-            .find(|c| c.name == container)
-            .expect("container in spec")
-            .clone();
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default();
-        let old = statuses
-            .iter()
-            .find(|s| s.name == container)
-            .expect("status");
-        let attempt = u32::try_from(old.restart_count + 1).expect("restart count");
+        let obj = self.api.get("pods", "default", pod_name).expect("pod");
+        let pod: Pod = serde_json::from_value(obj.clone()).expect("pod");
+        let reported = status::container(&obj, container).expect("status");
+        let c = spec::container(&pod, container);
+        self.recreate_reported(&pod, c, reported, Some(0))
+            .unwrap_or_else(|e| panic!("recreating {container}: {e}"))
+    }
+
+    /// What the kubelet does for container `c` of `pod` whose status reports `reported`: the
+    /// old one exits with `kill` (if given), the image step, then a new one (restartCount + 1)
+    /// runs, from `pod`. Returns its ID and attempt.
+    pub fn recreate_reported(
+        &self,
+        pod: &Pod,
+        c: &SpecContainer,
+        reported: &Value,
+        kill: Option<i32>,
+    ) -> Result<(String, u32), ImageError> {
+        let restarts = reported["restartCount"].as_i64().unwrap_or(0);
+        let attempt = u32::try_from(restarts + 1).expect("restart count");
+        let old = self.runtime_id(reported);
+        let sandbox = &self.sandboxes[pod.metadata.name.as_deref().unwrap_or_default()];
+        let kill = kill.map(|code| (old.as_str(), code));
+        let id = recreate_fake(&self.cri, pod, sandbox, c, kill, attempt)?;
+        Ok((id, attempt))
+    }
+
+    /// The runtime's ID of a reported container (its `containerID` without the runtime's
+    /// prefix).
+    pub fn runtime_id(&self, reported: &Value) -> String {
+        let id = reported["containerID"].as_str().unwrap_or_default();
         let prefix = self.cri.kubelet_id("");
-        let old_id = old
-            .container_id
-            .as_deref()
-            .and_then(|i| i.strip_prefix(prefix.as_str()));
-        let sandbox = &self.sandboxes[pod_name];
-        let id = recreate_fake(
-            &self.cri,
-            &pod,
-            sandbox,
-            &spec,
-            old_id.map(|o| (o, 0)),
-            attempt,
-        )
-        .unwrap_or_else(|e| panic!("recreating {container}: {e}"));
-        (id, attempt)
+        id.strip_prefix(prefix.as_str()).unwrap_or(id).to_string()
     }
 
     /// The kubelet's container ID of `id` on this node's runtime: `<runtime name>://<id>`.

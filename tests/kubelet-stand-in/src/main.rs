@@ -3,9 +3,10 @@
 //! a real containerd runs the containers, and this plays the kubelet between them. Test
 //! infrastructure, never shipped.
 //!
-//! Every `--sync-period` it lists the pods bound to `--node-name` and, for each, does what the
-//! kubelet does as far as kruised can tell, with the tests' one kubelet
-//! (`kruised_test_support::kubelet`: its labels, env, hash, CRI steps and status):
+//! It watches the pods and, on each change and every `--sync-period`, does for each pod bound to
+//! `--node-name` what the kubelet does as far as kruised can tell, with the tests' one kubelet
+//! (`kruised_test_support::kubelet::run`, the fleet's kubelets too: its labels, env, hash, CRI
+//! steps and status):
 //!
 //! * a new pod gets a sandbox and its containers through CRI, with the kubelet's labels and
 //!   annotations (pod identity, container hash, restart count, grace period), each image pulled
@@ -22,26 +23,16 @@
 //! Not a kubelet: no volumes, probes, resources, init containers, networking (pods share the
 //! host's network namespace) or restart backoff.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::jiff::Timestamp;
-use kruised::cri::{
-    ContainerState, Endpoint, KubeletService, RemoteRuntime, RuntimeService, SandboxConfig,
-    Timeouts,
-};
-use kruised::k8s::keys;
-use kruised_test_support::kubelet::meta::PodRef;
-use kruised_test_support::kubelet::status::{self, Report, rfc3339_ns};
-use kruised_test_support::kubelet::{Kubelet, PullPolicy, spec};
-use kube::api::{ListParams, Patch, PatchParams};
+use kruised::cri::{Endpoint, RemoteRuntime, RuntimeService, Timeouts};
+use kruised_test_support::kubelet::Kubelet;
+use kruised_test_support::kubelet::run::{NodeKubelet, NodeKubelets};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
-use serde_json::json;
 
 /// The kubelet's part of one node, on a real CRI runtime, for the API-server double.
 #[derive(Debug, Parser)]
@@ -74,47 +65,6 @@ fn parse_millis(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s}: {e} (milliseconds, e.g. 500ms)"))
 }
 
-/// How long a pod that failed to start waits before the next try.
-const RETRY_AFTER: Duration = Duration::from_secs(10);
-
-/// A container this process created, as it stands.
-struct Running {
-    id: String,
-    attempt: u32,
-    /// The previous container of this name, exited, kept as the kubelet keeps one.
-    dead: Option<String>,
-    /// `lastState.terminated` of the status, once a container of this name exited.
-    last_terminated: Option<serde_json::Value>,
-}
-
-/// A pod this process runs.
-struct RunningPod {
-    namespace: String,
-    name: String,
-    sandbox: String,
-    sandbox_config: SandboxConfig,
-    grace: Duration,
-    containers: BTreeMap<String, Running>,
-}
-
-struct StandIn {
-    args: Args,
-    pods: Api<Pod>,
-    kubelet: Kubelet,
-    /// The runtime's name: the prefix of container IDs in the pod status.
-    runtime_name: String,
-    running: HashMap<String, RunningPod>,
-    /// Pods whose start failed, by uid, and when.
-    failed: HashMap<String, Instant>,
-}
-
-fn log(msg: impl std::fmt::Display) {
-    eprintln!(
-        "{} kubelet-stand-in: {msg}",
-        Timestamp::now().strftime("%H:%M:%S%.3f")
-    );
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
@@ -128,281 +78,23 @@ async fn main() -> Result<()> {
         .version()
         .await
         .with_context(|| format!("the runtime at {}", args.runtime_endpoint))?;
-    log(format!(
-        "node {}, runtime {} {} at {}",
+    eprintln!(
+        "kubelet-stand-in: node {}, runtime {} {} at {}",
         args.node_name, version.runtime_name, version.runtime_version, args.runtime_endpoint
-    ));
+    );
     let mut kubelet = Kubelet::new(runtime, &args.log_dir);
     kubelet.cgroup_root = args.cgroup_root.clone();
-    let mut stand_in = StandIn {
-        pods: Api::all(client),
-        kubelet,
-        runtime_name: version.runtime_name,
-        running: HashMap::new(),
-        failed: HashMap::new(),
-        args,
-    };
+    let node = NodeKubelet::new(&args.node_name, kubelet, &version.runtime_name, true);
+    let mut kubelets = NodeKubelets::new(Api::all(client), vec![node]);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        if let Err(e) = stand_in.sync().await {
-            log(format!("sync: {e:#}"));
-        }
-        tokio::select! {
-            _ = term.recv() => break,
-            _ = tokio::signal::ctrl_c() => break,
-            () = tokio::time::sleep(stand_in.args.sync_period) => {}
-        }
+    tokio::select! {
+        () = kubelets.run(args.sync_period) => {}
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
-    for (_, pod) in std::mem::take(&mut stand_in.running) {
-        stand_in.remove(pod).await;
+    for node in &mut kubelets.nodes {
+        node.remove_all().await;
     }
-    log("stopped; every pod it ran is removed");
+    eprintln!("kubelet-stand-in: stopped; every pod it ran is removed");
     Ok(())
-}
-
-impl StandIn {
-    async fn sync(&mut self) -> Result<()> {
-        let selector = format!("spec.nodeName={}", self.args.node_name);
-        let pods = self
-            .pods
-            .list(&ListParams::default().fields(&selector))
-            .await
-            .context("listing the node's pods")?;
-        let mut seen = BTreeSet::new();
-        for pod in &pods.items {
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
-            seen.insert(uid.clone());
-            if let Err(e) = self.sync_pod(&uid, pod).await {
-                log(format!(
-                    "pod {}/{}: {e:#}",
-                    pod.metadata.namespace.as_deref().unwrap_or_default(),
-                    pod.metadata.name.as_deref().unwrap_or_default()
-                ));
-            }
-        }
-        let gone: Vec<String> = self
-            .running
-            .keys()
-            .filter(|uid| !seen.contains(*uid))
-            .cloned()
-            .collect();
-        for uid in gone {
-            if let Some(pod) = self.running.remove(&uid) {
-                self.remove(pod).await;
-            }
-        }
-        self.failed.retain(|uid, _| seen.contains(uid));
-        Ok(())
-    }
-
-    async fn sync_pod(&mut self, uid: &str, pod: &Pod) -> Result<()> {
-        if !self.running.contains_key(uid) {
-            if self
-                .failed
-                .get(uid)
-                .is_some_and(|at| at.elapsed() < RETRY_AFTER)
-            {
-                return Ok(());
-            }
-            match self.start_pod(uid, pod).await {
-                Ok(running) => {
-                    self.failed.remove(uid);
-                    self.running.insert(uid.to_string(), running);
-                }
-                Err(e) => {
-                    self.failed.insert(uid.to_string(), Instant::now());
-                    return Err(e);
-                }
-            }
-        }
-        let Some(mut running) = self.running.remove(uid) else {
-            return Ok(());
-        };
-        let result = self.sync_containers(pod, &mut running).await;
-        self.running.insert(uid.to_string(), running);
-        result
-    }
-
-    /// Creates again the containers that exited or whose spec changed, then reports the
-    /// containers in the pod status when what it reports changed.
-    async fn sync_containers(&self, pod: &Pod, running: &mut RunningPod) -> Result<()> {
-        let runtime = self.kubelet.runtime();
-        let mut reports = Vec::new();
-        let sandbox = (running.sandbox.clone(), running.sandbox_config.clone());
-        for c in pod.spec.iter().flat_map(|s| &s.containers) {
-            let Some(r) = running.containers.get_mut(&c.name) else {
-                continue;
-            };
-            let mut status = runtime.container_status(&r.id, false).await?;
-            let exited = status.state == ContainerState::Exited;
-            // a runtime that keeps no annotations tells of no change
-            let recorded = status.annotations.get(keys::KUBELET_CONTAINER_HASH);
-            let changed = recorded.is_some_and(|h| *h != spec::hash(c));
-            if exited || changed {
-                // the kubelet kills a container whose spec changed, with the pod's grace
-                let old = r.id.clone();
-                let kill = (!exited).then_some((old.as_str(), running.grace));
-                r.attempt += 1;
-                r.id = self
-                    .start_container(pod, c, r.attempt, &sandbox, kill)
-                    .await?;
-                let dead = runtime.container_status(&old, false).await?;
-                r.last_terminated = Some(json!({
-                    "exitCode": dead.exit_code,
-                    "reason": dead.reason,
-                    "startedAt": rfc3339_ns(dead.started_at),
-                    "finishedAt": rfc3339_ns(dead.finished_at),
-                    "containerID": format!("{}://{old}", self.runtime_name),
-                }));
-                if let Some(older) = r.dead.replace(old) {
-                    let _ = runtime.remove_container(&older).await;
-                }
-                let why = if exited { "exited" } else { "changed" };
-                log(format!(
-                    "pod {}/{}: container {} {why} ({}), started again as {} (restartCount {})",
-                    running.namespace, running.name, c.name, dead.exit_code, r.id, r.attempt
-                ));
-                status = runtime.container_status(&r.id, false).await?;
-            }
-            let is_running = status.state == ContainerState::Running;
-            reports.push(Report {
-                name: c.name.clone(),
-                container_id: format!("{}://{}", self.runtime_name, r.id),
-                image: c.image.clone().unwrap_or_default(),
-                image_id: if status.image_ref.is_empty() {
-                    status.image_id
-                } else {
-                    status.image_ref
-                },
-                restart_count: r.attempt,
-                running: is_running.then(|| rfc3339_ns(status.started_at)),
-                waiting: Some("ContainerCreating".into()),
-                last_terminated: r.last_terminated.clone(),
-            });
-        }
-        let pod_json = serde_json::to_value(pod)?;
-        let containers = reports.iter().map(Report::json).collect();
-        let status = status::pod_status(&pod_json, &pod_json, containers);
-        if status::changed(&pod_json, &status) {
-            Api::<Pod>::namespaced(self.pods.clone().into_client(), &running.namespace)
-                .patch_status(
-                    &running.name,
-                    &PatchParams::default(),
-                    &Patch::Strategic(json!({ "status": status })),
-                )
-                .await
-                .context("patching the pod status")?;
-        }
-        Ok(())
-    }
-
-    async fn start_pod(&self, uid: &str, pod: &Pod) -> Result<RunningPod> {
-        let spec = pod.spec.as_ref().context("the pod has no spec")?;
-        let pod_ref = PodRef::of(pod);
-        let meta = &pod.metadata;
-        let labels = meta.labels.clone().unwrap_or_default();
-        let sandbox_config = spec::sandbox_config(
-            pod_ref,
-            0,
-            &labels,
-            meta.annotations.clone().unwrap_or_default(),
-            &self.args.log_dir,
-            &self.args.cgroup_root,
-        );
-        std::fs::create_dir_all(&sandbox_config.log_directory).with_context(|| {
-            format!(
-                "creating the log directory {}",
-                sandbox_config.log_directory
-            )
-        })?;
-        let runtime = self.kubelet.runtime();
-        let mut running = RunningPod {
-            namespace: pod_ref.namespace.into(),
-            name: pod_ref.name.into(),
-            sandbox: runtime.run_pod_sandbox(sandbox_config.clone()).await?,
-            sandbox_config,
-            grace: Duration::from_secs(spec::grace_seconds(pod).try_into().unwrap_or(30)),
-            containers: BTreeMap::new(),
-        };
-        for c in &spec.containers {
-            match self
-                .start_container(
-                    pod,
-                    c,
-                    0,
-                    &(running.sandbox.clone(), running.sandbox_config.clone()),
-                    None,
-                )
-                .await
-            {
-                Ok(id) => {
-                    let r = Running {
-                        id,
-                        attempt: 0,
-                        dead: None,
-                        last_terminated: None,
-                    };
-                    running.containers.insert(c.name.clone(), r);
-                }
-                Err(e) => {
-                    self.remove(running).await;
-                    return Err(e.context(format!("container {}", c.name)));
-                }
-            }
-        }
-        let ids: Vec<String> = running
-            .containers
-            .iter()
-            .map(|(n, r)| format!("{n}={}", r.id))
-            .collect();
-        log(format!(
-            "pod {}/{} (uid {uid}): sandbox {} with {}",
-            running.namespace,
-            running.name,
-            running.sandbox,
-            ids.join(" ")
-        ));
-        Ok(running)
-    }
-
-    /// Starts container `c` of `pod` with `attempt` as the kubelet does, killing `kill` first:
-    /// the image step (a pull as its policy says), the create, the start.
-    async fn start_container(
-        &self,
-        pod: &Pod,
-        c: &Container,
-        attempt: u32,
-        (sandbox, sandbox_config): &(String, SandboxConfig),
-        kill: Option<(&str, Duration)>,
-    ) -> Result<String> {
-        let config = spec::container_config(pod, c, attempt);
-        let policy = PullPolicy::of_container(c);
-        self.kubelet
-            .start_config(sandbox, config, policy, sandbox_config.clone(), kill)
-            .await
-            .map_err(|e| anyhow!("starting the container: {e}"))
-    }
-
-    /// Stops and removes a pod's containers and sandbox, as the kubelet does for a deleted pod.
-    async fn remove(&self, pod: RunningPod) {
-        for r in pod.containers.values() {
-            if let Err(e) = self
-                .kubelet
-                .runtime()
-                .stop_container(&r.id, pod.grace)
-                .await
-            {
-                log(format!("stopping {}: {e}", r.id));
-            }
-        }
-        match self.kubelet.remove_sandbox(&pod.sandbox).await {
-            Ok(()) => log(format!("pod {}/{}: removed", pod.namespace, pod.name)),
-            Err(e) => log(format!(
-                "pod {}/{}: removing sandbox {}: {e}",
-                pod.namespace, pod.name, pod.sandbox
-            )),
-        }
-    }
 }

@@ -2,7 +2,7 @@
 //! exited or their spec changed (kuberuntime_manager.go SyncPod: kill, then start; and
 //! kuberuntime_container.go startContainer: the image step, create, start), on a real CRI
 //! runtime ([`Kubelet`], through CRI) or on the fake runtime of an in-process node
-//! ([`start_fake`], [`recreate_fake`], into its state).
+//! ([`sandbox_fake`], [`recreate_fake`], into its state).
 //!
 //! The image step is one step of its own ([`Kubelet::ensure_image`], [`ensure_image_fake`]),
 //! as image_manager.go EnsureImageExists: `Always` pulls, `IfNotPresent` pulls when the image
@@ -184,19 +184,33 @@ impl Kubelet {
         Ok(ImageStep { id, pulled: true })
     }
 
-    /// The pod's sandbox config.
+    /// The pod's sandbox config, its log directory made.
     pub fn sandbox_config(&self, spec: &PodSpec) -> SandboxConfig {
-        let config = super::spec::sandbox_config(
-            spec.pod_ref(),
-            spec.attempt,
-            &spec.labels,
-            spec.annotations.clone(),
-            &self.log_root,
-            &self.cgroup_root,
-        );
+        let (labels, annotations) = (&spec.labels, spec.annotations.clone());
+        self.sandbox_config_for(spec.pod_ref(), spec.attempt, labels, annotations)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The sandbox config of a pod of the API, its log directory made.
+    pub fn sandbox_config_of(&self, pod: &Pod) -> Result<SandboxConfig, BoxError> {
+        let m = &pod.metadata;
+        let labels = m.labels.clone().unwrap_or_default();
+        let annotations = m.annotations.clone().unwrap_or_default();
+        self.sandbox_config_for(PodRef::of(pod), 0, &labels, annotations)
+    }
+
+    fn sandbox_config_for(
+        &self,
+        pod: PodRef<'_>,
+        attempt: u32,
+        labels: &kruised::cri::StringMap,
+        annotations: kruised::cri::StringMap,
+    ) -> Result<SandboxConfig, BoxError> {
+        let (logs, cgroups) = (&self.log_root, &self.cgroup_root);
+        let config = super::spec::sandbox_config(pod, attempt, labels, annotations, logs, cgroups);
         std::fs::create_dir_all(&config.log_directory)
-            .unwrap_or_else(|e| panic!("creating the log directory {}: {e}", config.log_directory));
-        config
+            .map_err(|e| format!("creating the log directory {}: {e}", config.log_directory))?;
+        Ok(config)
     }
 
     /// What the kubelet does for `CreateContainer`: the image step (the spec's image to the
@@ -269,28 +283,6 @@ impl Kubelet {
         Ok(id)
     }
 
-    /// Creates and starts container `c` with `attempt` in the sandbox of `pod`, killing `kill`
-    /// first.
-    async fn start_killing(
-        &self,
-        pod: &PodSpec,
-        sandbox_id: &str,
-        c: &ContainerSpec,
-        attempt: u32,
-        kill: Option<(&str, Duration)>,
-    ) -> String {
-        let config = c.config(pod, attempt);
-        self.start_config(
-            sandbox_id,
-            config,
-            c.policy(),
-            self.sandbox_config(pod),
-            kill,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("start container {}: {e}", c.name))
-    }
-
     /// Creates and starts container `c` with `attempt` in the sandbox of `pod`.
     pub async fn start(
         &self,
@@ -299,7 +291,22 @@ impl Kubelet {
         c: &ContainerSpec,
         attempt: u32,
     ) -> String {
-        self.start_killing(pod, sandbox_id, c, attempt, None).await
+        self.recreate_in(pod, sandbox_id, c, attempt, None).await
+    }
+
+    /// [`Kubelet::start`], killing `kill` first.
+    async fn recreate_in(
+        &self,
+        pod: &PodSpec,
+        sandbox_id: &str,
+        c: &ContainerSpec,
+        attempt: u32,
+        kill: Option<(&str, Duration)>,
+    ) -> String {
+        let (config, sandbox) = (c.config(pod, attempt), self.sandbox_config(pod));
+        self.start_config(sandbox_id, config, c.policy(), sandbox, kill)
+            .await
+            .unwrap_or_else(|e| panic!("start container {}: {e}", c.name))
     }
 
     /// Creates the sandbox and starts every container, as the kubelet does for a new pod.
@@ -338,7 +345,7 @@ impl Kubelet {
         let c = &pod.spec.containers[idx];
         let kill = Some((pod.container(name), grace));
         let id = self
-            .start_killing(&pod.spec, &pod.sandbox_id, c, attempt, kill)
+            .recreate_in(&pod.spec, &pod.sandbox_id, c, attempt, kill)
             .await;
         pod.containers.insert(name.into(), id.clone());
         pod.attempts.insert(name.into(), attempt);
@@ -399,27 +406,6 @@ pub fn sandbox_fake(cri: &FakeRuntime, pod: &Pod) -> String {
     )
 }
 
-/// Starts container `c` of `pod` in `sandbox` of the fake runtime as the kubelet does
-/// ([`container_config`]: labels, hash, restart count, grace period, env resolved from the pod
-/// now); `env_in_info` and `has_env_binary` say how the runtime exposes that env. No image
-/// step: the fake runtime has any image a container names. Returns its ID.
-pub fn start_fake(
-    cri: &FakeRuntime,
-    pod: &Pod,
-    sandbox: &str,
-    c: &Container,
-    attempt: u32,
-    env_in_info: bool,
-    has_env_binary: bool,
-) -> String {
-    cri.add_container(
-        sandbox,
-        container_config(pod, c, attempt),
-        env_in_info,
-        has_env_binary,
-    )
-}
-
 /// What the kubelet does on the fake runtime when container `c` exited or its spec changed:
 /// kills the old one (`kill`: its ID and the exit code it dies with), the image step, then
 /// starts it again from `pod` with `attempt`. Returns the new container's ID.
@@ -439,5 +425,5 @@ pub fn recreate_fake(
         c.image.as_deref().unwrap_or_default(),
         PullPolicy::of_container(c),
     )?;
-    Ok(start_fake(cri, pod, sandbox, c, attempt, true, true))
+    Ok(cri.add_container(sandbox, container_config(pod, c, attempt), true, true))
 }

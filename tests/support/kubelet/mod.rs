@@ -9,13 +9,16 @@
 //! - [`cri`]: creating sandboxes and containers, and creating them again as the kubelet does:
 //!   kill, the image step (a pull as the policy says), start;
 //! - [`status`]: the pod status it reports, the one writer of `containerStatuses` and `Ready`;
-//! - [`sync`]: its sync loop on an in-process node, at once or with the real one's timing.
+//! - [`sync`]: its sync loop on an in-process node, at once or with the real one's timing;
+//! - [`run`]: its sync loop through CRI for nodes whose pods it watches through a client (the
+//!   demo's one node on a real runtime, the fleet's on the fake one).
 //!
 //! [`FakeNode`]: crate::node::FakeNode
 
 pub mod cri;
 pub mod env;
 pub mod meta;
+pub mod run;
 pub mod spec;
 pub mod status;
 pub mod sync;

@@ -39,7 +39,6 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::cri::recreate_fake;
 use super::status::{self, POD_IP, rfc3339, rfc3339_ns};
 use crate::node::{FakeNode, NODE};
 
@@ -270,7 +269,7 @@ fn pod_containers_changed(
         .unwrap_or_default();
     reported
         .iter()
-        .map(|s| runtime_id(node, s))
+        .map(|s| node.runtime_id(s))
         .any(|id| before.get(&id) != after.get(&id))
 }
 
@@ -282,25 +281,17 @@ impl std::fmt::Debug for KubeletTiming {
     }
 }
 
-/// The runtime's ID of a reported container (its `containerID` without the runtime's prefix).
-fn runtime_id(node: &FakeNode, reported: &Value) -> String {
-    let id = reported["containerID"].as_str().unwrap_or_default();
-    id.strip_prefix(node.cri.kubelet_id("").as_str())
-        .unwrap_or(id)
-        .to_string()
-}
-
 /// One sync of pod `name` with the pod it took (`took`; none: the pod as it is now): its
 /// containers that exited, or whose spec hash changed in that pod, are created again from it
 /// (a missing image the policy may not pull leaves the container waiting); the status is
 /// reported with `Ready` from that pod's readiness-gate conditions.
 fn sync(node: &FakeNode, name: &str, took: Option<&Value>) {
-    let (Some(live), Some(sandbox)) = (
-        node.api.get("pods", "default", name),
-        node.sandboxes.get(name),
-    ) else {
+    let Some(live) = node.api.get("pods", "default", name) else {
         return;
     };
+    if !node.sandboxes.contains_key(name) {
+        return;
+    }
     let Ok(pod) = serde_json::from_value::<Pod>(took.unwrap_or(&live).clone()) else {
         return;
     };
@@ -309,7 +300,7 @@ fn sync(node: &FakeNode, name: &str, took: Option<&Value>) {
         let Some(reported) = status::container(&live, &c.name) else {
             continue;
         };
-        let id = runtime_id(node, reported);
+        let id = node.runtime_id(reported);
         let (running, hash) = match node.cri.state().containers.get(&id) {
             Some(rc) => (
                 rc.status.state == ContainerState::Running,
@@ -323,20 +314,11 @@ fn sync(node: &FakeNode, name: &str, took: Option<&Value>) {
         if running && hash.is_none_or(|h| h == super::spec::hash(c)) {
             continue;
         }
-        let attempt =
-            u32::try_from(reported["restartCount"].as_i64().unwrap_or(0) + 1).unwrap_or(0);
-        let new = recreate_fake(
-            &node.cri,
-            &pod,
-            sandbox,
-            c,
-            running.then_some((id.as_str(), 137)),
-            attempt,
-        );
-        let kubelet_id = new.as_ref().map(|new| node.kubelet_id(new));
+        let new = node.recreate_reported(&pod, c, reported, running.then_some(137));
+        let new = new.map(|(id, attempt)| (node.kubelet_id(&id), attempt));
         let _ = node.api.modify("pods", "default", name, |p| {
-            status::update_container(p, &c.name, |s| match &kubelet_id {
-                Ok(kubelet_id) => {
+            status::update_container(p, &c.name, |s| match &new {
+                Ok((kubelet_id, attempt)) => {
                     s["containerID"] = json!(kubelet_id);
                     s["restartCount"] = json!(attempt);
                     s["lastState"] = json!({"terminated": {"exitCode": if running { 137 } else { 0 },
@@ -361,7 +343,7 @@ fn report(node: &FakeNode, p: &mut Value, gates_from: Option<&Value>) {
         .unwrap_or_default();
     let st = node.cri.state();
     for s in &mut containers {
-        let Some(rc) = st.containers.get(&runtime_id(node, s)) else {
+        let Some(rc) = st.containers.get(&node.runtime_id(s)) else {
             s["ready"] = json!(false);
             continue;
         };
