@@ -551,7 +551,8 @@ impl SimNode {
         }
     }
 
-    /// The StopContainer calls its runtime received, by container ID.
+    /// The StopContainer calls its runtime received, by container ID: the daemon's (its kubelet
+    /// stops a container only when its spec changes or its pod goes, which the bench never does).
     pub fn stops(&self) -> Vec<String> {
         self.cri
             .state()

@@ -34,6 +34,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruised::cri::ContainerState;
+use kruised::cri::fake::{FakeContainer, FakeState};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -68,16 +69,14 @@ impl KubeletStandIn {
         let task = tokio::spawn(async move {
             loop {
                 let rv = node.api.resource_version();
-                let seen = runtime_states(&node);
+                let seen = runtime_states(&node.cri.state());
                 for name in node.sandboxes.keys() {
                     sync(&node, name, None);
                 }
                 let api = node.api.control();
                 tokio::select! {
                     _ = api.wait_for(FAR, |v| v.resource_version() != rv) => {}
-                    _ = node.cri.wait_for(FAR, |s| {
-                        s.containers.iter().map(|(id, c)| (id.clone(), c.status.state)).collect::<BTreeMap<_, _>>() != seen
-                    }) => {}
+                    _ = node.cri.wait_for(FAR, |s| runtime_states(s) != seen) => {}
                 }
             }
         });
@@ -167,13 +166,9 @@ fn sync_signature(obj: &Value) -> String {
 }
 
 /// The runtime's containers and their states.
-fn runtime_states(node: &FakeNode) -> BTreeMap<String, ContainerState> {
-    node.cri
-        .state()
-        .containers
-        .iter()
-        .map(|(id, c)| (id.clone(), c.status.state))
-        .collect()
+fn runtime_states(st: &FakeState) -> BTreeMap<String, ContainerState> {
+    let state = |(id, c): (&String, &FakeContainer)| (id.clone(), c.status.state);
+    st.containers.iter().map(state).collect()
 }
 
 async fn run(
@@ -187,7 +182,7 @@ async fn run(
     // pods changed while their sync waited: another sync after it
     let mut again: Vec<String> = Vec::new();
     let mut seen: HashMap<String, String> = HashMap::new();
-    let mut states = runtime_states(&node);
+    let mut states = runtime_states(&node.cri.state());
     let mut tick = tokio::time::interval(relist);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -219,7 +214,7 @@ async fn run(
             _ = tick.tick(), if !is_held => {}
         }
         // a relist: the waiting syncs act on it with the pods they took
-        let now_states = runtime_states(&node);
+        let now_states = runtime_states(&node.cri.state());
         let changed: Vec<String> = node
             .sandboxes
             .keys()
@@ -249,7 +244,7 @@ async fn run(
                 seen.insert(name.clone(), sync_signature(&obj));
             }
         }
-        states = runtime_states(&node);
+        states = runtime_states(&node.cri.state());
     }
 }
 
