@@ -8,6 +8,9 @@
 //! escaping. Keys a kind does not support answer `400 BadRequest` with
 //! `field label not supported: <key>`, custom resources included.
 
+use std::sync::OnceLock;
+
+use regex::Regex;
 use serde_json::Value;
 
 use crate::kinds::KindInfo;
@@ -31,161 +34,71 @@ pub struct LabelSelector {
     reqs: Vec<(String, LabelOp)>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-enum Tok {
-    Word(String),
-    Eq,
-    DoubleEq,
-    NotEq,
-    Bang,
-    Open,
-    Close,
-    Comma,
-    Gt,
-    Lt,
-}
+/// The characters that end a key or a value.
+const WORD: &str = r"[^\s=!(),<>]";
 
-fn tokenize(s: &str) -> Vec<Tok> {
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let two = chars.get(i + 1) == Some(&'=');
-        let tok = match chars[i] {
-            ' ' | '\t' | '\n' => None,
-            '=' if two => Some(Tok::DoubleEq),
-            '!' if two => Some(Tok::NotEq),
-            '=' => Some(Tok::Eq),
-            '!' => Some(Tok::Bang),
-            '(' => Some(Tok::Open),
-            ')' => Some(Tok::Close),
-            ',' => Some(Tok::Comma),
-            '>' => Some(Tok::Gt),
-            '<' => Some(Tok::Lt),
-            _ => {
-                let word = chars[i..]
-                    .iter()
-                    .take_while(|c| !" \t\n=!(),<>".contains(**c));
-                let word: String = word.collect();
-                i += word.chars().count();
-                out.push(Tok::Word(word));
-                continue;
+/// The top-level terms of a selector: split at the commas outside parentheses.
+fn terms(s: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut from) = (Vec::new(), 0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[from..i]);
+                from = i + 1;
             }
-        };
-        i += if matches!(tok, Some(Tok::DoubleEq | Tok::NotEq)) {
-            2
-        } else {
-            1
-        };
-        out.extend(tok);
+            _ => {}
+        }
     }
+    out.push(&s[from..]);
     out
 }
 
 impl LabelSelector {
     /// Parse a `labelSelector` query value.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let toks = tokenize(s);
+        static TERM: OnceLock<Regex> = OnceLock::new();
+        let term = TERM.get_or_init(|| {
+            let w = WORD;
+            Regex::new(&format!(
+                r"^\s*(?:!\s*(?P<absent>{w}+)|(?P<key>{w}+)\s*(?:(?P<eq>==|=|!=)\s*(?P<value>{w}*)|(?P<cmp>[<>])\s*(?P<n>\S+)|\s(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*$"
+            ))
+            .expect("the label selector grammar compiles")
+        });
         let mut reqs = Vec::new();
-        let mut i = 0;
-        let word = |i: usize| match toks.get(i) {
-            Some(Tok::Word(w)) => Some(w.clone()),
-            _ => None,
-        };
-        while i < toks.len() {
-            if toks[i] == Tok::Bang {
-                let key =
-                    word(i + 1).ok_or("unable to parse requirement: expected a key after '!'")?;
-                reqs.push((key, LabelOp::NotExists));
-                i += 2;
-            } else {
-                let key = word(i).ok_or_else(|| {
-                    format!(
-                        "unable to parse requirement: found {:?}, expected: identifier",
-                        toks[i]
-                    )
-                })?;
-                i += 1;
-                match toks.get(i) {
-                    None | Some(Tok::Comma) => reqs.push((key, LabelOp::Exists)),
-                    Some(Tok::Eq) | Some(Tok::DoubleEq) | Some(Tok::NotEq) => {
-                        let neg = toks[i] == Tok::NotEq;
-                        let value = word(i + 1).unwrap_or_default();
-                        if word(i + 1).is_some() {
-                            i += 1;
-                        }
-                        i += 1;
-                        reqs.push((
-                            key,
-                            if neg {
-                                LabelOp::NotEq(value)
-                            } else {
-                                LabelOp::Eq(value)
-                            },
-                        ));
-                    }
-                    Some(Tok::Gt) | Some(Tok::Lt) => {
-                        let gt = toks[i] == Tok::Gt;
-                        let n: i64 = word(i + 1)
-                            .and_then(|w| w.parse().ok())
-                            .ok_or("unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer")?;
-                        i += 2;
-                        reqs.push((key, if gt { LabelOp::Gt(n) } else { LabelOp::Lt(n) }));
-                    }
-                    Some(Tok::Word(w)) if w == "in" || w == "notin" => {
-                        let notin = w == "notin";
-                        i += 1;
-                        if toks.get(i) != Some(&Tok::Open) {
-                            return Err(
-                                "unable to parse requirement: found '', expected: '('".into()
-                            );
-                        }
-                        i += 1;
-                        let mut values = Vec::new();
-                        loop {
-                            match toks.get(i) {
-                                Some(Tok::Close) => {
-                                    i += 1;
-                                    break;
-                                }
-                                Some(Tok::Comma) => i += 1,
-                                Some(Tok::Word(v)) => {
-                                    values.push(v.clone());
-                                    i += 1;
-                                }
-                                _ => {
-                                    return Err(
-                                        "unable to parse requirement: found '', expected: ',' or ')'".into(),
-                                    );
-                                }
-                            }
-                        }
-                        reqs.push((
-                            key,
-                            if notin {
-                                LabelOp::NotIn(values)
-                            } else {
-                                LabelOp::In(values)
-                            },
-                        ));
-                    }
-                    Some(t) => {
-                        return Err(format!(
-                            "unable to parse requirement: found {t:?}, expected: in, notin, =, ==, !=, gt, lt"
-                        ));
-                    }
-                }
-            }
-            match toks.get(i) {
-                None => {}
-                Some(Tok::Comma) => i += 1,
-                Some(t) => return Err(format!("found {t:?}, expected: ',' or 'end of string'")),
-            }
+        for t in terms(s).into_iter().filter(|_| !s.trim().is_empty()) {
+            let c = term
+                .captures(t)
+                .ok_or_else(|| format!("unable to parse requirement: {t:?}"))?;
+            let text = |name: &str| c.name(name).map_or("", |m| m.as_str()).to_string();
+            let values = || {
+                let values = text("values");
+                let values = values
+                    .split([',', ' ', '\t', '\n'])
+                    .filter(|v| !v.is_empty());
+                values.map(str::to_string).collect()
+            };
+            let number = || {
+                text("n").parse().map_err(|_| {
+                    "unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer"
+                })
+            };
+            let op = |name: &str| c.name(name).map(|m| m.as_str());
+            let req = match (op("absent"), op("eq"), op("cmp"), op("set")) {
+                (Some(key), ..) => (key.to_string(), LabelOp::NotExists),
+                (_, Some("!="), ..) => (text("key"), LabelOp::NotEq(text("value"))),
+                (_, Some(_), ..) => (text("key"), LabelOp::Eq(text("value"))),
+                (_, _, Some(">"), _) => (text("key"), LabelOp::Gt(number()?)),
+                (_, _, Some(_), _) => (text("key"), LabelOp::Lt(number()?)),
+                (.., Some("in")) => (text("key"), LabelOp::In(values())),
+                (.., Some(_)) => (text("key"), LabelOp::NotIn(values())),
+                _ => (text("key"), LabelOp::Exists),
+            };
+            reqs.push(req);
         }
-        for (k, _) in &reqs {
-            if k.is_empty() || k.len() > 317 {
-                return Err(format!("invalid label key {k:?}"));
-            }
+        if let Some((k, _)) = reqs.iter().find(|(k, _)| k.len() > 317) {
+            return Err(format!("invalid label key {k:?}"));
         }
         Ok(LabelSelector { reqs })
     }
