@@ -2,6 +2,9 @@
 //! listed), `ExecSync` of a few commands, container statistics and container events, each as
 //! the dialect answers it.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use tonic::{Request, Response, Status};
 
 use super::super::proto::runtime_service_server::RuntimeService as RuntimeRpc;
@@ -57,6 +60,26 @@ fn stats_of(c: &FakeContainer, now: i64) -> proto::ContainerStats {
         }),
         ..Default::default()
     }
+}
+
+/// The RPCs the fake does not model, each answering `Unimplemented` as an older runtime would:
+/// the methods as `async_trait` writes an `async fn` (the attribute never sees what a macro
+/// expands to).
+macro_rules! unimplemented_rpcs {
+    ($($rpc:ident($req:ident) -> $resp:ident: $name:literal;)*) => {$(
+        fn $rpc<'life0, 'async_trait>(
+            &'life0 self,
+            _r: Request<proto::$req>,
+        ) -> Pin<Box<
+            dyn Future<Output = Result<Response<proto::$resp>, Status>> + Send + 'async_trait,
+        >>
+        where
+            'life0: 'async_trait,
+            Self: 'async_trait,
+        {
+            Box::pin(std::future::ready(unimplemented($name)))
+        }
+    )*};
 }
 
 #[tonic::async_trait]
@@ -311,20 +334,6 @@ impl RuntimeRpc for Svc {
         Ok(Response::new(convert::container_status_message(&status)))
     }
 
-    async fn update_container_resources(
-        &self,
-        _r: Request<proto::UpdateContainerResourcesRequest>,
-    ) -> Result<Response<proto::UpdateContainerResourcesResponse>, Status> {
-        unimplemented("UpdateContainerResources")
-    }
-
-    async fn reopen_container_log(
-        &self,
-        _r: Request<proto::ReopenContainerLogRequest>,
-    ) -> Result<Response<proto::ReopenContainerLogResponse>, Status> {
-        unimplemented("ReopenContainerLog")
-    }
-
     async fn exec_sync(
         &self,
         r: Request<proto::ExecSyncRequest>,
@@ -378,34 +387,6 @@ impl RuntimeRpc for Svc {
         Ok(Response::new(resp))
     }
 
-    async fn exec(
-        &self,
-        _r: Request<proto::ExecRequest>,
-    ) -> Result<Response<proto::ExecResponse>, Status> {
-        unimplemented("Exec")
-    }
-
-    async fn attach(
-        &self,
-        _r: Request<proto::AttachRequest>,
-    ) -> Result<Response<proto::AttachResponse>, Status> {
-        unimplemented("Attach")
-    }
-
-    async fn port_forward(
-        &self,
-        _r: Request<proto::PortForwardRequest>,
-    ) -> Result<Response<proto::PortForwardResponse>, Status> {
-        unimplemented("PortForward")
-    }
-
-    async fn container_stats(
-        &self,
-        _r: Request<proto::ContainerStatsRequest>,
-    ) -> Result<Response<proto::ContainerStatsResponse>, Status> {
-        unimplemented("ContainerStats")
-    }
-
     async fn list_container_stats(
         &self,
         r: Request<proto::ListContainerStatsRequest>,
@@ -430,25 +411,21 @@ impl RuntimeRpc for Svc {
         Ok(Response::new(proto::ListContainerStatsResponse { stats }))
     }
 
-    async fn pod_sandbox_stats(
-        &self,
-        _r: Request<proto::PodSandboxStatsRequest>,
-    ) -> Result<Response<proto::PodSandboxStatsResponse>, Status> {
-        unimplemented("PodSandboxStats")
-    }
-
-    async fn list_pod_sandbox_stats(
-        &self,
-        _r: Request<proto::ListPodSandboxStatsRequest>,
-    ) -> Result<Response<proto::ListPodSandboxStatsResponse>, Status> {
-        unimplemented("ListPodSandboxStats")
-    }
-
-    async fn update_runtime_config(
-        &self,
-        _r: Request<proto::UpdateRuntimeConfigRequest>,
-    ) -> Result<Response<proto::UpdateRuntimeConfigResponse>, Status> {
-        unimplemented("UpdateRuntimeConfig")
+    unimplemented_rpcs! {
+        update_container_resources(UpdateContainerResourcesRequest)
+            -> UpdateContainerResourcesResponse: "UpdateContainerResources";
+        reopen_container_log(ReopenContainerLogRequest)
+            -> ReopenContainerLogResponse: "ReopenContainerLog";
+        exec(ExecRequest) -> ExecResponse: "Exec";
+        attach(AttachRequest) -> AttachResponse: "Attach";
+        port_forward(PortForwardRequest) -> PortForwardResponse: "PortForward";
+        container_stats(ContainerStatsRequest) -> ContainerStatsResponse: "ContainerStats";
+        pod_sandbox_stats(PodSandboxStatsRequest) -> PodSandboxStatsResponse: "PodSandboxStats";
+        list_pod_sandbox_stats(ListPodSandboxStatsRequest)
+            -> ListPodSandboxStatsResponse: "ListPodSandboxStats";
+        update_runtime_config(UpdateRuntimeConfigRequest)
+            -> UpdateRuntimeConfigResponse: "UpdateRuntimeConfig";
+        runtime_config(RuntimeConfigRequest) -> RuntimeConfigResponse: "RuntimeConfig";
     }
 
     async fn status(
@@ -479,12 +456,5 @@ impl RuntimeRpc for Svc {
         events::get_container_events(&self.0)
             .await
             .map(Response::new)
-    }
-
-    async fn runtime_config(
-        &self,
-        _r: Request<proto::RuntimeConfigRequest>,
-    ) -> Result<Response<proto::RuntimeConfigResponse>, Status> {
-        unimplemented("RuntimeConfig")
     }
 }
