@@ -11,14 +11,23 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// A validation failure: `(field path, reason, message)`.
 pub type Cause = (String, &'static str, String);
 
 /// A compiled `pattern`, compared by its source text.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "String")]
 struct Pattern(String, Option<regex::Regex>);
+
+impl From<String> for Pattern {
+    fn from(p: String) -> Self {
+        let re = regex::Regex::new(&p).ok();
+        Pattern(p, re)
+    }
+}
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
@@ -26,15 +35,19 @@ impl PartialEq for Pattern {
     }
 }
 
-/// One node of an OpenAPI v3 structural schema.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// One node of an OpenAPI v3 structural schema (`openAPIV3Schema`; other keywords ignored).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Schema {
+    #[serde(rename = "type")]
     ty: Option<String>,
     format: Option<String>,
     properties: Option<BTreeMap<String, Schema>>,
     items: Option<Box<Schema>>,
+    #[serde(rename = "additionalProperties")]
     additional: Option<Box<Schema>>,
     required: Vec<String>,
+    #[serde(rename = "enum")]
     enumeration: Vec<Value>,
     default: Option<Value>,
     nullable: bool,
@@ -43,9 +56,13 @@ pub struct Schema {
     min_length: Option<usize>,
     max_length: Option<usize>,
     pattern: Option<Pattern>,
+    #[serde(rename = "x-kubernetes-int-or-string")]
     int_or_string: bool,
+    #[serde(rename = "x-kubernetes-preserve-unknown-fields")]
     preserve_unknown: bool,
+    #[serde(rename = "x-kubernetes-list-type")]
     list_type: Option<String>,
+    #[serde(rename = "x-kubernetes-list-map-keys")]
     list_map_keys: Vec<String>,
 }
 
@@ -163,61 +180,6 @@ fn is_date_time(s: &str) -> bool {
 }
 
 impl Schema {
-    /// Parse an `openAPIV3Schema` (JSON). Unknown keywords are ignored.
-    pub fn from_json(v: &Value) -> Schema {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-        let strings = |k: &str| -> Vec<String> {
-            v.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let size = |k: &str| v.get(k).and_then(Value::as_u64).map(|n| n as usize);
-        Schema {
-            ty: s("type"),
-            format: s("format"),
-            properties: v.get("properties").and_then(Value::as_object).map(|m| {
-                m.iter()
-                    .map(|(k, p)| (k.clone(), Schema::from_json(p)))
-                    .collect()
-            }),
-            items: v
-                .get("items")
-                .filter(|i| i.is_object())
-                .map(|i| Box::new(Schema::from_json(i))),
-            additional: v
-                .get("additionalProperties")
-                .filter(|i| i.is_object())
-                .map(|i| Box::new(Schema::from_json(i))),
-            required: strings("required"),
-            enumeration: v
-                .get("enum")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-            default: v.get("default").cloned(),
-            nullable: flag("nullable"),
-            minimum: v.get("minimum").and_then(Value::as_f64),
-            maximum: v.get("maximum").and_then(Value::as_f64),
-            min_length: size("minLength"),
-            max_length: size("maxLength"),
-            pattern: s("pattern").map(|p| {
-                let re = regex::Regex::new(&p).ok();
-                Pattern(p, re)
-            }),
-            int_or_string: flag("x-kubernetes-int-or-string"),
-            preserve_unknown: flag("x-kubernetes-preserve-unknown-fields"),
-            list_type: s("x-kubernetes-list-type"),
-            list_map_keys: strings("x-kubernetes-list-map-keys"),
-        }
-    }
-
     /// Prune, drop `null`s and default a whole object (the root: `apiVersion`,
     /// `kind` and `metadata` are kept, `metadata` coerced to `ObjectMeta`).
     /// With `warnings`, every dropped unknown field is reported like the real
@@ -521,22 +483,12 @@ impl Schema {
 
 /// The schemas of OpenKruise's CRDs, by plural and version (see `src/schemas/README.md`).
 pub fn kruise_schema(plural: &str, version: &str) -> Option<Arc<Schema>> {
-    static ALL: OnceLock<BTreeMap<(String, String), Arc<Schema>>> = OnceLock::new();
+    type Versions = BTreeMap<String, Arc<Schema>>;
+    static ALL: OnceLock<BTreeMap<String, Versions>> = OnceLock::new();
     let all = ALL.get_or_init(|| {
-        let doc: Value =
-            serde_json::from_str(include_str!("schemas/kruise.json")).unwrap_or(Value::Null);
-        let mut out = BTreeMap::new();
-        for (plural, versions) in doc.as_object().into_iter().flatten() {
-            for (version, schema) in versions.as_object().into_iter().flatten() {
-                out.insert(
-                    (plural.clone(), version.clone()),
-                    Arc::new(Schema::from_json(schema)),
-                );
-            }
-        }
-        out
+        serde_json::from_str(include_str!("schemas/kruise.json")).expect("the kruise schemas parse")
     });
-    all.get(&(plural.to_string(), version.to_string())).cloned()
+    all.get(plural)?.get(version).cloned()
 }
 
 #[cfg(test)]
