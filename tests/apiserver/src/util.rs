@@ -2,32 +2,11 @@
 //! string decoding and the metadata validation the real server performs
 //! (DNS names, label and annotation keys and values).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde_json::{Map, Value};
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-fn random_u64() -> u64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    splitmix(nanos ^ splitmix(SEQ.fetch_add(1, Ordering::Relaxed)))
-}
 
 /// A fresh UUID-v4-shaped string.
 pub fn new_uid() -> String {
-    let a = random_u64();
-    let b = random_u64();
+    let (a, b) = (fastrand::u64(..), fastrand::u64(..));
     format!(
         "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
         a >> 32,
@@ -41,79 +20,32 @@ pub fn new_uid() -> String {
 /// Five characters from the alphabet the real server uses for `generateName`.
 pub fn name_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut r = random_u64();
     (0..5)
-        .map(|_| {
-            let c = ALPHABET[(r % ALPHABET.len() as u64) as usize] as char;
-            r /= ALPHABET.len() as u64;
-            c
-        })
+        .map(|_| char::from(ALPHABET[fastrand::usize(..ALPHABET.len())]))
         .collect()
 }
 
 /// Current time as `2006-01-02T15:04:05Z`.
 pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    format_rfc3339(secs)
+    format_rfc3339(jiff::Timestamp::now().as_second())
 }
 
 /// Format Unix seconds as an RFC 3339 UTC timestamp.
 pub fn format_rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    let t = jiff::Timestamp::from_second(secs).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// Decode `application/x-www-form-urlencoded` text (`+` is a space).
+/// Decode a percent-encoded path segment.
 pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'+', _) => out.push(b' '),
-            (b'%', Some(h)) => {
-                out.push(h);
-                i += 2;
-            }
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
-/// Split a query string into decoded `(key, value)` pairs.
+/// Split a query string into decoded `(key, value)` pairs (`+` is a space).
 pub fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect()
+    form_urlencoded::parse(q.as_bytes()).into_owned().collect()
 }
 
 fn is_dns_part(s: &str) -> bool {
@@ -227,7 +159,11 @@ mod tests {
     fn timestamps_and_names() {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(percent_decode("a%3Db+c%2"), "a=b c%2");
+        assert_eq!(percent_decode("a%3Db+c%2"), "a=b+c%2");
+        assert_eq!(
+            parse_query("s=a%3Db+c&w"),
+            [("s".into(), "a=b c".into()), ("w".into(), String::new())]
+        );
         assert!(is_dns_subdomain("node-1.example"));
         assert!(!is_dns_subdomain("Node"));
         assert!(is_qualified_name("apps.kruise.io/foo_bar"));
