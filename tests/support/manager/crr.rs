@@ -9,8 +9,8 @@ use apiserver_double::{AdmissionRequest, Control, Denial, Operation};
 use serde_json::{Value, json};
 
 use super::{
-    Inner, Res, Wake, condition, deleting, label, name_of, now, ns_of, pod_active, rfc3339, secs,
-    since, time_of, uid_of,
+    Inner, Res, Wake, condition, deleting, label, now, ns_of, pod_active, rfc3339, secs, since,
+    time_of, uid_of,
 };
 
 /// The webhook's name in a denial (kruise's `config/webhook`, `mcontainerrecreaterequest.kb.io`).
@@ -221,9 +221,8 @@ pub(crate) async fn reconcile(m: &Inner) -> Wake {
 }
 
 async fn sync(m: &Inner, crr: &Value) -> Wake {
-    let (ns, name) = (ns_of(crr), name_of(crr));
     let pod_name = crr["spec"]["podName"].as_str().unwrap_or_default();
-    let pod = m.get(Res::Pods, ns, pod_name);
+    let pod = m.get(Res::Pods, ns_of(crr), pod_name);
     let status = &crr["status"];
     let completed = status["completionTime"].is_string();
     if deleting(crr) || completed {
@@ -234,11 +233,8 @@ async fn sync(m: &Inner, crr: &Value) -> Wake {
         }
         if label(crr, ACTIVE_LABEL).is_some() {
             let patch = json!({"metadata": {"labels": {ACTIVE_LABEL: null}}});
-            m.write(
-                "remove the active label",
-                m.http.merge_patch(Res::Crrs, ns, name, None, &patch),
-            )
-            .await;
+            m.merge_patch("remove the active label", Res::Crrs, crr, &patch)
+                .await;
             return Wake::default();
         }
         let Some(ttl) = secs(&crr["spec"]["ttlSecondsAfterFinished"]) else {
@@ -247,8 +243,7 @@ async fn sync(m: &Inner, crr: &Value) -> Wake {
         let done_at = time_of(&status["completionTime"]).unwrap_or_else(now);
         let left = ttl.saturating_sub(since(done_at));
         if left.is_zero() {
-            m.write("delete after its TTL", m.http.delete(Res::Crrs, ns, name))
-                .await;
+            m.delete("delete after its TTL", Res::Crrs, crr).await;
             return Wake::default();
         }
         return Wake::after(left);
@@ -327,12 +322,8 @@ async fn sync_snapshot(m: &Inner, crr: &Value, pod: &Value, created: k8s_openapi
         return;
     }
     let patch = json!({"status": {"containerStatusSnapshot": snapshot}});
-    m.write(
-        "container status snapshot",
-        m.http
-            .merge_patch(Res::Crrs, ns_of(crr), name_of(crr), Some("status"), &patch),
-    )
-    .await;
+    m.merge_patch_status("container status snapshot", Res::Crrs, crr, &patch)
+        .await;
 }
 
 /// `waitRecreateGracePeriod` step 2 (:325-347): condition `PreRecreateGrace=True` once. (Step 1,
@@ -353,12 +344,8 @@ async fn grace_condition(m: &Inner, crr: &Value) {
         "message": "Pod has been forced to not-ready for unreadyGracePeriodSeconds drain",
         "lastTransitionTime": rfc3339(now())}));
     let patch = json!({"status": {"conditions": conditions}});
-    m.write(
-        "PreRecreateGrace",
-        m.http
-            .merge_patch(Res::Crrs, ns_of(crr), name_of(crr), Some("status"), &patch),
-    )
-    .await;
+    m.merge_patch_status("PreRecreateGrace", Res::Crrs, crr, &patch)
+        .await;
 }
 
 /// `completeCRR` (:374-388): the phase is only ever `Completed`.
@@ -367,15 +354,7 @@ async fn complete(m: &Inner, crr: &Value, message: &str) {
     if !message.is_empty() {
         status["message"] = json!(message);
     }
-    m.write(
-        "complete the request",
-        m.http.merge_patch(
-            Res::Crrs,
-            ns_of(crr),
-            name_of(crr),
-            Some("status"),
-            &json!({"status": status}),
-        ),
-    )
-    .await;
+    let patch = json!({"status": status});
+    m.merge_patch_status("complete the request", Res::Crrs, crr, &patch)
+        .await;
 }

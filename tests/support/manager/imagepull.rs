@@ -93,11 +93,8 @@ async fn sync(m: &Inner, job: &Value) -> Wake {
         sync_secrets(m, job, false).await;
         if has_finalizer(job, FINALIZER) {
             let j = with_finalizer(job, FINALIZER, false);
-            m.write(
-                "remove the job's finalizer",
-                m.http.replace(Res::ImagePullJobs, &j, None),
-            )
-            .await;
+            m.replace("remove the job's finalizer", Res::ImagePullJobs, &j)
+                .await;
             return Wake::default();
         }
         if deleting(job) {
@@ -109,22 +106,16 @@ async fn sync(m: &Inner, job: &Value) -> Wake {
         let done = time_of(&job["status"]["completionTime"]).unwrap_or_else(now);
         let left = ttl.saturating_sub(since(done));
         if left.is_zero() {
-            m.write(
-                "delete the job after its TTL",
-                m.http.delete(Res::ImagePullJobs, ns_of(job), name_of(job)),
-            )
-            .await;
+            m.delete("delete the job after its TTL", Res::ImagePullJobs, job)
+                .await;
             return Wake::default();
         }
         return Wake::after(left);
     }
     if !has_finalizer(job, FINALIZER) {
         let j = with_finalizer(job, FINALIZER, true);
-        m.write(
-            "add the job's finalizer",
-            m.http.replace(Res::ImagePullJobs, &j, None),
-        )
-        .await;
+        m.replace("add the job's finalizer", Res::ImagePullJobs, &j)
+            .await;
         return Wake::default();
     }
     let node_images = select(m, job);
@@ -137,11 +128,8 @@ async fn sync(m: &Inner, job: &Value) -> Wake {
     if new_status != job["status"] {
         let mut j = job.clone();
         j["status"] = new_status;
-        m.write(
-            "the job's status",
-            m.http.replace(Res::ImagePullJobs, &j, Some("status")),
-        )
-        .await;
+        m.replace_status("the job's status", Res::ImagePullJobs, &j)
+            .await;
         return Wake::default();
     }
     let always = job["spec"]["completionPolicy"]["type"] != "Never";
@@ -431,11 +419,8 @@ async fn sync_node_images(
         if !secrets.is_empty() {
             image["pullSecrets"] = json!(secrets);
         }
-        m.write(
-            "the job's tag on a NodeImage",
-            m.http.replace(Res::NodeImages, &ni, None),
-        )
-        .await;
+        m.replace("the job's tag on a NodeImage", Res::NodeImages, &ni)
+            .await;
     }
 }
 
@@ -501,11 +486,7 @@ async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Va
                     json!(set.into_iter().collect::<Vec<_>>().join(","));
                 c["data"] = source["data"].clone();
                 if c != **copy {
-                    m.write(
-                        "refresh a secret copy",
-                        m.http.replace(Res::Secrets, &c, None),
-                    )
-                    .await;
+                    m.replace("refresh a secret copy", Res::Secrets, &c).await;
                 }
                 let mode = copy["metadata"]["annotations"][MODE].as_str().unwrap_or("");
                 refs.push(
@@ -525,12 +506,9 @@ async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Va
                     "metadata": {"namespace": DAEMON_CONFIG_NS, "name": copy_name,
                                  "labels": source["metadata"]["labels"], "annotations": annotations},
                     "type": source["type"], "data": source["data"]});
-                if m.write(
-                    "copy a pull secret",
-                    m.http.create(Res::Secrets, DAEMON_CONFIG_NS, &copy),
-                )
-                .await
-                .is_some()
+                if m.create("copy a pull secret", Res::Secrets, &copy)
+                    .await
+                    .is_some()
                 {
                     refs.push(
                         json!({"namespace": DAEMON_CONFIG_NS, "name": copy_name, "mode": "batch"}),
@@ -550,20 +528,13 @@ async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Va
         }
         set.remove(&job_key);
         if set.is_empty() {
-            m.write(
-                "delete a released secret copy",
-                m.http.delete(Res::Secrets, DAEMON_CONFIG_NS, name_of(copy)),
-            )
-            .await;
+            m.delete("delete a released secret copy", Res::Secrets, copy)
+                .await;
         } else {
             let mut c = copy.clone();
             c["metadata"]["annotations"][REFERENCES] =
                 json!(set.into_iter().collect::<Vec<_>>().join(","));
-            m.write(
-                "release a secret copy",
-                m.http.replace(Res::Secrets, &c, None),
-            )
-            .await;
+            m.replace("release a secret copy", Res::Secrets, &c).await;
         }
     }
     Some(refs)

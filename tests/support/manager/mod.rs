@@ -95,7 +95,7 @@ pub struct ManagerDouble {
 /// What the controllers share.
 pub(crate) struct Inner {
     pub control: Control,
-    pub http: Http,
+    http: kube::Client,
     pub timing: Timing,
     pub workloads: Mutex<BTreeMap<String, workload::Workload>>,
     wake: Notify,
@@ -110,7 +110,7 @@ impl ManagerDouble {
         crr::register_webhook(&control);
         nodeimage::register_webhooks(&control);
         imagepull::register_webhook(&control);
-        let http = Http::connect(&control).await;
+        let http = connect(&control).await;
         let inner = Arc::new(Inner {
             control,
             http,
@@ -282,26 +282,6 @@ impl Wake {
 // === impl Inner ===
 
 impl Inner {
-    /// Makes a write and counts it; a conflict or a missing object is left to the next pass
-    /// (the store moved, so one comes), any other failure is recorded in [`ManagerDouble::errors`].
-    pub async fn write(
-        &self,
-        what: &str,
-        result: impl std::future::Future<Output = Result<Value, kube::Error>>,
-    ) -> Option<Value> {
-        match result.await {
-            Ok(v) => {
-                self.writes.fetch_add(1, Ordering::SeqCst);
-                Some(v)
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => None,
-            Err(e) => {
-                self.error(format!("{what}: {e}"));
-                None
-            }
-        }
-    }
-
     /// Records what the double could not do (see [`ManagerDouble::errors`]).
     pub fn error(&self, what: String) {
         let mut errors = lock(&self.errors);
@@ -364,104 +344,107 @@ impl Res {
         }
     }
 
-    /// The URL path of the collection (in `ns` when namespaced).
-    pub fn collection(self, ns: &str) -> String {
+    /// The URL path of `obj`'s collection.
+    fn collection(self, obj: &Value) -> String {
         let (prefix, plural, namespaced) = self.parts();
-        if namespaced {
-            format!("{prefix}/namespaces/{ns}/{plural}")
-        } else {
-            format!("{prefix}/{plural}")
+        match namespaced {
+            true => format!("{prefix}/namespaces/{}/{plural}", ns_of(obj)),
+            false => format!("{prefix}/{plural}"),
         }
     }
 
-    /// The URL path of one object (`sub`: `Some("status")` for the status subresource).
-    pub fn path(self, ns: &str, name: &str, sub: Option<&str>) -> String {
-        let base = format!("{}/{name}", self.collection(ns));
-        match sub {
-            Some(s) => format!("{base}/{s}"),
-            None => base,
-        }
+    /// The URL path of `obj`, followed by `sub` (`""`, or `/status` for the status subresource).
+    fn path(self, obj: &Value, sub: &str) -> String {
+        format!("{}/{}{sub}", self.collection(obj), name_of(obj))
     }
 }
 
 /// The manager's HTTP client of the API double (the double's default kubeconfig: the admin).
-pub(crate) struct Http {
-    client: kube::Client,
+async fn connect(control: &Control) -> kube::Client {
+    let yaml = control.kubeconfig_with_token(apiserver_double::DEFAULT_TOKEN);
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).expect("the double's kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("a client config");
+    kube::Client::try_from(config).expect("a kube client")
 }
 
-impl Http {
-    async fn connect(control: &Control) -> Http {
-        let yaml = control.kubeconfig_with_token(apiserver_double::DEFAULT_TOKEN);
-        let kubeconfig =
-            kube::config::Kubeconfig::from_yaml(&yaml).expect("the double's kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("a client config");
-        Http {
-            client: kube::Client::try_from(config).expect("a kube client"),
-        }
-    }
+// === the writes ===
 
+const JSON: &str = "application/json";
+const MERGE: &str = "application/merge-patch+json";
+
+impl Inner {
+    /// Makes a write over HTTP and counts it; a conflict or a missing object is left to the next
+    /// pass (the store moved, so one comes), any other failure is recorded in
+    /// [`ManagerDouble::errors`] as `what`.
     async fn send(
         &self,
+        what: &str,
         method: http::Method,
-        path: &str,
+        path: String,
         content_type: &str,
         body: Option<&Value>,
-    ) -> Result<Value, kube::Error> {
-        let bytes = body.map(Value::to_string).unwrap_or_default().into_bytes();
+    ) -> Option<Value> {
         let req = http::Request::builder()
             .method(method)
             .uri(path)
             .header(http::header::CONTENT_TYPE, content_type)
-            .body(bytes)
+            .body(body.map(Value::to_string).unwrap_or_default().into_bytes())
             .expect("a valid request");
-        self.client.request::<Value>(req).await
+        match self.http.request::<Value>(req).await {
+            Ok(v) => {
+                self.writes.fetch_add(1, Ordering::SeqCst);
+                Some(v)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => None,
+            Err(e) => {
+                self.error(format!("{what}: {e}"));
+                None
+            }
+        }
     }
 
-    /// `POST` to a collection.
-    pub async fn create(&self, res: Res, ns: &str, obj: &Value) -> Result<Value, kube::Error> {
-        let path = res.collection(ns);
-        self.send(http::Method::POST, &path, "application/json", Some(obj))
+    /// `POST` of `obj` to its collection.
+    pub async fn create(&self, what: &str, res: Res, obj: &Value) -> Option<Value> {
+        let path = res.collection(obj);
+        self.send(what, http::Method::POST, path, JSON, Some(obj))
             .await
     }
 
-    /// `PUT` of the object (its `resourceVersion` is the precondition), or of its `sub`resource.
-    pub async fn replace(
-        &self,
-        res: Res,
-        obj: &Value,
-        sub: Option<&str>,
-    ) -> Result<Value, kube::Error> {
-        let path = res.path(ns_of(obj), name_of(obj), sub);
-        self.send(http::Method::PUT, &path, "application/json", Some(obj))
+    /// `PUT` of the object (its `resourceVersion` is the precondition).
+    pub async fn replace(&self, what: &str, res: Res, obj: &Value) -> Option<Value> {
+        let path = res.path(obj, "");
+        self.send(what, http::Method::PUT, path, JSON, Some(obj))
             .await
     }
 
-    /// A JSON merge patch of the object or its `sub`resource.
-    pub async fn merge_patch(
-        &self,
-        res: Res,
-        ns: &str,
-        name: &str,
-        sub: Option<&str>,
-        patch: &Value,
-    ) -> Result<Value, kube::Error> {
-        let path = res.path(ns, name, sub);
-        self.send(
-            http::Method::PATCH,
-            &path,
-            "application/merge-patch+json",
-            Some(patch),
-        )
-        .await
+    /// `PUT` of the object's status subresource.
+    pub async fn replace_status(&self, what: &str, res: Res, obj: &Value) -> Option<Value> {
+        let path = res.path(obj, "/status");
+        self.send(what, http::Method::PUT, path, JSON, Some(obj))
+            .await
+    }
+
+    /// A JSON merge patch of the object.
+    pub async fn merge_patch(&self, what: &str, res: Res, obj: &Value, patch: &Value) {
+        let path = res.path(obj, "");
+        self.send(what, http::Method::PATCH, path, MERGE, Some(patch))
+            .await;
+    }
+
+    /// A JSON merge patch of the object's status subresource.
+    pub async fn merge_patch_status(&self, what: &str, res: Res, obj: &Value, patch: &Value) {
+        let path = res.path(obj, "/status");
+        self.send(what, http::Method::PATCH, path, MERGE, Some(patch))
+            .await;
     }
 
     /// `DELETE` of the object.
-    pub async fn delete(&self, res: Res, ns: &str, name: &str) -> Result<Value, kube::Error> {
-        let path = res.path(ns, name, None);
-        self.send(http::Method::DELETE, &path, "application/json", None)
-            .await
+    pub async fn delete(&self, what: &str, res: Res, obj: &Value) {
+        let path = res.path(obj, "");
+        self.send(what, http::Method::DELETE, path, JSON, None)
+            .await;
     }
 }
 
@@ -482,7 +465,6 @@ pub(crate) fn uid_of(obj: &Value) -> &str {
     obj["metadata"]["uid"].as_str().unwrap_or_default()
 }
 
-/// A label's value.
 pub(crate) fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj["metadata"]["labels"][key].as_str()
 }
@@ -509,7 +491,6 @@ pub(crate) fn pod_active(pod: &Value) -> bool {
         )
 }
 
-/// Now, as a timestamp.
 pub(crate) fn now() -> Timestamp {
     Timestamp::now()
 }

@@ -146,11 +146,8 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
                 if ni["metadata"]["labels"] != node["metadata"]["labels"] {
                     let mut ni = ni.clone();
                     ni["metadata"]["labels"] = node["metadata"]["labels"].clone();
-                    m.write(
-                        "the NodeImage's labels",
-                        m.http.replace(Res::NodeImages, &ni, None),
-                    )
-                    .await;
+                    m.replace("the NodeImage's labels", Res::NodeImages, &ni)
+                        .await;
                 }
             }
             None => {
@@ -168,22 +165,16 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
                 let ni = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "NodeImage",
                                 "metadata": {"name": name, "labels": node["metadata"]["labels"]},
                                 "spec": {}});
-                m.write(
-                    "a NodeImage for a Ready node",
-                    m.http.create(Res::NodeImages, "", &ni),
-                )
-                .await;
+                m.create("a NodeImage for a Ready node", Res::NodeImages, &ni)
+                    .await;
             }
         }
     }
     for ni in &images {
         let node = nodes.iter().find(|n| name_of(n) == name_of(ni));
         if node.is_none_or(deleting) && label(ni, FAKE_NODE_IMAGE).is_none() {
-            m.write(
-                "delete the NodeImage of a gone node",
-                m.http.delete(Res::NodeImages, "", name_of(ni)),
-            )
-            .await;
+            m.delete("delete the NodeImage of a gone node", Res::NodeImages, ni)
+                .await;
         }
     }
     wake
@@ -264,11 +255,8 @@ async fn clean_spec(m: &Inner, ni: &Value, wake: &mut Wake) -> bool {
     if next == *ni {
         return false;
     }
-    m.write(
-        "the NodeImage's spec clean-up",
-        m.http.replace(Res::NodeImages, &next, None),
-    )
-    .await;
+    m.replace("the NodeImage's spec clean-up", Res::NodeImages, &next)
+        .await;
     true
 }
 
@@ -363,9 +351,10 @@ async fn fail_silent_tags(m: &Inner, ni: &Value, wake: &mut Wake) {
     status["succeeded"] = json!(counts.0);
     status["failed"] = json!(counts.1);
     status["pulling"] = json!(counts.2);
-    m.write(
+    m.replace_status(
         "the NodeImage's status for a silent node",
-        m.http.replace(Res::NodeImages, &next, Some("status")),
+        Res::NodeImages,
+        &next,
     )
     .await;
 }

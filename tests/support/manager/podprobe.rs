@@ -28,19 +28,17 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
             // omitted, so `spec: {}` is there (the status the API server drops on create)
             let npp = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodePodProbe",
                              "metadata": {"name": name_of(node)}, "spec": {}});
-            m.write(
-                "a NodePodProbe for a Ready node",
-                m.http.create(Res::NodePodProbes, "", &npp),
-            )
-            .await;
+            m.create("a NodePodProbe for a Ready node", Res::NodePodProbes, &npp)
+                .await;
         }
     }
     for npp in &probes {
         let node = nodes.iter().find(|n| name_of(n) == name_of(npp));
         if node.is_none_or(deleting) {
-            m.write(
+            m.delete(
                 "delete the NodePodProbe of a gone node",
-                m.http.delete(Res::NodePodProbes, "", name_of(npp)),
+                Res::NodePodProbes,
+                npp,
             )
             .await;
             continue;
@@ -61,11 +59,8 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
         if live.len() != entries.len() {
             let mut next = npp.clone();
             next["spec"]["podProbes"] = json!(live);
-            m.write(
-                "drop the probes of gone pods",
-                m.http.replace(Res::NodePodProbes, &next, None),
-            )
-            .await;
+            m.replace("drop the probes of gone pods", Res::NodePodProbes, &next)
+                .await;
         }
     }
     Wake::default()
@@ -126,21 +121,15 @@ pub(crate) async fn reconcile_markers(m: &Inner) -> Wake {
             if has {
                 remove_probes(m, &ppm, &nodes).await;
                 let next = with_finalizer(&ppm, FINALIZER, false);
-                m.write(
-                    "remove the marker's finalizer",
-                    m.http.replace(Res::PodProbeMarkers, &next, None),
-                )
-                .await;
+                m.replace("remove the marker's finalizer", Res::PodProbeMarkers, &next)
+                    .await;
             }
             continue;
         }
         if !has {
             let next = with_finalizer(&ppm, FINALIZER, true);
-            m.write(
-                "add the marker's finalizer",
-                m.http.replace(Res::PodProbeMarkers, &next, None),
-            )
-            .await;
+            m.replace("add the marker's finalizer", Res::PodProbeMarkers, &next)
+                .await;
             continue;
         }
         for node in &nodes {
@@ -156,11 +145,8 @@ pub(crate) async fn reconcile_markers(m: &Inner) -> Wake {
         if ppm["status"] != status {
             let mut next = ppm.clone();
             next["status"] = status;
-            m.write(
-                "the marker's status",
-                m.http.replace(Res::PodProbeMarkers, &next, Some("status")),
-            )
-            .await;
+            m.replace_status("the marker's status", Res::PodProbeMarkers, &next)
+                .await;
         }
     }
     Wake::default()
@@ -215,11 +201,8 @@ async fn write_probes(m: &Inner, ppm: &Value, node: &str, pods: &[&Value]) {
         }
     }
     if next != npp {
-        m.write(
-            "the marker's probes",
-            m.http.replace(Res::NodePodProbes, &next, None),
-        )
-        .await;
+        m.replace("the marker's probes", Res::NodePodProbes, &next)
+            .await;
     }
 }
 
@@ -239,9 +222,10 @@ async fn remove_probes(m: &Inner, ppm: &Value, nodes: &BTreeSet<String>) {
             entries.retain(|e| e["probes"].as_array().is_some_and(|p| !p.is_empty()));
         }
         if next != npp {
-            m.write(
+            m.replace(
                 "remove a deleted marker's probes",
-                m.http.replace(Res::NodePodProbes, &next, None),
+                Res::NodePodProbes,
+                &next,
             )
             .await;
         }
@@ -350,11 +334,8 @@ async fn reflect(m: &Inner, pod: &Value, entry: &Value) {
     }
     if next != *pod {
         // metadata too, through the status subresource (kruise #1597)
-        m.write(
-            "probe results onto the pod",
-            m.http.replace(Res::Pods, &next, Some("status")),
-        )
-        .await;
+        m.replace_status("probe results onto the pod", Res::Pods, &next)
+            .await;
     }
 }
 

@@ -246,12 +246,8 @@ async fn sync_pod(m: &Inner, w: &Workload, pod: &Value) {
         // (cloneset_update.go:204-211; lifecycle_utils.go:132-159)
         let patch = json!({"metadata": {"labels": {LIFECYCLE_STATE: "Normal"},
                                          "annotations": {LIFECYCLE_TIMESTAMP: rfc3339(now())}}});
-        m.write(
-            "lifecycle Normal",
-            m.http
-                .merge_patch(Res::Pods, "default", name_of(pod), None, &patch),
-        )
-        .await;
+        m.merge_patch("lifecycle Normal", Res::Pods, pod, &patch)
+            .await;
     }
 }
 
@@ -436,10 +432,7 @@ async fn start_update(m: &Inner, w: &Workload, pod: &Value, spec: &UpdateSpec) {
         not_ready_for_gate(&mut status_pod, &t);
         if changed {
             let Some(written) = m
-                .write(
-                    "InPlaceUpdateReady=False",
-                    m.http.replace(Res::Pods, &status_pod, Some("status")),
-                )
+                .replace_status("InPlaceUpdateReady=False", Res::Pods, &status_pod)
                 .await
             else {
                 return;
@@ -636,7 +629,7 @@ async fn write_pod(m: &Inner, pod: &Value, state: &State, what: &str) {
     annotations
         .as_object_mut()
         .map(|a| a.remove(INPLACE_UPDATE_STATE_LEGACY));
-    m.write(what, m.http.replace(Res::Pods, &pod, None)).await;
+    m.replace(what, Res::Pods, &pod).await;
 }
 
 /// Sets `cond` on the pod as kruise's `SetPodCondition` (pkg/util/pods.go:328-338): replaced only
@@ -713,11 +706,8 @@ async fn set_ready_true(m: &Inner, pod: &Value) {
     let cond = json!({"type": INPLACE_UPDATE_READY, "status": "True",
                       "lastTransitionTime": rfc3339(now())});
     put_condition(&mut pod, cond);
-    m.write(
-        "InPlaceUpdateReady=True",
-        m.http.replace(Res::Pods, &pod, Some("status")),
-    )
-    .await;
+    m.replace_status("InPlaceUpdateReady=True", Res::Pods, &pod)
+        .await;
 }
 
 // === completion ===
