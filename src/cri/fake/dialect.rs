@@ -118,11 +118,6 @@ impl Dialect {
         }
     }
 
-    /// The kubelet's container ID of `id` on this runtime: `<runtime name>://<id>`.
-    pub fn kubelet_id(self, id: &str) -> String {
-        format!("{}://{id}", self.runtime_name())
-    }
-
     /// How it answers `GetContainerEvents`.
     pub(super) fn events(self) -> Events {
         match self {
@@ -137,7 +132,6 @@ impl Dialect {
         Status::unimplemented(go_unknown_method("GetContainerEvents"))
     }
 
-    /// Whether it is a CRI-O.
     fn is_crio(self) -> bool {
         matches!(self, Dialect::CriO | Dialect::CriOWithoutPodEvents)
     }

@@ -161,7 +161,6 @@ impl FakeRuntime {
         Ok(rt)
     }
 
-    /// The runtime it answers as.
     pub fn dialect(&self) -> Dialect {
         self.state().dialect()
     }
@@ -176,7 +175,6 @@ impl FakeRuntime {
         format!("{}://{id}", self.shared.runtime_name)
     }
 
-    /// The endpoint to dial.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::unix(&self.socket)
     }

@@ -28,19 +28,8 @@ pub enum Operation {
     Update,
 }
 
-impl Operation {
-    /// The `AdmissionRequest.operation` name: `CREATE` or `UPDATE`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-        }
-    }
-}
-
 /// One request as an admission hook sees it (an `AdmissionRequest`).
 pub struct AdmissionRequest<'a> {
-    /// Create or update.
     pub operation: Operation,
     /// The API group of the resource (`""` for core).
     pub group: &'a str,
@@ -170,24 +159,17 @@ impl Admission {
         })
     }
 
-    /// Runs the mutating hooks for the request in registration order; each sees what the
-    /// ones before it made. The first refusal ends the request.
-    pub(crate) fn mutate(&self, request: &mut AdmissionRequest<'_>) -> Result<(), ApiError> {
+    /// Runs the request's mutating hooks, or its validating ones, in registration order: each
+    /// mutating hook sees what the ones before it made; the first refusal ends the request (the
+    /// real server calls validating hooks in parallel and reports one refusal).
+    fn run(&self, request: &mut AdmissionRequest<'_>, mutating: bool) -> Result<(), ApiError> {
         for r in self.matching(request.group, request.resource, request.operation) {
-            if let Hook::Mutating(hook) = &r.hook {
-                hook(request).map_err(|d| d.to_api_error(&r.name))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs the validating hooks for the request; the first refusal ends the request (the
-    /// real server calls them in parallel and reports one refusal).
-    pub(crate) fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
-        for r in self.matching(request.group, request.resource, request.operation) {
-            if let Hook::Validating(hook) = &r.hook {
-                hook(request).map_err(|d| d.to_api_error(&r.name))?;
-            }
+            let verdict = match &r.hook {
+                Hook::Mutating(hook) if mutating => hook(request),
+                Hook::Validating(hook) if !mutating => hook(request),
+                _ => Ok(()),
+            };
+            verdict.map_err(|d| d.to_api_error(&r.name))?;
         }
         Ok(())
     }
@@ -197,7 +179,6 @@ impl Admission {
 pub(crate) struct Write<'a> {
     /// The kind (version) the request was made through.
     pub kind: &'a KindInfo,
-    /// Its storage kind.
     pub storage_kind: &'a KindInfo,
     pub operation: Operation,
     pub namespace: &'a str,
@@ -257,7 +238,7 @@ pub(crate) fn mutate(
         served["metadata"]["namespace"] = json!(w.namespace);
     }
     let mut request = w.request(st, served, old);
-    st.admission.mutate(&mut request)?;
+    st.admission.run(&mut request, true)?;
     let mut out = request.object;
     if let Some(schema) = &w.kind.schema {
         schema.normalize(&mut out, None);
@@ -280,8 +261,8 @@ pub(crate) fn validate(
     if !w.hooked(st) {
         return Ok(());
     }
-    let request = w.request(st, from_storage(w.kind, obj), old);
-    st.admission.validate(&request)
+    let mut request = w.request(st, from_storage(w.kind, obj), old);
+    st.admission.run(&mut request, false)
 }
 
 #[cfg(test)]

@@ -136,7 +136,6 @@ pub(crate) struct Attributes {
     pub verb: String,
     /// The API group, `""` for core.
     pub group: String,
-    /// The API version.
     pub version: String,
     /// The namespace, `""` for cluster-scoped requests.
     pub namespace: String,

@@ -76,15 +76,10 @@ impl Faults {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestRecord {
-    /// HTTP method.
     pub method: String,
-    /// Path without query.
     pub path: String,
-    /// Raw query string.
     pub query: String,
-    /// `Content-Type` header.
     pub content_type: Option<String>,
-    /// `User-Agent` header.
     pub user_agent: Option<String>,
     /// Request body as text (lossy UTF-8).
     pub body: String,
@@ -375,7 +370,6 @@ impl Control {
             .write(|st| ops::force_remove(st, kidx, namespace, name))
     }
 
-    /// One object, if present.
     pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
         self.shared
             .store
@@ -430,7 +424,6 @@ impl Control {
         }
     }
 
-    /// Forget every pending fault.
     pub fn clear_faults(&self) {
         self.lock_faults().rules.clear();
     }
@@ -477,11 +470,11 @@ impl Control {
     /// Clear the request counts, the refusals and the request log.
     pub fn reset_requests(&self) {
         let mut log = self.lock_requests();
-        log.counts.clear();
-        log.users.clear();
-        log.by_user.clear();
-        log.refused.clear();
-        log.log.clear();
+        let total = log.total;
+        *log = RequestLog {
+            total,
+            ..RequestLog::default()
+        };
     }
 
     /// Wait until `pred` holds for the store, re-checking after every write.

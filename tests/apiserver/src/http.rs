@@ -24,6 +24,7 @@ use crate::patch::PatchType;
 use crate::selectors::Selectors;
 use crate::server::Shared;
 use crate::status::ApiError;
+use crate::store::{State, Store};
 use crate::util::{parse_query, percent_decode};
 use crate::watch::{self, Start, WatchRequest};
 
@@ -400,6 +401,17 @@ async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<(), ApiError> {
     Err(e)
 }
 
+/// A write under the store lock, answered with the `Warning`s it produced: `201` when it
+/// created the object, else `200`.
+fn written(
+    store: &Store,
+    write: impl FnOnce(&mut State) -> Result<(Value, bool), ApiError>,
+) -> Result<Response<Body>, ApiError> {
+    let (result, warnings) = store.write(|st| (write(st), std::mem::take(&mut st.warnings)));
+    let (v, created) = result?;
+    Ok(warned(if created { 201 } else { 200 }, &v, &warnings))
+}
+
 async fn resource(
     shared: &Arc<Shared>,
     method: &str,
@@ -472,30 +484,16 @@ async fn resource(
                 return Err(ApiError::method_not_allowed());
             }
             let obj = parse_json(body)?;
-            let (created, warnings) = store.write(|st| {
-                let r = ops::create(st, kidx, ns, obj, Origin::Http, dry_run);
-                (r, std::mem::take(&mut st.warnings))
-            });
-            Ok(warned(201, &created?, &warnings))
+            written(store, |st| {
+                ops::create(st, kidx, ns, obj, Origin::Http, dry_run).map(|v| (v, true))
+            })
         }
         ("PUT", Some(name)) => {
             let obj = parse_json(body)?;
-            let (r, warnings) = store.write(|st| {
-                let r = ops::update(
-                    st,
-                    kidx,
-                    ns,
-                    Some(name),
-                    obj,
-                    sub,
-                    Origin::Http,
-                    dry_run,
-                    true,
-                );
-                (r, std::mem::take(&mut st.warnings))
-            });
-            let (v, created) = r?;
-            Ok(warned(if created { 201 } else { 200 }, &v, &warnings))
+            written(store, |st| {
+                let (sub, origin) = (sub, Origin::Http);
+                ops::update(st, kidx, ns, Some(name), obj, sub, origin, dry_run, true)
+            })
         }
         ("PATCH", Some(name)) => {
             let ptype = ctype.and_then(PatchType::from_content_type);
@@ -529,12 +527,9 @@ async fn resource(
                 _ => {}
             }
             let manager = params.get("fieldManager");
-            let (r, warnings) = store.write(|st| {
-                let r = ops::patch(st, kidx, ns, name, sub, ptype, &patch, manager, dry_run);
-                (r, std::mem::take(&mut st.warnings))
-            });
-            let (v, created) = r?;
-            Ok(warned(if created { 201 } else { 200 }, &v, &warnings))
+            written(store, |st| {
+                ops::patch(st, kidx, ns, name, sub, ptype, &patch, manager, dry_run)
+            })
         }
         ("DELETE", Some(name)) if sub == Sub::Main => {
             let opts = if body.is_empty() {
@@ -542,16 +537,8 @@ async fn resource(
             } else {
                 parse_json(body)?
             };
-            let pre = Preconditions {
-                uid: opts
-                    .pointer("/preconditions/uid")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                resource_version: opts
-                    .pointer("/preconditions/resourceVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-            };
+            let pre = opts.get("preconditions").cloned().unwrap_or_default();
+            let pre: Preconditions = serde_json::from_value(pre).unwrap_or_default();
             let dry = dry_run
                 || opts
                     .get("dryRun")
@@ -560,14 +547,8 @@ async fn resource(
             let (v, gone) = store.write(|st| ops::delete(st, kidx, ns, name, &pre, dry))?;
             if gone && !kind.delete_returns_object {
                 // the real server answers a Status for kinds that do not return the object
-                let mut details = json!({
-                    "name": name,
-                    "kind": kind.plural,
-                    "uid": v.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
-                });
-                if !kind.group.is_empty() {
-                    details["group"] = json!(kind.group);
-                }
+                let mut details = crate::status::resource_details(&kind, name);
+                details["uid"] = v.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
                 let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
                     "status": "Success", "details": details});
                 return Ok(json_response(200, &status));

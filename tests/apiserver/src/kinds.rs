@@ -169,7 +169,6 @@ impl KindInfo {
         self
     }
 
-    /// Add discovery short names.
     pub fn with_short_names(mut self, names: &[&str]) -> Self {
         self.short_names = names.iter().map(|s| s.to_string()).collect();
         self

@@ -28,7 +28,8 @@ pub(crate) enum Sub {
 }
 
 /// `DeleteOptions.preconditions`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub(crate) struct Preconditions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
@@ -52,9 +53,14 @@ pub(crate) fn non_empty(s: Option<&str>) -> Option<&str> {
     s.filter(|s| !s.is_empty())
 }
 
-/// `422 Invalid` with one cause.
-fn invalid(kind: &KindInfo, name: &str, field: &str, reason: &str, msg: String) -> ApiError {
-    ApiError::invalid(kind, name, &[(field, reason, msg)])
+/// `422 Invalid` with one cause, of the reason apimachinery's `field.Error` words `why` with.
+fn invalid(kind: &KindInfo, name: &str, field: &str, why: String) -> ApiError {
+    let reason = match why.split(':').next() {
+        Some("Required value") => "FieldValueRequired",
+        Some("Forbidden") => "FieldValueForbidden",
+        _ => "FieldValueInvalid",
+    };
+    ApiError::invalid(kind, name, &[(field, reason, why)])
 }
 
 /// The namespace of a write: the URL's, which the body's must match, else the body's (`""`
@@ -112,7 +118,7 @@ fn check_type(kind: &KindInfo, body: &mut Value, origin: Origin) -> Result<(), A
             };
             let name = meta_str(body, "name").unwrap_or("").to_string();
             let why = format!("Invalid value: \"{k}\": must be {}", kind.kind);
-            return Err(invalid(&other, &name, "kind", "FieldValueInvalid", why));
+            return Err(invalid(&other, &name, "kind", why));
         }
         return Ok(());
     }
@@ -189,13 +195,7 @@ fn check_event(kind: &KindInfo, name: &str, ns: &str, obj: &Value) -> Result<(),
         return Ok(());
     }
     let why = format!("Invalid value: \"{involved}\": does not match event.namespace");
-    Err(invalid(
-        kind,
-        name,
-        "involvedObject.namespace",
-        "FieldValueInvalid",
-        why,
-    ))
+    Err(invalid(kind, name, "involvedObject.namespace", why))
 }
 
 fn is_core(kind: &KindInfo, plural: &str) -> bool {
@@ -305,13 +305,7 @@ pub(crate) fn create(
             }
             None => {
                 let why = "Required value: name or generateName is required".into();
-                return Err(invalid(
-                    kind,
-                    "",
-                    "metadata.name",
-                    "FieldValueRequired",
-                    why,
-                ));
+                return Err(invalid(kind, "", "metadata.name", why));
             }
         }
     }
@@ -592,19 +586,13 @@ pub(crate) fn update(
             }
             if is_core(storage_kind, "pods") && container_count(&new) != container_count(&old) {
                 let why = "Forbidden: pod updates may not add or remove containers".into();
-                return Err(invalid(
-                    kind,
-                    &name,
-                    "spec.containers",
-                    "FieldValueForbidden",
-                    why,
-                ));
+                return Err(invalid(kind, &name, "spec.containers", why));
             }
             if is_core(storage_kind, "pods")
                 && immutable_pod_spec(new.get("spec")) != immutable_pod_spec(old.get("spec"))
             {
                 let why = POD_UPDATE_FORBIDDEN.into();
-                return Err(invalid(kind, &name, "spec", "FieldValueForbidden", why));
+                return Err(invalid(kind, &name, "spec", why));
             }
             new
         }
@@ -655,13 +643,7 @@ pub(crate) fn update(
             let why = format!(
                 "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
             );
-            return Err(invalid(
-                kind,
-                &name,
-                "metadata.finalizers",
-                "FieldValueForbidden",
-                why,
-            ));
+            return Err(invalid(kind, &name, "metadata.finalizers", why));
         }
     }
     check_meta(kind, &name, &next)?;
@@ -723,13 +705,7 @@ pub(crate) fn patch(
         if non_empty(field_manager).is_none() {
             let pkind = KindInfo::core("meta.k8s.io", "v1", "patchoptions", "PatchOptions", false);
             let why = "Required value: is required for apply patch".into();
-            return Err(invalid(
-                &pkind,
-                "",
-                "fieldManager",
-                "FieldValueRequired",
-                why,
-            ));
+            return Err(invalid(&pkind, "", "fieldManager", why));
         }
         if !body.is_object() {
             return Err(ApiError::bad_request(
@@ -795,28 +771,26 @@ pub(crate) fn delete(
     let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
         return Err(ApiError::not_found(kind, name));
     };
-    if let Some(uid) = non_empty(pre.uid.as_deref()) {
-        let actual = meta_str(&cur, "uid").unwrap_or("");
-        if uid != actual {
-            return Err(ApiError::conflict_with(
-                kind,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
-                ),
-            ));
-        }
-    }
-    if let Some(rv) = non_empty(pre.resource_version.as_deref()) {
-        let actual = rv_of(&cur).to_string();
-        if rv != actual {
-            return Err(ApiError::conflict_with(
-                kind,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
-                ),
-            ));
+    let checks = [
+        (
+            "UID",
+            &pre.uid,
+            meta_str(&cur, "uid").unwrap_or("").to_string(),
+        ),
+        (
+            "ResourceVersion",
+            &pre.resource_version,
+            rv_of(&cur).to_string(),
+        ),
+    ];
+    for (what, want, actual) in checks {
+        if let Some(want) = non_empty(want.as_deref())
+            && want != actual
+        {
+            let why = format!(
+                "Precondition failed: {what} in precondition: {want}, {what} in object meta: {actual}"
+            );
+            return Err(ApiError::conflict_with(kind, name, &why));
         }
     }
     if !finalizers(&cur).is_empty() {

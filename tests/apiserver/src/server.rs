@@ -221,7 +221,6 @@ impl Handle {
         format!("{scheme}://{}", self.control.shared.addr)
     }
 
-    /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.control.shared.addr
     }

@@ -47,14 +47,15 @@ impl ApiError {
         self
     }
 
+    /// An error about the object `name` of `kind`, with details naming it.
+    fn about(kind: &KindInfo, name: &str, code: u16, reason: &str, message: String) -> Self {
+        ApiError::new(code, reason, message).with_details(resource_details(kind, name))
+    }
+
     /// `404 NotFound`: `pods "x" not found`.
     pub fn not_found(kind: &KindInfo, name: &str) -> Self {
-        ApiError::new(
-            404,
-            "NotFound",
-            format!("{} \"{}\" not found", kind.qualified_resource(), name),
-        )
-        .with_details(resource_details(kind, name))
+        let what = format!("{} \"{name}\" not found", kind.qualified_resource());
+        ApiError::about(kind, name, 404, "NotFound", what)
     }
 
     /// `404 NotFound` for a namespace that does not exist.
@@ -85,12 +86,8 @@ impl ApiError {
 
     /// `409 AlreadyExists`.
     pub fn already_exists(kind: &KindInfo, name: &str) -> Self {
-        ApiError::new(
-            409,
-            "AlreadyExists",
-            format!("{} \"{}\" already exists", kind.qualified_resource(), name),
-        )
-        .with_details(resource_details(kind, name))
+        let what = format!("{} \"{name}\" already exists", kind.qualified_resource());
+        ApiError::about(kind, name, 409, "AlreadyExists", what)
     }
 
     /// `409 Conflict` for a stale `metadata.resourceVersion`.
@@ -104,17 +101,9 @@ impl ApiError {
 
     /// `409 Conflict` with a custom explanation after the colon.
     pub fn conflict_with(kind: &KindInfo, name: &str, why: &str) -> Self {
-        ApiError::new(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{}\": {}",
-                kind.qualified_resource(),
-                name,
-                why
-            ),
-        )
-        .with_details(resource_details(kind, name))
+        let on = kind.qualified_resource();
+        let what = format!("Operation cannot be fulfilled on {on} \"{name}\": {why}");
+        ApiError::about(kind, name, 409, "Conflict", what)
     }
 
     /// `422 Invalid` with one cause per `(field, reason, message)`.
@@ -144,17 +133,8 @@ impl ApiError {
         if !kind.group.is_empty() {
             details["group"] = json!(kind.group);
         }
-        ApiError::new(
-            422,
-            "Invalid",
-            format!(
-                "{} \"{}\" is invalid: {}",
-                kind.qualified_kind(),
-                name,
-                message
-            ),
-        )
-        .with_details(details)
+        let what = format!("{} \"{name}\" is invalid: {message}", kind.qualified_kind());
+        ApiError::new(422, "Invalid", what).with_details(details)
     }
 
     /// `422 Invalid` named after the resource rather than the kind, as the
@@ -246,7 +226,7 @@ pub fn reason_for_code(code: u16) -> &'static str {
     }
 }
 
-fn resource_details(kind: &KindInfo, name: &str) -> Value {
+pub(crate) fn resource_details(kind: &KindInfo, name: &str) -> Value {
     let mut d = json!({"name": name, "kind": kind.plural});
     if !kind.group.is_empty() {
         d["group"] = json!(kind.group);

@@ -17,11 +17,8 @@ use crate::kinds::{Kinds, from_storage};
 /// Type of a watch event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
-    /// Object created.
     Added,
-    /// Object changed.
     Modified,
-    /// Object removed.
     Deleted,
 }
 
@@ -212,7 +209,6 @@ impl State {
         id
     }
 
-    /// A saved snapshot by id.
     pub(crate) fn find_snapshot(&self, id: u64) -> Option<Snapshot> {
         self.snapshots.iter().find(|s| s.id == id).cloned()
     }
