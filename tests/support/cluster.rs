@@ -38,7 +38,6 @@ pub struct KubeLab {
     pub dir: PathBuf,
     /// The admin kubeconfig (system:masters): only the tests use it, never the daemon.
     pub kubeconfig: PathBuf,
-    /// The node's name.
     pub node: String,
     /// The CRI socket of the cluster's own runtime (containerd 2.3 in `tests/run.sh`).
     pub socket: PathBuf,
@@ -197,7 +196,6 @@ pub enum Rbac {
 
 /// The daemon's identity: a kubeconfig with a ServiceAccount token and nothing else.
 pub struct Identity {
-    /// The kubeconfig file.
     pub kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -245,7 +243,6 @@ pub async fn identity(lab: &KubeLab, admin: &Client, rbac: Rbac) -> Identity {
 
 /// A namespace of one test, deleted with its pods by [`TestNamespace::delete`].
 pub struct TestNamespace {
-    /// Its name.
     pub name: String,
     client: Client,
 }
@@ -278,7 +275,6 @@ impl TestNamespace {
         }
     }
 
-    /// The namespace's pods.
     pub fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.name)
     }

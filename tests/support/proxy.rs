@@ -39,7 +39,6 @@ pub struct Stats {
 
 /// A running proxy; stops when dropped.
 pub struct Proxy {
-    /// Where it listens.
     pub addr: SocketAddr,
     stats: Arc<Mutex<Stats>>,
     changed: watch::Receiver<u64>,
@@ -84,7 +83,6 @@ impl Proxy {
         format!("{scheme}://{}", self.addr)
     }
 
-    /// What it did so far.
     pub fn stats(&self) -> Stats {
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -294,7 +292,6 @@ async fn read_short(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<String>
 /// TLS in front of a plain-HTTP server (the API double): the test CA's certificate for
 /// [`API_NAME`], `localhost` and `127.0.0.1`; stops when dropped.
 pub struct TlsFront {
-    /// Where it listens.
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }

@@ -66,7 +66,6 @@ impl Shared {
 
 /// A running relay; stops, closing every connection, when dropped.
 pub struct TcpRelay {
-    /// Where it listens.
     pub addr: SocketAddr,
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
@@ -130,7 +129,6 @@ impl TcpRelay {
         self.shared.refuse.store(refuse, Ordering::SeqCst);
     }
 
-    /// What it did so far.
     pub fn stats(&self) -> RelayStats {
         let stats = self.shared.stats.lock();
         stats.unwrap_or_else(|e| e.into_inner()).clone()
