@@ -549,6 +549,20 @@ pub(crate) fn handle_http(
     query: &[(String, String)],
     body: &[u8],
 ) -> (u16, Value) {
+    let created = method == "POST" && path.starts_with("/_double/objects/");
+    match control_request(control, method, path, query, body) {
+        Ok(v) => (if created { 201 } else { 200 }, v),
+        Err(e) => (e.code, e.to_status()),
+    }
+}
+
+fn control_request(
+    control: &Control,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: &[u8],
+) -> Result<Value, ApiError> {
     let q = |k: &str| {
         query
             .iter()
@@ -558,118 +572,94 @@ pub(crate) fn handle_http(
     let ns = q("namespace").unwrap_or("");
     if (method, path) == ("POST", "/_double/manifests") {
         // YAML, not JSON
-        let text = String::from_utf8_lossy(body);
-        return match control.apply_manifests(&text) {
-            Ok(items) => (200, json!({"items": items})),
-            Err(e) => err(e),
-        };
+        let items = control.apply_manifests(&String::from_utf8_lossy(body))?;
+        return Ok(json!({"items": items}));
     }
-    let parsed: Result<Value, String> = if body.is_empty() {
-        Ok(Value::Null)
-    } else {
-        serde_json::from_slice(body).map_err(|e| e.to_string())
-    };
-    let body = match parsed {
-        Ok(v) => v,
-        Err(e) => return err(ApiError::bad_request(format!("invalid JSON body: {e}"))),
+    let body: Value = match body.is_empty() {
+        true => Value::Null,
+        false => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?,
     };
     let segs: Vec<&str> = path
         .trim_start_matches("/_double/")
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
-    let result = |r: Result<Value, ApiError>, ok: u16| match r {
-        Ok(v) => (ok, v),
-        Err(e) => err(e),
+    let found = |object: Option<Value>, res: &str, name: &str| {
+        let missing = format!("{res} {name:?} not found");
+        object.ok_or_else(|| ApiError::new(404, "NotFound", missing))
     };
+    let done = json!({});
     match (method, segs.as_slice()) {
-        ("GET", ["objects", res]) => (200, json!({"items": control.list(res, q("namespace"))})),
+        ("GET", ["objects", res]) => Ok(json!({"items": control.list(res, q("namespace"))})),
         ("GET", ["objects", res, name]) => found(control.get(res, ns, name), res, name),
-        ("POST", ["objects", res]) => result(control.create(res, body), 201),
-        ("PUT", ["objects", res]) => result(control.update(res, body), 200),
-        ("PATCH", ["objects", res, name]) => result(control.merge_patch(res, ns, name, &body), 200),
+        ("POST", ["objects", res]) => control.create(res, body),
+        ("PUT", ["objects", res]) => control.update(res, body),
+        ("PATCH", ["objects", res, name]) => control.merge_patch(res, ns, name, &body),
         ("DELETE", ["objects", res, name]) if q("force") == Some("true") => {
             found(control.force_delete(res, ns, name), res, name)
         }
-        ("DELETE", ["objects", res, name]) => result(control.delete(res, ns, name), 200),
-        ("GET", ["resource-version"]) => {
-            (200, json!({"resourceVersion": control.resource_version()}))
-        }
+        ("DELETE", ["objects", res, name]) => control.delete(res, ns, name),
+        ("GET", ["resource-version"]) => Ok(json!({"resourceVersion": control.resource_version()})),
         ("POST", ["compact"]) => {
             let compacted = control.compact();
-            (
-                200,
-                json!({"compacted": compacted, "resourceVersion": control.resource_version()}),
-            )
+            Ok(json!({"compacted": compacted, "resourceVersion": control.resource_version()}))
         }
         ("POST", ["drop-watches"]) => {
             let open = control.open_watches();
             control.drop_watches();
-            (200, json!({"dropped": open}))
+            Ok(json!({"dropped": open}))
         }
-        ("GET", ["watches"]) => (200, json!({"open": control.open_watches()})),
-        ("POST", ["fail-next"]) => match serde_json::from_value::<Fault>(body) {
-            Ok(f) => {
-                control.add_fault(f);
-                (200, json!({}))
-            }
-            Err(e) => err(ApiError::bad_request(format!("invalid fault: {e}"))),
-        },
+        ("GET", ["watches"]) => Ok(json!({"open": control.open_watches()})),
+        ("POST", ["fail-next"]) => {
+            let fault = serde_json::from_value::<Fault>(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid fault: {e}")))?;
+            control.add_fault(fault);
+            Ok(done)
+        }
         ("DELETE", ["fail-next"]) => {
             control.clear_faults();
-            (200, json!({}))
+            Ok(done)
         }
-        ("PUT", ["delay"]) => match body.get("millis").and_then(Value::as_u64) {
-            Some(ms) => {
-                control.set_delay(Duration::from_millis(ms));
-                (200, json!({"millis": ms}))
-            }
-            None => err(ApiError::bad_request("expected {\"millis\": N}")),
-        },
+        ("PUT", ["delay"]) => {
+            let ms = body.get("millis").and_then(Value::as_u64);
+            let ms = ms.ok_or_else(|| ApiError::bad_request("expected {\"millis\": N}"))?;
+            control.set_delay(Duration::from_millis(ms));
+            Ok(json!({"millis": ms}))
+        }
         ("GET", ["counts"]) => {
             let counts: Vec<Value> = control
                 .request_counts()
                 .into_iter()
-                .map(|((verb, resource), count)| json!({"verb": verb, "resource": resource, "count": count}))
+                .map(|((verb, resource), count)| {
+                    json!({"verb": verb, "resource": resource, "count": count})
+                })
                 .collect();
-            (200, json!({"counts": counts}))
+            Ok(json!({"counts": counts}))
         }
-        ("GET", ["requests"]) => (200, json!({"requests": control.requests()})),
-        ("GET", ["refusals"]) => (200, json!({"requests": control.refusals()})),
+        ("GET", ["requests"]) => Ok(json!({"requests": control.requests()})),
+        ("GET", ["refusals"]) => Ok(json!({"requests": control.refusals()})),
         ("PUT", ["tokens"]) => {
-            match serde_json::from_value::<Option<BTreeMap<String, UserInfo>>>(body) {
-                Ok(tokens) => {
-                    control.set_tokens(tokens);
-                    (200, json!({}))
-                }
-                Err(e) => err(ApiError::bad_request(format!(
-                    "expected {{\"<token>\": {{\"name\": ..., \"groups\": [...]}}}} or null: {e}"
-                ))),
-            }
+            let tokens = serde_json::from_value::<Option<BTreeMap<String, UserInfo>>>(body)
+                .map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "expected {{\"<token>\": {{\"name\": ..., \"groups\": [...]}}}} or null: {e}"
+                    ))
+                })?;
+            control.set_tokens(tokens);
+            Ok(done)
         }
-        ("PUT", ["rbac"]) => match body.get("enabled").and_then(Value::as_bool) {
-            Some(on) => result(control.set_rbac(on).map(|()| json!({"enabled": on})), 200),
-            None => err(ApiError::bad_request("expected {\"enabled\": true|false}")),
-        },
+        ("PUT", ["rbac"]) => {
+            let on = body.get("enabled").and_then(Value::as_bool);
+            let on =
+                on.ok_or_else(|| ApiError::bad_request("expected {\"enabled\": true|false}"))?;
+            control.set_rbac(on)?;
+            Ok(json!({"enabled": on}))
+        }
         ("DELETE", ["counts"]) | ("DELETE", ["requests"]) => {
             control.reset_requests();
-            (200, json!({}))
+            Ok(done)
         }
-        _ => err(ApiError::no_such_resource()),
+        _ => Err(ApiError::no_such_resource()),
     }
-}
-
-fn err(e: ApiError) -> (u16, Value) {
-    (e.code, e.to_status())
-}
-
-fn found(object: Option<Value>, res: &str, name: &str) -> (u16, Value) {
-    let missing = || {
-        err(ApiError::new(
-            404,
-            "NotFound",
-            format!("{res} {name:?} not found"),
-        ))
-    };
-    object.map_or_else(missing, |v| (200, v))
 }

@@ -2,7 +2,9 @@
 //! and `/version`, generated from the kind table.
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
+use regex::Regex;
 use serde_json::{Value, json};
 
 use crate::kinds::KindInfo;
@@ -49,28 +51,18 @@ pub(crate) fn api_versions(addr: SocketAddr) -> Value {
 /// Kubernetes version priority: GA before beta before alpha, higher numbers
 /// first, anything else last (alphabetically).
 fn version_priority(v: &str) -> (u8, i64, i64, String) {
-    let parse = |s: &str| -> Option<(i64, u8, i64)> {
-        let rest = s.strip_prefix('v')?;
-        let end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let major: i64 = rest[..end].parse().ok()?;
-        let tail = &rest[end..];
-        let (level, minor) = if tail.is_empty() {
-            (0, 0)
-        } else if let Some(n) = tail.strip_prefix("beta") {
-            (1, n.parse().ok()?)
-        } else if let Some(n) = tail.strip_prefix("alpha") {
-            (2, n.parse().ok()?)
-        } else {
-            return None;
-        };
-        Some((major, level, minor))
-    };
-    match parse(v) {
-        Some((major, level, minor)) => (level, -major, -minor, String::new()),
-        None => (3, 0, 0, v.to_string()),
-    }
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"^v(\d+)(?:(beta|alpha)(\d+))?$").expect("the version pattern compiles")
+    });
+    let number = |c: &regex::Captures<'_>, i| c.get(i).map_or(Some(0), |m| m.as_str().parse().ok());
+    let parsed = re.captures(v).and_then(|c| {
+        let level = c
+            .get(2)
+            .map_or(0, |l| if l.as_str() == "beta" { 1 } else { 2 });
+        Some((level, -number(&c, 1)?, -number(&c, 3)?, String::new()))
+    });
+    parsed.unwrap_or((3, 0, 0, v.to_string()))
 }
 
 /// Served groups with their versions, preferred (highest priority) first.

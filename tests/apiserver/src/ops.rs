@@ -449,22 +449,14 @@ fn without_meta_and_status(obj: &Value) -> Value {
 fn copy_field(dst: &mut Value, src: &Value, field: &str) {
     match src.get(field) {
         Some(v) => dst[field] = v.clone(),
-        None => {
-            dst.as_object_mut().map(|m| m.remove(field));
-        }
+        None => _ = dst.as_object_mut().map(|m| m.remove(field)),
     }
 }
 
 fn copy_meta_field(dst: &mut Value, src: &Value, field: &str) {
-    let v = src.get("metadata").and_then(|m| m.get(field)).cloned();
-    let meta = meta_mut(dst);
-    match v {
-        Some(v) => {
-            meta.insert(field.to_string(), v);
-        }
-        None => {
-            meta.remove(field);
-        }
+    match src.get("metadata").and_then(|m| m.get(field)) {
+        Some(v) => _ = meta_mut(dst).insert(field.to_string(), v.clone()),
+        None => _ = meta_mut(dst).remove(field),
     }
 }
 
