@@ -10,8 +10,8 @@ use apiserver_double::{Control, Operation};
 use serde_json::{Value, json};
 
 use super::{
-    DAEMON_CONFIG_NS, Inner, Res, Wake, deleting, jitter, name_of, now, ns_of, pod_active, rfc3339,
-    secs, since, time_of, uid_of, version,
+    DAEMON_CONFIG_NS, Inner, Res, Wake, array_mut, deleting, jitter, name_of, now, ns_of,
+    pod_active, rfc3339, secs, since, time_of, uid_of, version,
 };
 
 /// The finalizer the controller adds (`:763-774`).
@@ -386,10 +386,7 @@ async fn sync_node_images(
             .and_then(|t| t.iter().find(|t| t["tag"] == tag))
             .map_or(-1, version);
         let image = &mut ni["spec"]["images"][name];
-        if !image["tags"].is_array() {
-            image["tags"] = json!([]);
-        }
-        let tags = image["tags"].as_array_mut().expect("an array");
+        let tags = array_mut(&mut image["tags"]);
         match tags.iter_mut().find(|t| t["tag"] == tag) {
             Some(t) if owned_by(t, job) => {}
             Some(t) => {

@@ -482,6 +482,14 @@ pub(crate) fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// The array at `v`, made an empty one first if it is anything else.
+pub(crate) fn array_mut(v: &mut Value) -> &mut Vec<Value> {
+    if !v.is_array() {
+        *v = Value::Array(Vec::new());
+    }
+    v.as_array_mut().expect("an array")
+}
+
 /// Whether a pod is active: not Succeeded or Failed, not deleting (kruise's `IsPodActive`).
 pub(crate) fn pod_active(pod: &Value) -> bool {
     !deleting(pod)

@@ -10,8 +10,8 @@ use apiserver_double::{AdmissionRequest, Control, Denial, Operation};
 use serde_json::{Value, json};
 
 use super::{
-    Inner, Res, Wake, condition, deleting, label, name_of, now, rfc3339, secs, since, time_of,
-    version,
+    Inner, Res, Wake, array_mut, condition, deleting, label, name_of, now, rfc3339, secs, since,
+    time_of, version,
 };
 
 /// The mutating webhook's name (kruise's `config/webhook`).
@@ -275,11 +275,7 @@ async fn fail_silent_tags(m: &Inner, ni: &Value, wake: &mut Wake) {
             let Some(created) = time_of(&tag["createdAt"]) else {
                 continue;
             };
-            let statuses = &mut next["status"]["imageStatuses"][name.as_str()]["tags"];
-            if !statuses.is_array() {
-                *statuses = json!([]);
-            }
-            let list = statuses.as_array_mut().expect("an array");
+            let list = array_mut(&mut next["status"]["imageStatuses"][name.as_str()]["tags"]);
             let found = list.iter().position(|s| s["tag"] == tag["tag"]);
             let failed = |message: &str| {
                 json!({"tag": tag["tag"], "phase": "Failed", "completionTime": rfc3339(now()),

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use super::imagepull::{has_finalizer, matches_labels, with_finalizer};
 use super::nodeimage::ready_node;
 use super::workload::put_condition;
-use super::{Inner, Res, Wake, condition, deleting, label, name_of, ns_of, pod_active, uid_of};
+use super::{
+    Inner, Res, Wake, array_mut, condition, deleting, label, name_of, ns_of, pod_active, uid_of,
+};
 
 /// The PodProbeMarker's finalizer (pod_probe_marker_controller.go:66,162-169).
 const FINALIZER: &str = "kruise.io/node-pod-probe-cleanup";
@@ -158,10 +160,7 @@ async fn write_probes(m: &Inner, ppm: &Value, node: &str, pods: &[&Value]) {
         return;
     };
     let mut next = npp.clone();
-    if !next["spec"]["podProbes"].is_array() {
-        next["spec"]["podProbes"] = json!([]);
-    }
-    let entries = next["spec"]["podProbes"].as_array_mut().expect("an array");
+    let entries = array_mut(&mut next["spec"]["podProbes"]);
     for pod in pods {
         let probes: Vec<Value> = ppm["spec"]["probes"]
             .as_array()
@@ -184,10 +183,7 @@ async fn write_probes(m: &Inner, ppm: &Value, node: &str, pods: &[&Value]) {
                 if e["IP"].as_str().unwrap_or("").is_empty() {
                     e["IP"] = pod["status"]["podIP"].clone();
                 }
-                if !e["probes"].is_array() {
-                    e["probes"] = json!([]);
-                }
-                let list = e["probes"].as_array_mut().expect("an array");
+                let list = array_mut(&mut e["probes"]);
                 for p in probes {
                     match list.iter_mut().find(|x| x["name"] == p["name"]) {
                         Some(x) => *x = p,

@@ -16,7 +16,7 @@ use kruised::hash::kubelet::{hash_container, hash_container_legacy};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Inner, Res, Wake, condition, lock, name_of, now, rfc3339};
+use super::{Inner, Res, Wake, array_mut, condition, lock, name_of, now, rfc3339};
 
 /// Readiness gate and condition (kruise 07169cf apis/apps/pub/inplace_update.go:32).
 pub const INPLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
@@ -645,11 +645,7 @@ fn set_condition(pod: &mut Value, cond: Value) -> bool {
 
 /// Puts `cond` in place of the pod's condition of its type, or after the others.
 pub(crate) fn put_condition(pod: &mut Value, cond: Value) {
-    let conditions = &mut pod["status"]["conditions"];
-    if !conditions.is_array() {
-        *conditions = json!([]);
-    }
-    let list = conditions.as_array_mut().expect("an array");
+    let list = array_mut(&mut pod["status"]["conditions"]);
     match list.iter_mut().find(|c| c["type"] == cond["type"]) {
         Some(c) => *c = cond,
         None => list.push(cond),
