@@ -511,20 +511,18 @@ async fn resource(
             };
             let patch: Value = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            match (ptype, &patch) {
-                (PatchType::Merge | PatchType::Strategic, p) if !p.is_object() => {
-                    return Err(ApiError::bad_request(format!(
-                        "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-                        go_json_type(p)
-                    )));
+            let (fits, go_type) = match ptype {
+                PatchType::Json => (patch.is_array(), "jsonpatch.Patch"),
+                PatchType::Merge | PatchType::Strategic => {
+                    (patch.is_object(), "map[string]interface {}")
                 }
-                (PatchType::Json, p) if !p.is_array() => {
-                    return Err(ApiError::bad_request(format!(
-                        "error decoding patch: json: cannot unmarshal {} into Go value of type jsonpatch.Patch",
-                        go_json_type(p)
-                    )));
-                }
-                _ => {}
+                PatchType::Apply => (true, ""),
+            };
+            if !fits {
+                let got = go_json_type(&patch);
+                return Err(ApiError::bad_request(format!(
+                    "error decoding patch: json: cannot unmarshal {got} into Go value of type {go_type}"
+                )));
             }
             let manager = params.get("fieldManager");
             written(store, |st| {

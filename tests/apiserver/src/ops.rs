@@ -314,11 +314,8 @@ pub(crate) fn create(
     }
     if origin == Origin::Http && non_empty(meta_str(&obj, "resourceVersion")).is_some() {
         // the real server answers a bare 500: no reason, no details
-        return Err(ApiError::new(
-            500,
-            "",
-            "resourceVersion should not be set on objects to be created",
-        ));
+        let why = "resourceVersion should not be set on objects to be created";
+        return Err(ApiError::new(500, "", why));
     }
     check_meta(kind, &name, &obj)?;
     if origin == Origin::Http && kind.conversion.is_none() {
@@ -330,14 +327,8 @@ pub(crate) fn create(
             Origin::Http => return Err(ApiError::namespace_not_found(&ns)),
             Origin::Control => {
                 if let Some(ns_idx) = kinds.find("", "v1", "namespaces") {
-                    create(
-                        st,
-                        ns_idx,
-                        None,
-                        json!({"metadata": {"name": ns}}),
-                        Origin::Control,
-                        dry_run,
-                    )?;
+                    let namespace = json!({"metadata": {"name": ns}});
+                    create(st, ns_idx, None, namespace, Origin::Control, dry_run)?;
                 }
             }
         }
@@ -600,13 +591,8 @@ pub(crate) fn update(
         }
     };
     name_in(kind, &mut next, &name, &ns);
-    for f in [
-        "uid",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "generation",
-    ] {
+    let kept = "uid creationTimestamp deletionTimestamp deletionGracePeriodSeconds generation";
+    for f in kept.split(' ') {
         copy_meta_field(&mut next, &old, f);
     }
     next["kind"] = json!(storage_kind.kind);
@@ -671,8 +657,9 @@ pub(crate) fn update(
     Ok((from_storage(kind, &stored), false))
 }
 
-/// Patch an object. Apply (server-side apply) is approximated as "create if
-/// absent, else strategic merge (core kinds) or merge patch (custom kinds)".
+/// Patch an object (the HTTP layer has refused the patch types and bodies the kind does not
+/// take). Apply (server-side apply) is approximated as "create if absent, else strategic merge
+/// (core kinds) or merge patch (custom kinds)".
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn patch(
     st: &mut State,
@@ -688,11 +675,6 @@ pub(crate) fn patch(
     let kinds = st.kinds.clone();
     let kind = kinds.get(kidx);
     let sidx = kinds.storage_of(kidx);
-    if ptype == PatchType::Strategic && kind.custom {
-        return Err(ApiError::unsupported_patch(
-            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
-        ));
-    }
     if ptype == PatchType::Apply {
         if non_empty(field_manager).is_none() {
             let pkind = KindInfo::core("meta.k8s.io", "v1", "patchoptions", "PatchOptions", false);
@@ -704,9 +686,6 @@ pub(crate) fn patch(
                 "the double only accepts JSON bodies for apply patches",
             ));
         }
-    }
-    if ptype == PatchType::Merge && !body.is_object() {
-        return Err(ApiError::bad_request("merge patch must be a JSON object"));
     }
     let ns_key = ns.filter(|_| kind.namespaced).unwrap_or("");
     let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
@@ -733,6 +712,7 @@ pub(crate) fn patch(
             }
         }
     }
+    let (origin, require_rv) = (Origin::Http, false);
     update(
         st,
         kidx,
@@ -740,9 +720,9 @@ pub(crate) fn patch(
         Some(name),
         served,
         sub,
-        Origin::Http,
+        origin,
         dry_run,
-        false,
+        require_rv,
     )
 }
 
@@ -763,17 +743,10 @@ pub(crate) fn delete(
     let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
         return Err(ApiError::not_found(kind, name));
     };
+    let (uid, rv) = (meta_str(&cur, "uid").unwrap_or("").to_string(), rv_of(&cur));
     let checks = [
-        (
-            "UID",
-            &pre.uid,
-            meta_str(&cur, "uid").unwrap_or("").to_string(),
-        ),
-        (
-            "ResourceVersion",
-            &pre.resource_version,
-            rv_of(&cur).to_string(),
-        ),
+        ("UID", &pre.uid, uid),
+        ("ResourceVersion", &pre.resource_version, rv.to_string()),
     ];
     for (what, want, actual) in checks {
         if let Some(want) = non_empty(want.as_deref())

@@ -146,6 +146,13 @@ fn is_integral(v: &Value) -> bool {
     }
 }
 
+/// `FieldValueTypeInvalid`: the value at `path`, of type (or text) `got`, is not a `want`.
+fn type_invalid(path: &str, got: &str, want: &str) -> Cause {
+    let name = body_name(path);
+    let why = format!("Invalid value: \"{got}\": {name} in body must be of type {want}: \"{got}\"");
+    (path.to_string(), "FieldValueTypeInvalid", why)
+}
+
 fn type_matches(ty: &str, v: &Value) -> bool {
     match ty {
         "object" => v.is_object(),
@@ -274,46 +281,27 @@ impl Schema {
         }
         if self.int_or_string {
             if !(is_integral(v) || v.is_string()) {
-                out.push((
-                    path.to_string(),
-                    "FieldValueTypeInvalid",
-                    format!(
-                        "Invalid value: \"{got}\": {name} in body must be of type integer,string: \"{got}\"",
-                        got = type_name(v),
-                        name = body_name(path)
-                    ),
-                ));
+                out.push(type_invalid(path, type_name(v), "integer,string"));
             }
             return;
         }
         if let Some(ty) = &self.ty
             && !type_matches(ty, v)
         {
-            let got = type_name(v);
             let want = match (ty.as_str(), &self.format, v) {
                 ("integer", Some(f), Value::Number(_)) => f.as_str(),
                 _ => ty.as_str(),
             };
-            out.push((
-                path.to_string(),
-                "FieldValueTypeInvalid",
-                format!(
-                    "Invalid value: \"{got}\": {} in body must be of type {want}: \"{got}\"",
-                    body_name(path)
-                ),
-            ));
+            out.push(type_invalid(path, type_name(v), want));
             return;
         }
         if !self.enumeration.is_empty() && !self.enumeration.contains(v) {
             let supported: Vec<String> = self.enumeration.iter().map(Value::to_string).collect();
-            out.push((
-                path.to_string(),
-                "FieldValueNotSupported",
-                format!(
-                    "Unsupported value: {v}: supported values: {}",
-                    supported.join(", ")
-                ),
-            ));
+            let why = format!(
+                "Unsupported value: {v}: supported values: {}",
+                supported.join(", ")
+            );
+            out.push((path.to_string(), "FieldValueNotSupported", why));
         }
         match v {
             Value::Number(n) => self.check_number(n, v, path, out),
@@ -329,83 +317,45 @@ impl Schema {
         if self.format.as_deref() == Some("int32")
             && !(-2_147_483_648.0..=2_147_483_647.0).contains(&f)
         {
-            out.push((
-                top_field(path).to_string(),
-                "FieldValueInvalid",
-                format!(
-                    "Invalid value: \"\": Checked value must be of type integer with format int32 in {}",
-                    body_name(path)
-                ),
+            let name = body_name(path);
+            let why = format!(
+                "Invalid value: \"\": Checked value must be of type integer with format int32 in {name}"
+            );
+            out.push((top_field(path).to_string(), "FieldValueInvalid", why));
+        }
+        let mut invalid = |why: String| out.push((path.to_string(), "FieldValueInvalid", why));
+        if let Some(min) = self.minimum.filter(|min| f < *min).map(number_text) {
+            invalid(format!(
+                "Invalid value: {v}: {path} in body should be greater than or equal to {min}"
             ));
         }
-        if let Some(min) = self.minimum
-            && f < min
-        {
-            out.push((
-                path.to_string(),
-                "FieldValueInvalid",
-                format!(
-                    "Invalid value: {v}: {path} in body should be greater than or equal to {}",
-                    number_text(min)
-                ),
-            ));
-        }
-        if let Some(max) = self.maximum
-            && f > max
-        {
-            out.push((
-                path.to_string(),
-                "FieldValueInvalid",
-                format!(
-                    "Invalid value: {v}: {path} in body should be less than or equal to {}",
-                    number_text(max)
-                ),
+        if let Some(max) = self.maximum.filter(|max| f > *max).map(number_text) {
+            invalid(format!(
+                "Invalid value: {v}: {path} in body should be less than or equal to {max}"
             ));
         }
     }
 
     fn check_string(&self, s: &str, path: &str, out: &mut Vec<Cause>) {
         if self.format.as_deref() == Some("date-time") && !is_date_time(s) {
-            out.push((
-                path.to_string(),
-                "FieldValueTypeInvalid",
-                format!(
-                    "Invalid value: \"{s}\": {} in body must be of type date-time: \"{s}\"",
-                    body_name(path)
-                ),
-            ));
+            out.push(type_invalid(path, s, "date-time"));
         }
-        if let Some(max) = self.max_length
-            && s.chars().count() > max
-        {
-            out.push((
-                path.to_string(),
-                "FieldValueTooLong",
-                format!("Too long: may not be more than {max} bytes"),
-            ));
+        let (name, chars) = (body_name(path), s.chars().count());
+        if let Some(max) = self.max_length.filter(|max| chars > *max) {
+            let why = format!("Too long: may not be more than {max} bytes");
+            out.push((path.to_string(), "FieldValueTooLong", why));
         }
-        if let Some(min) = self.min_length
-            && s.chars().count() < min
-        {
-            out.push((
-                path.to_string(),
-                "FieldValueInvalid",
-                format!(
-                    "Invalid value: \"{s}\": {} in body should be at least {min} chars long",
-                    body_name(path)
-                ),
+        let mut invalid = |why: String| out.push((path.to_string(), "FieldValueInvalid", why));
+        if let Some(min) = self.min_length.filter(|min| chars < *min) {
+            invalid(format!(
+                "Invalid value: \"{s}\": {name} in body should be at least {min} chars long"
             ));
         }
         if let Some(Pattern(p, Some(re))) = &self.pattern
             && !re.is_match(s)
         {
-            out.push((
-                path.to_string(),
-                "FieldValueInvalid",
-                format!(
-                    "Invalid value: \"{s}\": {} in body should match '{p}'",
-                    body_name(path)
-                ),
+            invalid(format!(
+                "Invalid value: \"{s}\": {name} in body should match '{p}'"
             ));
         }
     }
