@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::selectors::FieldSelector;
 use crate::status::ApiError;
@@ -279,16 +278,8 @@ pub(crate) fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> Ap
     } else {
         format!("{qualified} {:?} is forbidden: {msg}", attrs.name)
     };
-    let mut details = json!({});
-    if !attrs.name.is_empty() {
-        details["name"] = json!(attrs.name);
-    }
-    if !attrs.group.is_empty() {
-        details["group"] = json!(attrs.group);
-    }
-    if !attrs.resource.is_empty() {
-        details["kind"] = json!(attrs.resource);
-    }
+    let (name, group, kind) = (&attrs.name, &attrs.group, &attrs.resource);
+    let details = crate::status::details(&[("name", name), ("group", group), ("kind", kind)]);
     ApiError::new(403, "Forbidden", message).with_details(details)
 }
 

@@ -147,15 +147,9 @@ impl ApiServer {
         );
         if let Some(ns_idx) = kinds.find("", "v1", "namespaces") {
             for ns in &config.initial_namespaces {
-                ops::create(
-                    &mut state,
-                    ns_idx,
-                    None,
-                    json!({"metadata": {"name": ns}}),
-                    Origin::Control,
-                    false,
-                )
-                .map_err(|e| io::Error::other(e.to_string()))?;
+                let namespace = json!({"metadata": {"name": ns}});
+                ops::create(&mut state, ns_idx, None, namespace, Origin::Control, false)
+                    .map_err(|e| io::Error::other(e.to_string()))?;
             }
         }
         if config.rbac {

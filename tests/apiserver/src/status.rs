@@ -66,22 +66,14 @@ impl ApiError {
 
     /// `404 NotFound` for a path the server does not serve.
     pub fn no_such_resource() -> Self {
-        ApiError::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        )
-        .with_details(json!({}))
+        let why = "the server could not find the requested resource";
+        ApiError::new(404, "NotFound", why).with_details(json!({}))
     }
 
     /// `405 MethodNotAllowed`.
     pub fn method_not_allowed() -> Self {
-        ApiError::new(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-        )
-        .with_details(json!({}))
+        let why = "the server does not allow this method on the requested resource";
+        ApiError::new(405, "MethodNotAllowed", why).with_details(json!({}))
     }
 
     /// `409 AlreadyExists`.
@@ -92,11 +84,9 @@ impl ApiError {
 
     /// `409 Conflict` for a stale `metadata.resourceVersion`.
     pub fn conflict(kind: &KindInfo, name: &str) -> Self {
-        ApiError::conflict_with(
-            kind,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        )
+        let why = "the object has been modified; please apply your changes to the latest version \
+                   and try again";
+        ApiError::conflict_with(kind, name, why)
     }
 
     /// `409 Conflict` with a custom explanation after the colon.
@@ -121,18 +111,15 @@ impl ApiError {
         } else {
             format!("[{}]", joined.join(", "))
         };
-        let mut details = json!({
-            "kind": kind.kind,
-            "causes": causes.iter().map(|(field, reason, msg)| json!({
-                "reason": reason, "message": msg, "field": field.as_ref(),
-            })).collect::<Vec<_>>(),
-        });
-        if !name.is_empty() {
-            details["name"] = json!(name);
-        }
-        if !kind.group.is_empty() {
-            details["group"] = json!(kind.group);
-        }
+        let mut details = details(&[("kind", &kind.kind), ("name", name), ("group", &kind.group)]);
+        details["causes"] = json!(
+            causes
+                .iter()
+                .map(|(field, reason, msg)| json!({
+                    "reason": reason, "message": msg, "field": field.as_ref(),
+                }))
+                .collect::<Vec<_>>()
+        );
         let what = format!("{} \"{name}\" is invalid: {message}", kind.qualified_kind());
         ApiError::new(422, "Invalid", what).with_details(details)
     }
@@ -166,17 +153,6 @@ impl ApiError {
     /// `410 Expired`, as sent for watches and continue tokens that are too old.
     pub fn expired(message: impl Into<String>) -> Self {
         ApiError::new(410, "Expired", message)
-    }
-
-    /// `500 InternalError`.
-    pub fn internal(message: impl Into<String>) -> Self {
-        let message = message.into();
-        ApiError::new(
-            500,
-            "InternalError",
-            format!("Internal error occurred: {message}"),
-        )
-        .with_details(json!({"causes": [{"message": message}]}))
     }
 
     /// The JSON `Status` object for this error.
@@ -224,6 +200,12 @@ pub fn reason_for_code(code: u16) -> &'static str {
         504 => "Timeout",
         _ => "Unknown",
     }
+}
+
+/// `Status.details` with those of `fields` that are not empty.
+pub(crate) fn details(fields: &[(&str, &str)]) -> Value {
+    let set = fields.iter().filter(|(_, v)| !v.is_empty());
+    Value::Object(set.map(|(k, v)| (k.to_string(), json!(v))).collect())
 }
 
 pub(crate) fn resource_details(kind: &KindInfo, name: &str) -> Value {
