@@ -380,21 +380,12 @@ fn parse_rv(v: Option<&str>) -> Result<Option<u64>, ApiError> {
 /// Wait (bounded) until the store reaches `rv`, else 504 like the real server.
 async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<(), ApiError> {
     let mut rx = shared.store.subscribe();
-    let reached = tokio::time::timeout(shared.config.too_large_rv_wait, async {
-        loop {
-            if *rx.borrow_and_update() >= rv {
-                return;
-            }
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
-    if reached.is_ok() && shared.store.read(|st| st.rv) >= rv {
+    let reached = rx.wait_for(|now| *now >= rv);
+    let _ = tokio::time::timeout(shared.config.too_large_rv_wait, reached).await;
+    let current = shared.store.read(|st| st.rv);
+    if current >= rv {
         return Ok(());
     }
-    let current = shared.store.read(|st| st.rv);
     let mut e = ApiError::new(504, "Timeout", format!("Timeout: Too large resource version: {rv}, current: {current}"))
         .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
     e.retry_after = Some(1);

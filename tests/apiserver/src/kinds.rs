@@ -156,13 +156,6 @@ impl KindInfo {
         self
     }
 
-    /// Serve this entry as a non-storage version of the custom resource with
-    /// the same group and plural ([`Conversion::CrdVersion`]).
-    pub fn as_other_version(mut self) -> Self {
-        self.conversion = Some(Conversion::CrdVersion);
-        self
-    }
-
     /// Make DELETE answer with the deleted object instead of a `Status`.
     pub fn with_delete_returning_object(mut self) -> Self {
         self.delete_returns_object = true;
@@ -344,8 +337,12 @@ pub fn kruise_kinds() -> Vec<KindInfo> {
     let mut out = Vec::new();
     for crd in KRUISE {
         for (i, v) in crd.4.iter().enumerate() {
-            let k = kruise_kind(crd, v);
-            out.push(if i == 0 { k } else { k.as_other_version() });
+            // the first version stores; the others are served from it
+            let conversion = (i > 0).then_some(Conversion::CrdVersion);
+            out.push(KindInfo {
+                conversion,
+                ..kruise_kind(crd, v)
+            });
         }
     }
     out
