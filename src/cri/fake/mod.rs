@@ -326,17 +326,13 @@ impl FakeRuntime {
         env_in_info: bool,
         has_env_binary: bool,
     ) -> String {
-        let id = self.state().insert_container(
-            sandbox_id,
-            config,
-            ContainerState::Running,
-            env_in_info,
-            has_env_binary,
-        );
-        self.shared
-            .emit(&id, sandbox_id, ContainerEventKind::Created);
-        self.shared
-            .emit(&id, sandbox_id, ContainerEventKind::Started);
+        let state = ContainerState::Running;
+        let mut st = self.state();
+        let id = st.insert_container(sandbox_id, config, state, env_in_info, has_env_binary);
+        drop(st);
+        for kind in [ContainerEventKind::Created, ContainerEventKind::Started] {
+            self.shared.emit(&id, sandbox_id, kind);
+        }
         id
     }
 

@@ -138,11 +138,8 @@ impl RuntimeRpc for Svc {
                 .iter()
                 .map(|cid| events::event(&st, cid, &id, ContainerEventKind::Stopped))
                 .collect();
-            events.extend(events::sandbox_events(
-                &st,
-                &id,
-                &[ContainerEventKind::Stopped],
-            ));
+            let kinds = [ContainerEventKind::Stopped];
+            events.extend(events::sandbox_events(&st, &id, &kinds));
             events
         };
         self.0.send(events);
@@ -214,13 +211,8 @@ impl RuntimeRpc for Svc {
             if !st.sandboxes.contains_key(&r.pod_sandbox_id) {
                 return Err(not_found("sandbox", &r.pod_sandbox_id));
             }
-            st.insert_container(
-                &r.pod_sandbox_id,
-                config,
-                ContainerState::Created,
-                true,
-                true,
-            )
+            let created = ContainerState::Created;
+            st.insert_container(&r.pod_sandbox_id, config, created, true, true)
         };
         self.0
             .emit(&id, &r.pod_sandbox_id, ContainerEventKind::Created);

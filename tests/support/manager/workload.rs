@@ -293,15 +293,9 @@ impl UpdateSpec {
                     .insert(n.name.clone(), n.image.clone().unwrap_or_default());
             }
         }
-        let refs: Vec<(String, Vec<MetaRef>)> = new_c
-            .iter()
-            .map(|c| {
-                (
-                    c.name.clone(),
-                    env_meta_refs(c).into_iter().map(|(_, r)| r).collect(),
-                )
-            })
-            .collect();
+        let refs_of = |c: &Container| env_meta_refs(c).into_iter().map(|(_, r)| r).collect();
+        let refs: Vec<(String, Vec<MetaRef>)> =
+            new_c.iter().map(|c| (c.name.clone(), refs_of(c))).collect();
         let (labels_set, labels_del) = (&mut spec.labels_set, &mut spec.labels_del);
         let (notes_set, notes_del) = (&mut spec.annotations_set, &mut spec.annotations_del);
         for (is_label, o, n, set, del) in [
