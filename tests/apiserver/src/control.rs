@@ -73,7 +73,7 @@ impl Faults {
 }
 
 /// One request the server received (control requests under `/_double/` excluded).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestRecord {
     pub method: String,

@@ -231,23 +231,6 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         return json_response(code, &v);
     }
     let target = route(&shared.kinds, &path);
-    let (verb, resource, namespace, name) = match &target {
-        Target::Resource(t) => {
-            let plural = &shared.kinds.get(t.kidx).plural;
-            let resource = match &t.sub {
-                Some(sub) => format!("{plural}/{sub}"),
-                None => plural.clone(),
-            };
-            (
-                verb_of(&method, t, &params),
-                resource,
-                t.ns.clone(),
-                t.name.clone(),
-            )
-        }
-        _ => (String::new(), String::new(), None, None),
-    };
-    tracing::debug!(%method, %path, %raw_query, %verb, %resource, "request");
     let mut record = RequestRecord {
         method: method.clone(),
         path: path.clone(),
@@ -255,22 +238,21 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         content_type: ctype.clone(),
         user_agent,
         body: String::from_utf8_lossy(&body).into_owned(),
-        verb: verb.clone(),
-        resource: resource.clone(),
-        namespace,
-        name,
-        user: None,
-        refused: None,
+        ..RequestRecord::default()
     };
+    if let Target::Resource(t) = &target {
+        let plural = &shared.kinds.get(t.kidx).plural;
+        record.verb = verb_of(&method, t, &params);
+        record.resource = t
+            .sub
+            .as_ref()
+            .map_or(plural.clone(), |s| format!("{plural}/{s}"));
+        (record.namespace, record.name) = (t.ns.clone(), t.name.clone());
+    }
+    let (verb, resource) = (record.verb.clone(), record.resource.clone());
+    tracing::debug!(%method, %path, query = %record.query, %verb, %resource, "request");
     // as the real server's filters: authentication, then authorization, before anything else
-    if let Err(e) = authenticate_and_authorize(
-        &shared,
-        &method,
-        &path,
-        &params,
-        authorization.as_deref(),
-        &mut record,
-    ) {
+    if let Err(e) = authenticate_and_authorize(&shared, &params, authorization, &mut record) {
         record.refused = Some(e.code);
         control.record(record);
         return error_response(&e);
@@ -297,21 +279,19 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
 /// noting the user in `record`; the `401` or `403` to answer if either refuses it.
 fn authenticate_and_authorize(
     shared: &Shared,
-    method: &str,
-    path: &str,
     params: &Params,
-    authorization: Option<&str>,
+    authorization: Option<String>,
     record: &mut RequestRecord,
 ) -> Result<(), ApiError> {
     let auth = shared.auth.read().unwrap_or_else(|e| e.into_inner());
-    let user = auth.authenticate(authorization)?;
+    let user = auth.authenticate(authorization.as_deref())?;
     record.user = user.as_ref().map(|u| u.name.clone());
     if !auth.rbac {
         return Ok(());
     }
     drop(auth);
     let user = user.unwrap_or_else(UserInfo::anonymous);
-    let attrs = auth::attributes(method, path, &params.0);
+    let attrs = auth::attributes(&record.method, &record.path, &params.0);
     shared
         .store
         .read(|st| crate::rbac::authorize(st, &user, &attrs))

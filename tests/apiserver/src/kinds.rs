@@ -220,6 +220,8 @@ pub fn default_kinds_v1alpha1_only() -> Vec<KindInfo> {
 }
 
 fn core_kinds() -> Vec<KindInfo> {
+    let rbac =
+        |plural, kind, namespaced| KindInfo::core(RBAC_GROUP, "v1", plural, kind, namespaced);
     vec![
         KindInfo {
             tracks_generation: true,
@@ -279,16 +281,10 @@ fn core_kinds() -> Vec<KindInfo> {
         .with_short_names(&["ds"]),
         // RBAC (`rbac.authorization.k8s.io/v1`): what the authorizer reads when RBAC is on
         // (`Config::rbac`), served whether it is on or not, as on a real server
-        KindInfo::core(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", false),
-        KindInfo::core(
-            RBAC_GROUP,
-            "v1",
-            "clusterrolebindings",
-            "ClusterRoleBinding",
-            false,
-        ),
-        KindInfo::core(RBAC_GROUP, "v1", "roles", "Role", true),
-        KindInfo::core(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", true),
+        rbac("clusterroles", "ClusterRole", false),
+        rbac("clusterrolebindings", "ClusterRoleBinding", false),
+        rbac("roles", "Role", true),
+        rbac("rolebindings", "RoleBinding", true),
     ]
 }
 

@@ -247,14 +247,12 @@ impl Control {
     /// shut down.
     pub async fn start_serving(&self) -> io::Result<()> {
         let (done, started) = oneshot::channel();
-        self.shared
-            .serving
-            .commands
+        let gone = || io::Error::other("the server was shut down");
+        let commands = &self.shared.serving.commands;
+        commands
             .send(ServeCommand::Start(done))
-            .map_err(|_| io::Error::other("the server was shut down"))?;
-        started
-            .await
-            .map_err(|_| io::Error::other("the server was shut down"))?
+            .map_err(|_| gone())?;
+        started.await.map_err(|_| gone())?
     }
 
     /// Connections open now (HTTP/2 carries every request of a client on one).
