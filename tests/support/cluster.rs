@@ -349,16 +349,9 @@ where
 
 /// Starts `kruised run` for the lab's node with `identity` and the lab's runtime.
 pub fn start_daemon(lab: &KubeLab, identity: &Identity, extra: &[&str]) -> Daemon {
-    let mut args = vec![
-        "--kubeconfig".to_string(),
-        identity.kubeconfig.display().to_string(),
-        "--runtime-endpoint".to_string(),
-        lab.endpoint(),
-        "--drain-timeout".to_string(),
-        "3s".to_string(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (kubeconfig, endpoint) = (identity.kubeconfig.display().to_string(), lab.endpoint());
+    let mut args = vec!["--kubeconfig", &kubeconfig, "--runtime-endpoint", &endpoint];
+    args.extend(["--drain-timeout", "3s"].iter().chain(extra));
     Daemon::start(&lab.node, &args)
 }
 

@@ -30,16 +30,12 @@ pub struct Fault {
     /// HTTP code (500, 409, 429, 503, ...).
     pub code: u16,
     /// Only requests with this verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`).
-    #[serde(default)]
     pub verb: Option<String>,
     /// Only requests for this resource (`pods`, `pods/status`, ...).
-    #[serde(default)]
     pub resource: Option<String>,
     /// `Retry-After` seconds (defaults to 1 for 429 and 503).
-    #[serde(default)]
     pub retry_after_seconds: Option<u64>,
     /// Message for the `Status` (a generic one if absent).
-    #[serde(default)]
     pub message: Option<String>,
 }
 

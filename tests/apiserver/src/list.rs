@@ -102,17 +102,11 @@ pub(crate) fn delete_collection(
 ) -> Result<Value, ApiError> {
     let listed = list(st, kidx, ns, sel, None, None)?;
     let mut items = Vec::new();
-    for item in listed
-        .get("items")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = item
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let item_ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
+    for item in listed["items"].as_array().into_iter().flatten() {
+        let (name, item_ns) = (
+            meta_str(item, "name").unwrap_or(""),
+            meta_str(item, "namespace"),
+        );
         let (v, _) = ops::delete(st, kidx, item_ns, name, &Preconditions::default(), dry_run)?;
         items.push(v);
     }

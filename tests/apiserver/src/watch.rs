@@ -142,14 +142,12 @@ fn too_old(rv: u64, compacted: u64) -> Bytes {
 
 impl WatchRequest {
     fn in_scope(&self, kind: &KindInfo, obj: &Value) -> bool {
-        let meta = |f: &str| obj.pointer(f).and_then(Value::as_str).unwrap_or("");
-        self.namespace
-            .as_deref()
-            .is_none_or(|ns| meta("/metadata/namespace") == ns)
-            && self
-                .name
-                .as_deref()
-                .is_none_or(|n| meta("/metadata/name") == n)
+        let is = |want: &Option<String>, f: &str| {
+            let got = obj.pointer(f).and_then(Value::as_str).unwrap_or("");
+            want.as_deref().is_none_or(|w| w == got)
+        };
+        is(&self.namespace, "/metadata/namespace")
+            && is(&self.name, "/metadata/name")
             && self.selectors.matches(kind, obj)
     }
 

@@ -372,16 +372,14 @@ struct State {
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct ImageId {
     #[serde(rename = "imageID")]
     image_id: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 struct PreCheck {
-    #[serde(default)]
     containers_required_ready: Vec<String>,
 }
 
