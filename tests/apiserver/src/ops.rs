@@ -228,27 +228,20 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-fn name_causes(kind: &KindInfo, name: &str) -> Option<(&'static str, &'static str, String)> {
+/// Why `name` cannot name an object of `kind`, if it cannot.
+fn name_problem(kind: &KindInfo, name: &str) -> Option<String> {
     if kind.group == crate::kinds::RBAC_GROUP {
         // RBAC names are path segments (`system:discovery`), as the real RBAC validation has it
-        return util::path_segment_problem(name).map(|why| {
-            (
-                "metadata.name",
-                "FieldValueInvalid",
-                format!("Invalid value: {name:?}: {why}"),
-            )
-        });
+        return util::path_segment_problem(name)
+            .map(|why| format!("Invalid value: {name:?}: {why}"));
     }
-    let ok = if is_core(kind, "namespaces") {
-        util::is_dns_label(name)
-    } else {
-        util::is_dns_subdomain(name)
+    let ok = match is_core(kind, "namespaces") {
+        true => util::is_dns_label(name),
+        false => util::is_dns_subdomain(name),
     };
-    (!ok).then(|| {
-        ("metadata.name", "FieldValueInvalid", format!(
-            "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-        ))
-    })
+    (!ok).then(|| format!(
+        "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+    ))
 }
 
 fn check_meta(kind: &KindInfo, name: &str, obj: &Value) -> Result<(), ApiError> {
@@ -293,24 +286,16 @@ pub(crate) fn create(
 
     let mut name = non_empty(meta_str(&obj, "name")).unwrap_or("").to_string();
     if name.is_empty() {
-        match non_empty(meta_str(&obj, "generateName")) {
-            Some(prefix) => {
-                let prefix = prefix.to_string();
-                loop {
-                    name = format!("{prefix}{}", util::name_suffix());
-                    if st.get(sidx, &ns, &name).is_none() {
-                        break;
-                    }
-                }
-            }
-            None => {
-                let why = "Required value: name or generateName is required".into();
-                return Err(invalid(kind, "", "metadata.name", why));
-            }
+        let Some(prefix) = non_empty(meta_str(&obj, "generateName")).map(str::to_string) else {
+            let why = "Required value: name or generateName is required".into();
+            return Err(invalid(kind, "", "metadata.name", why));
+        };
+        while name.is_empty() || st.get(sidx, &ns, &name).is_some() {
+            name = format!("{prefix}{}", util::name_suffix());
         }
     }
-    if let Some(cause) = name_causes(kind, &name) {
-        return Err(ApiError::invalid(kind, &name, &[cause]));
+    if let Some(why) = name_problem(kind, &name) {
+        return Err(invalid(kind, &name, "metadata.name", why));
     }
     if origin == Origin::Http && non_empty(meta_str(&obj, "resourceVersion")).is_some() {
         // the real server answers a bare 500: no reason, no details
