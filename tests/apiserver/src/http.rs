@@ -413,32 +413,23 @@ async fn resource(
                     "specifying resource version is not allowed when using continue",
                 ));
             }
-            if params
-                .get("resourceVersionMatch")
-                .is_some_and(|m| !m.is_empty())
-                && rv_param.is_none()
-            {
-                return Err(list_options_invalid(&[(
-                    "resourceVersionMatch",
-                    "FieldValueForbidden",
-                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
-                        .into(),
-                )]));
+            let rv_match = params.get("resourceVersionMatch").filter(|m| !m.is_empty());
+            if rv_match.is_some() && rv_param.is_none() {
+                let why = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is \
+                           provided";
+                let cause = ("resourceVersionMatch", "FieldValueForbidden", why.into());
+                return Err(list_options_invalid(&[cause]));
             }
             if cont.is_none()
                 && let Some(rv) = parse_rv(rv_param)?
             {
                 wait_for_rv(shared, rv).await?;
             }
-            let limit = match params.get("limit") {
-                // resourceVersion=0 is served from the watch cache, which ignores limit
-                _ if rv_param == Some("0") => None,
-                Some(l) => Some(
-                    l.parse::<usize>()
-                        .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
-                ),
-                None => None,
-            };
+            // resourceVersion=0 is served from the watch cache, which ignores limit
+            let limit = params.get("limit").filter(|_| rv_param != Some("0"));
+            let bad = |l| ApiError::bad_request(format!("invalid limit {l:?}"));
+            let limit = limit.map(|l| l.parse::<usize>().map_err(|_| bad(l)));
+            let limit = limit.transpose()?;
             let list = store.write(|st| list::list(st, kidx, ns, &sel, limit, cont))?;
             Ok(json_response(200, &list))
         }
