@@ -203,8 +203,7 @@ fn is_core(kind: &KindInfo, plural: &str) -> bool {
 }
 
 fn qos_class(spec: &Value) -> &'static str {
-    let mut any = false;
-    let mut guaranteed = true;
+    let (mut any, mut guaranteed) = (false, true);
     let containers = ["containers", "initContainers"]
         .iter()
         .filter_map(|f| spec.get(*f).and_then(Value::as_array))
@@ -216,9 +215,7 @@ fn qos_class(spec: &Value) -> &'static str {
             let rq = req.and_then(|x| x.get(r));
             let lm = lim.and_then(|x| x.get(r));
             any |= rq.is_some() || lm.is_some();
-            if lm.is_none() || rq.is_some_and(|q| Some(q) != lm) {
-                guaranteed = false;
-            }
+            guaranteed &= lm.is_some() && rq.is_none_or(|q| Some(q) == lm);
         }
     }
     match (any, guaranteed) {
