@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmissionRequest, Denial, Hook, Operation};
 use crate::auth::{AuthState, UserInfo};
+use crate::hold::lock;
 use crate::ops::{self, Origin, Preconditions};
 use crate::server::Shared;
 use crate::status::ApiError;
@@ -193,14 +194,7 @@ impl Control {
     }
 
     fn lock_requests(&self) -> MutexGuard<'_, RequestLog> {
-        self.shared
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_faults(&self) -> MutexGuard<'_, Faults> {
-        self.shared.faults.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.shared.requests)
     }
 
     fn write_auth(&self) -> std::sync::RwLockWriteGuard<'_, AuthState> {
@@ -416,17 +410,17 @@ impl Control {
     /// Register a fully specified [`Fault`].
     pub fn add_fault(&self, fault: Fault) {
         if fault.count > 0 {
-            self.lock_faults().rules.push(fault);
+            lock(&self.shared.faults).rules.push(fault);
         }
     }
 
     pub fn clear_faults(&self) {
-        self.lock_faults().rules.clear();
+        lock(&self.shared.faults).rules.clear();
     }
 
     /// Delay every API response by `delay` (zero turns it off).
     pub fn set_delay(&self, delay: Duration) {
-        self.lock_faults().delay = delay;
+        lock(&self.shared.faults).delay = delay;
     }
 
     /// Requests counted for `(verb, resource)`, e.g. `("patch", "pods/status")`.
@@ -512,7 +506,7 @@ impl Control {
 
     /// Delay and fault for a request (called by the HTTP layer).
     pub(crate) fn fault_for(&self, verb: &str, resource: &str) -> (Duration, Option<ApiError>) {
-        let mut f = self.lock_faults();
+        let mut f = lock(&self.shared.faults);
         let delay = f.delay;
         (delay, f.take(verb, resource))
     }

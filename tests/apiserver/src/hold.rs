@@ -3,7 +3,7 @@
 //! interleaving with them (a write answered late, its watch event later still) instead of
 //! hoping for it.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
@@ -92,9 +92,9 @@ impl Holds {
     }
 }
 
-/// Locks the holds (a panic while they were held leaves them usable).
-pub(crate) fn lock(holds: &Arc<Mutex<Holds>>) -> MutexGuard<'_, Holds> {
-    holds.lock().unwrap_or_else(|e| e.into_inner())
+/// Locks `m` (a panic while it was held leaves what it guards usable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Control {

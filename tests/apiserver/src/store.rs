@@ -7,7 +7,7 @@
 //! history" holds whenever the lock is held; watches rely on that for bookmarks.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -236,18 +236,14 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Run `f` with shared access.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
-        f(&self.lock())
+        f(&crate::hold::lock(&self.state))
     }
 
     /// Run `f` with exclusive access, then publish the new RV if it moved.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut st = self.lock();
+        let mut st = crate::hold::lock(&self.state);
         let out = f(&mut st);
         let rv = st.rv;
         drop(st);
