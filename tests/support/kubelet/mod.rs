@@ -1,6 +1,6 @@
 //! The kubelet, as the tests play it: one home for everything the kubelet does, used by every
 //! layer that plays it (the end-to-end tests' [`Kubelet`] on a real runtime, [`FakeNode`]'s
-//! kubelet, the manager double's [`KubeletStandIn`] and the settle tests' [`KubeletTiming`], the
+//! kubelet, the manager double's and the settle tests' [`KubeletTiming`], the
 //! fleet's kubelets, and `tests/kubelet-stand-in`, the demo's kubelet):
 //!
 //! - [`meta`]: its labels and annotations on sandboxes and containers;
@@ -25,4 +25,4 @@ pub mod sync;
 
 pub use cri::{ImageError, ImageStep, Kubelet, RunningPod};
 pub use spec::{ContainerSpec, PodSpec, PullPolicy};
-pub use sync::{KubeletStandIn, KubeletTiming};
+pub use sync::KubeletTiming;

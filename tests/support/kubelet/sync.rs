@@ -1,11 +1,12 @@
-//! The kubelet's sync loop on an in-process node ([`FakeNode`]), in two timings:
+//! The kubelet's sync loop on an in-process node ([`FakeNode`]), [`KubeletTiming`], in two
+//! timings:
 //!
-//! - [`KubeletStandIn`], for tests where the manager double drives the node: it registers the
-//!   Node (Ready) and acts at once on what it sees (no relist period, no sync holding an older
-//!   pod, no back-off);
-//! - [`KubeletTiming`], the real one's sync timing, for the tests of kruised's settle model
-//!   (`src/controller/containermeta/settle.rs`): what made a second restart possible on a real
-//!   kubelet, played on the fake node.
+//! - [`KubeletTiming::at_once`], for tests where the manager double drives the node: it
+//!   registers the Node (Ready) and acts at once on what it sees (no relist period, no sync
+//!   holding an older pod, no back-off);
+//! - [`KubeletTiming::start`], the real one's sync timing, for the tests of kruised's settle
+//!   model (`src/controller/containermeta/settle.rs`): what made a second restart possible on a
+//!   real kubelet, played on the fake node.
 //!
 //! A sync creates again (attempt + 1, from the pod it took) a container that exited (a stop by
 //! the daemon) or whose spec hash changed (an in-place image update): kill, the image step,
@@ -43,53 +44,6 @@ use tokio::task::JoinHandle;
 use super::status::{self, POD_IP, rfc3339, rfc3339_ns};
 use crate::node::{FakeNode, NODE};
 
-/// A running kubelet for the pods of one [`FakeNode`] that have a sandbox, acting at once;
-/// dropping it stops it.
-pub struct KubeletStandIn {
-    task: JoinHandle<()>,
-}
-
-impl KubeletStandIn {
-    /// Registers the node (`Ready=True`, label `kubernetes.io/hostname`) and starts looking
-    /// after the pods of `node` that have a sandbox.
-    pub fn start(node: Arc<FakeNode>) -> KubeletStandIn {
-        if node.api.get("nodes", "", NODE).is_none() {
-            let t = rfc3339(Timestamp::now());
-            node.api
-                .create(
-                    "nodes",
-                    json!({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
-                           "status": {"conditions": [{"type": "Ready", "status": "True",
-                               "reason": "KubeletReady", "message": "kubelet is posting ready status",
-                               "lastHeartbeatTime": t, "lastTransitionTime": t}],
-                               "addresses": [{"type": "InternalIP", "address": POD_IP}]}}),
-                )
-                .expect("register the node");
-        }
-        let task = tokio::spawn(async move {
-            loop {
-                let rv = node.api.resource_version();
-                let seen = runtime_states(&node.cri.state());
-                for name in node.sandboxes.keys() {
-                    sync(&node, name, None);
-                }
-                let api = node.api.control();
-                tokio::select! {
-                    _ = api.wait_for(FAR, |v| v.resource_version() != rv) => {}
-                    _ = node.cri.wait_for(FAR, |s| runtime_states(s) != seen) => {}
-                }
-            }
-        });
-        KubeletStandIn { task }
-    }
-}
-
-impl Drop for KubeletStandIn {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 const FAR: Duration = Duration::from_secs(3600);
 
 /// A kubelet with the real one's sync timing for the pods of one [`FakeNode`]; dropping it
@@ -103,10 +57,35 @@ pub struct KubeletTiming {
 impl KubeletTiming {
     /// Starts it, relisting every `relist` (the kubelet's: 1 s).
     pub fn start(node: Arc<FakeNode>, relist: Duration) -> KubeletTiming {
+        KubeletTiming::spawn(node, Some(relist))
+    }
+
+    /// For tests where the manager double drives the node: registers the node (`Ready=True`,
+    /// label `kubernetes.io/hostname`) and syncs every pod of `node` that has a sandbox at once
+    /// on any change of the API or the runtime (no relist period, no sync holding an older pod).
+    pub fn at_once(node: Arc<FakeNode>) -> KubeletTiming {
+        if node.api.get("nodes", "", NODE).is_none() {
+            let t = rfc3339(Timestamp::now());
+            node.api
+                .create(
+                    "nodes",
+                    json!({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+                           "status": {"conditions": [{"type": "Ready", "status": "True",
+                               "reason": "KubeletReady", "message": "kubelet is posting ready status",
+                               "lastHeartbeatTime": t, "lastTransitionTime": t}],
+                               "addresses": [{"type": "InternalIP", "address": POD_IP}]}}),
+                )
+                .expect("register the node");
+        }
+        KubeletTiming::spawn(node, None)
+    }
+
+    fn spawn(node: Arc<FakeNode>, relist: Option<Duration>) -> KubeletTiming {
         let (held, rx) = watch::channel(false);
         let (waiting_tx, waiting) = watch::channel(Vec::new());
+        let task = tokio::spawn(run(node, relist, rx, waiting_tx));
         KubeletTiming {
-            task: tokio::spawn(run(node, relist, rx, waiting_tx)),
+            task,
             held,
             waiting,
         }
@@ -171,9 +150,10 @@ fn runtime_states(st: &FakeState) -> BTreeMap<String, ContainerState> {
     st.containers.iter().map(state).collect()
 }
 
+/// The sync loop; without `relist`, at once: every wake syncs every pod as it is now.
 async fn run(
     node: Arc<FakeNode>,
-    relist: Duration,
+    relist: Option<Duration>,
     mut held: watch::Receiver<bool>,
     waiting_tx: watch::Sender<Vec<String>>,
 ) {
@@ -183,11 +163,19 @@ async fn run(
     let mut again: Vec<String> = Vec::new();
     let mut seen: HashMap<String, String> = HashMap::new();
     let mut states = runtime_states(&node.cri.state());
-    let mut tick = tokio::time::interval(relist);
+    let mut tick = tokio::time::interval(relist.unwrap_or(FAR));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // read before the syncs, so a change made while they run wakes the loop again
+        let rv = node.api.resource_version();
+        let now = runtime_states(&node.cri.state());
+        if relist.is_none() {
+            node.sandboxes
+                .keys()
+                .for_each(|name| sync(&node, name, None));
+        }
         // pod changes start syncs, each with the pod as it is now
-        for name in node.sandboxes.keys() {
+        for name in node.sandboxes.keys().filter(|_| relist.is_some()) {
             let Some(obj) = node.api.get("pods", "default", name) else {
                 continue;
             };
@@ -205,12 +193,12 @@ async fn run(
             }
         }
         waiting_tx.send_replace(waiting.keys().cloned().collect());
-        let rv = node.api.resource_version();
-        let is_held = *held.borrow();
+        let is_held = *held.borrow() || relist.is_none();
         let api = node.api.control();
         tokio::select! {
             _ = api.wait_for(FAR, |v| v.resource_version() != rv) => continue,
             _ = held.changed() => continue,
+            _ = node.cri.wait_for(FAR, |s| runtime_states(s) != now), if relist.is_none() => continue,
             _ = tick.tick(), if !is_held => {}
         }
         // a relist: the waiting syncs act on it with the pods they took

@@ -20,7 +20,7 @@
 //! * `podprobe`: NodePodProbe per Ready node, PodProbeMarker → NodePodProbe, and NodePodProbe
 //!   status → the pods' conditions, labels and annotations.
 //!
-//! [`KubeletStandIn`] plays the kubelet's part FakeNode does not play on its own.
+//! [`KubeletTiming::at_once`] plays the kubelet's part FakeNode does not play on its own.
 
 mod crr;
 mod imagepull;
@@ -41,7 +41,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-pub use crate::kubelet::{KubeletStandIn, KubeletTiming};
+pub use crate::kubelet::KubeletTiming;
 pub use crr::CRR_WEBHOOK;
 pub use nodeimage::{NODE_IMAGE_MUTATING_WEBHOOK, NODE_IMAGE_VALIDATING_WEBHOOK};
 pub use workload::{Template, WorkloadStatus};

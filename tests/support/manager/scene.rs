@@ -1,6 +1,6 @@
 //! A test's cluster around the manager double: a [`FakeNode`] with the pods of one workload,
-//! its [`KubeletStandIn`], the namespace kruise's chart creates, the [`ManagerDouble`], and a
-//! user's kube client, so a test acts as a user does (`kubectl`-level objects) and waits on the
+//! its kubelet ([`KubeletTiming::at_once`]), the namespace kruise's chart creates, the
+//! [`ManagerDouble`], and a user's kube client, so a test acts as a user does (`kubectl`-level objects) and waits on the
 //! store.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use kube::api::{Api, DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use super::{DAEMON_CONFIG_NS, KubeletStandIn, ManagerDouble, Template, Timing};
+use super::{DAEMON_CONFIG_NS, KubeletTiming, ManagerDouble, Template, Timing};
 use crate::daemon::Daemon;
 use crate::node::{FakeNode, NODE};
 
@@ -29,7 +29,7 @@ pub struct Scene {
     pub manager: ManagerDouble,
     /// The user's client (the double's admin kubeconfig).
     pub user: Client,
-    _kubelet: KubeletStandIn,
+    _kubelet: KubeletTiming,
 }
 
 impl Timing {
@@ -64,7 +64,7 @@ impl Scene {
             )
             .expect("create the chart's namespace");
         let node = Arc::new(node);
-        let kubelet = KubeletStandIn::start(node.clone());
+        let kubelet = KubeletTiming::at_once(node.clone());
         let manager = ManagerDouble::start(node.api.control(), timing).await;
         if let Some((_, t)) = pods.first() {
             let names: Vec<&str> = pods.iter().map(|(n, _)| *n).collect();
