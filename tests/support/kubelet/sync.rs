@@ -272,9 +272,6 @@ fn sync(node: &FakeNode, name: &str, took: Option<&Value>) {
     let Some(live) = node.api.get("pods", "default", name) else {
         return;
     };
-    if !node.sandboxes.contains_key(name) {
-        return;
-    }
     let Ok(pod) = serde_json::from_value::<Pod>(took.unwrap_or(&live).clone()) else {
         return;
     };
