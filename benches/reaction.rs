@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::daemon::Daemon;
 use support::node::{FakeNode, NODE};
+use support::wait;
 
 const PODS: usize = 110;
 const LIMIT: Duration = Duration::from_secs(30);
@@ -87,13 +88,21 @@ async fn main() {
             .unwrap();
     }
     for i in 0..PODS {
-        node.wait_meta(&format!("web-{i}"), LIMIT, |m| {
-            m.containers.len() == 3
-                && m.containers
-                    .iter()
-                    .all(|c| c.hashes.extracted_env_from_metadata_hash != 0)
-        })
+        wait::try_meta(
+            &node.api,
+            LIMIT,
+            "default",
+            &format!("web-{i}"),
+            "the annotation",
+            |m| {
+                m.containers.len() == 3
+                    && m.containers
+                        .iter()
+                        .all(|c| c.hashes.extracted_env_from_metadata_hash != 0)
+            },
+        )
         .await
+        .ok()
         .unwrap_or_else(|| {
             let problems: Vec<_> = d
                 .log()
@@ -140,11 +149,12 @@ async fn main() {
         let stopped_at = node.cri.state().stops[stops_before].1;
         latencies.push(stopped_at.duration_since(t0));
         let new_id = node.recreate(&pod, "app");
-        node.wait_meta(&pod, LIMIT, |m| {
+        wait::try_meta(&node.api, LIMIT, "default", &pod, "the annotation", |m| {
             m.container("app")
                 .is_some_and(|c| c.container_id.ends_with(&new_id))
         })
         .await
+        .ok()
         .unwrap_or_else(|| panic!("{pod}: annotation never followed the recreate"));
     }
     let (change_reads, change_writes) = api_delta(&api_before, &node.api.request_counts());

@@ -13,7 +13,7 @@ use crate::pull_support::{self, NODE};
 use crate::support::daemon::{Daemon, http_get, kruised_bin};
 use crate::support::kubelet::status::{self, Report};
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
-use crate::support::node::meta_of;
+use crate::support::wait::meta_of;
 use crate::support::{Lab, LabRuntime, Plane, wait, within};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ImageService, RuntimeService, RuntimeVersion};

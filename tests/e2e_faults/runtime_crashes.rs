@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::daemon::Daemon;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod, status};
-use crate::support::node::meta_of;
+use crate::support::wait::meta_of;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;

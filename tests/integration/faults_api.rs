@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::Daemon;
-use crate::support::node::{FakeNode, NODE, meta_of};
+use crate::support::node::{FakeNode, NODE};
+use crate::support::wait::{self, meta_of};
 use apiserver_double::Fault;
 use kruised::cri::ContainerState;
 use kruised::hash::env::expected_env_hash;
@@ -417,9 +418,16 @@ async fn a_pods_annotation_write_failing_three_times_in_a_row_waits_12_seconds_b
             .unwrap_or_else(|_| panic!("annotation write {n} never came; log:\n{}", d.log_text()));
         tries.push(Instant::now());
     }
-    let annotated = node
-        .wait_meta("web-0", CHANGE_LIMIT, |m| m.containers.len() == 2)
-        .await;
+    let annotated = wait::try_meta(
+        &node.api,
+        CHANGE_LIMIT,
+        "default",
+        "web-0",
+        "the annotation",
+        |m| m.containers.len() == 2,
+    )
+    .await
+    .ok();
     assert!(
         annotated.is_some(),
         "the fourth write did not land; log:\n{}",

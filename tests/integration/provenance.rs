@@ -149,9 +149,15 @@ async fn an_env_restart_a_recreate_request_and_a_crash_each_show_in_explain_with
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    node.wait_meta("web-0", LIMIT, |m| m.containers.len() == 2)
-        .await
-        .expect("the first annotation");
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "the first annotation",
+        |m| m.containers.len() == 2,
+    )
+    .await;
 
     // an in-place update of the env from metadata: kruised stops main, the kubelet recreates it
     let first = current_id(&node, "web-0", "main");
@@ -265,9 +271,15 @@ async fn a_record_the_pods_author_wrote_is_kept_bounded_and_kruiseds_own_stop_is
     let annotations =
         json!({"role": "blue", keys::LAST_RESTARTS: Value::Array(forged).to_string()});
     node.add_pod("web-0", containers(), annotations, true);
-    node.wait_meta("web-0", LIMIT, |m| m.containers.len() == 2)
-        .await
-        .expect("the first annotation");
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "the first annotation",
+        |m| m.containers.len() == 2,
+    )
+    .await;
     let first = current_id(&node, "web-0", "main");
     node.api
         .modify("pods", "default", "web-0", |p| {

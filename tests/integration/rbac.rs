@@ -45,9 +45,15 @@ async fn start_as(node: &FakeNode, identity: &DoubleIdentity) -> Daemon {
 /// (a `Killing` event), the recreated one annotated.
 pub(crate) async fn env_restart(node: &mut FakeNode) {
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    node.wait_meta("web-0", LIMIT, |m| m.containers.len() == 2)
-        .await
-        .expect("the annotation of web-0 is written");
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "the annotation of web-0 is written",
+        |m| m.containers.len() == 2,
+    )
+    .await;
     node.api
         .modify("pods", "default", "web-0", |p| {
             p["metadata"]["annotations"]["role"] = json!("green");
@@ -59,12 +65,18 @@ pub(crate) async fn env_restart(node: &mut FakeNode) {
         .await
         .expect("the container with the stale env is stopped");
     let new_id = node.recreate("web-0", "main");
-    node.wait_meta("web-0", LIMIT, |m| {
-        m.container("main")
-            .is_some_and(|c| c.container_id == format!("containerd://{new_id}"))
-    })
-    .await
-    .expect("the annotation names the recreated container");
+    wait::meta(
+        &node.api,
+        LIMIT,
+        "default",
+        "web-0",
+        "the annotation names the recreated container",
+        |m| {
+            m.container("main")
+                .is_some_and(|c| c.container_id == format!("containerd://{new_id}"))
+        },
+    )
+    .await;
 }
 
 /// A NodeImage tag pulled with the pull secret read from `kruise-daemon-config`.

@@ -73,7 +73,12 @@ impl Scene {
             node.add_pod(pod, containers(), json!({"role": "blue"}), true);
         }
         for pod in pods {
-            let annotated = node.wait_meta(pod, STEP, |m| m.containers.len() == 2).await;
+            let annotated =
+                wait::try_meta(&node.api, STEP, "default", pod, "the annotation", |m| {
+                    m.containers.len() == 2
+                })
+                .await
+                .ok();
             assert!(
                 annotated.is_some(),
                 "{pod} annotated; log:\n{}",
@@ -127,13 +132,19 @@ impl Scene {
     /// and the new one, running `ROLE=role`, not at all.
     async fn recreate_and_check_once(&self, pod: &str, old: &str, role: &str) {
         let new = self.node.recreate(pod, "main");
-        let names_new = self
-            .node
-            .wait_meta(pod, ACT_LIMIT, |m| {
+        let names_new = wait::try_meta(
+            &self.node.api,
+            ACT_LIMIT,
+            "default",
+            pod,
+            "the annotation",
+            |m| {
                 m.container("main")
                     .is_some_and(|c| c.container_id == format!("containerd://{new}"))
-            })
-            .await;
+            },
+        )
+        .await
+        .ok();
         assert!(
             names_new.is_some(),
             "{pod}: the annotation never named the recreated container; log:\n{}",
@@ -411,10 +422,16 @@ async fn an_api_server_back_on_a_compacted_store_is_relisted_and_nothing_is_lost
         .await
         .unwrap_or_else(|m| s.fail(&m));
     let acted = back_at.elapsed();
-    let found = s
-        .node
-        .wait_meta("web-new", ACT_LIMIT, |m| m.containers.len() == 2)
-        .await;
+    let found = wait::try_meta(
+        &s.node.api,
+        ACT_LIMIT,
+        "default",
+        "web-new",
+        "the annotation",
+        |m| m.containers.len() == 2,
+    )
+    .await
+    .ok();
     assert!(
         found.is_some(),
         "the pod created while the server was away was never annotated; log:\n{}",
@@ -496,13 +513,19 @@ async fn while_every_answer_takes_ten_seconds_no_worker_holds_a_key_past_its_lim
     tokio::time::sleep_until(slow_at + Duration::from_secs(60)).await;
     s.node.api.set_delay(Duration::ZERO);
     let fast_at = Instant::now();
-    let resumed = s
-        .node
-        .wait_meta("web-0", ACT_LIMIT, |m| {
+    let resumed = wait::try_meta(
+        &s.node.api,
+        ACT_LIMIT,
+        "default",
+        "web-0",
+        "the annotation",
+        |m| {
             m.container("main")
                 .is_some_and(|c| c.container_id == format!("containerd://{new}"))
-        })
-        .await;
+        },
+    )
+    .await
+    .ok();
     assert!(
         resumed.is_some(),
         "the annotation never named the recreated container; log:\n{}",

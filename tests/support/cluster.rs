@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::daemon::Daemon;
+use super::wait;
 
 /// Field manager of everything the tests write (they play kruise-manager).
 pub const MANAGER: &str = "kruise-manager";
@@ -260,15 +261,10 @@ impl TestNamespace {
         .expect("create namespace");
         // the controller-manager creates the default ServiceAccount the pods need
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
-        super::within(
-            LIMIT,
-            "default ServiceAccount",
-            await_condition(accounts, "default", |sa: Option<&ServiceAccount>| {
-                sa.is_some()
-            }),
-        )
-        .await
-        .expect("watch ServiceAccount");
+        let there = |sa: Option<&ServiceAccount>| sa.is_some();
+        wait::try_kube(&accounts, LIMIT, "default", "the ServiceAccount", there)
+            .await
+            .unwrap_or_else(|m| m.fail());
         TestNamespace {
             name,
             client: client.clone(),
@@ -318,16 +314,8 @@ pub async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condit
 where
     K: Clone + std::fmt::Debug + serde::de::DeserializeOwned + Resource + Send + Sync + 'static,
 {
-    let found = tokio::time::timeout(LIMIT, await_condition(api.clone(), name, cond)).await;
-    match found {
-        Ok(Ok(Some(obj))) => obj,
-        Ok(Ok(None)) => panic!("{what}: {name} is gone"),
-        Ok(Err(e)) => panic!("{what}: watching {name}: {e}"),
-        Err(_) => {
-            let now = api.get_opt(name).await.ok().flatten();
-            panic!("{what} did not happen within {LIMIT:?}; {name} is now {now:#?}")
-        }
-    }
+    let found = wait::try_kube(api, LIMIT, name, what, cond).await;
+    found.unwrap_or_else(|m| m.fail())
 }
 
 /// Waits until the object `name` of `api` no longer exists, at most `LIMIT`.
@@ -335,16 +323,9 @@ pub async fn wait_deleted<K>(api: &Api<K>, name: &str, what: &str)
 where
     K: Clone + std::fmt::Debug + serde::de::DeserializeOwned + Resource + Send + Sync + 'static,
 {
-    let gone = tokio::time::timeout(
-        LIMIT,
-        await_condition(api.clone(), name, |o: Option<&K>| o.is_none()),
-    )
-    .await;
-    match gone {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => panic!("{what}: watching {name}: {e}"),
-        Err(_) => panic!("{what} did not happen within {LIMIT:?}"),
-    }
+    let gone = |o: Option<&K>| o.is_none();
+    let found = wait::try_kube_maybe(api, LIMIT, name, what, gone).await;
+    found.unwrap_or_else(|m| m.fail());
 }
 
 /// Starts `kruised run` for the lab's node with `identity` and the lab's runtime.

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::kubelet::cri::{ImageError, recreate_fake, sandbox_fake};
 use crate::kubelet::spec::{self, container_config};
 use crate::kubelet::status::{self, Report};
+use crate::wait;
 
 /// The node's name in these tests.
 pub const NODE: &str = "node-a";
@@ -262,33 +263,6 @@ impl FakeNode {
 
     /// The pod's current `runtime-containers-meta`, parsed.
     pub fn meta(&self, pod: &str) -> Option<keys::RuntimeContainerMetaSet> {
-        meta_of(&self.api.get("pods", "default", pod)?)
+        wait::meta_of(&self.api.get("pods", "default", pod)?)
     }
-
-    /// Waits until the pod's annotation satisfies `cond` (the store is locked while `cond` runs:
-    /// do not call back into the API double from it).
-    pub async fn wait_meta(
-        &self,
-        pod: &str,
-        limit: std::time::Duration,
-        mut cond: impl FnMut(&keys::RuntimeContainerMetaSet) -> bool,
-    ) -> Option<keys::RuntimeContainerMetaSet> {
-        self.api
-            .wait_for_value(limit, |view| {
-                view.get("pods", "default", pod)
-                    .and_then(|o| meta_of(&o))
-                    .filter(|m| cond(m))
-            })
-            .await
-            .ok()
-    }
-}
-
-/// The `runtime-containers-meta` of a pod object, parsed.
-pub fn meta_of(obj: &Value) -> Option<keys::RuntimeContainerMetaSet> {
-    let annotations: BTreeMap<String, String> =
-        serde_json::from_value(obj["metadata"]["annotations"].clone()).unwrap_or_default();
-    keys::parse_runtime_containers_meta(&annotations)
-        .ok()
-        .flatten()
 }

@@ -2,8 +2,8 @@
 //! re-checked on a change notification where there is one (a write to the API double's store, a
 //! call to the fake CRI runtime, a `tokio::sync::watch` channel), polled where there is none (a
 //! real runtime's state, a unit's properties), and each failing with what it waited for and what
-//! it saw last. (kruised's log is waited on by [`Daemon`]'s own methods, over its lines as they
-//! come; [`logged`] is the count of one.)
+//! it saw last. (kruised's log is waited on by [`Daemon`](crate::daemon::Daemon)'s own methods,
+//! over its lines as they come, with [`try_watch`].)
 //!
 //! A wait is a `look` (what to see of the world: the object as it is, a count, a value) and a
 //! `done` (whether what was seen is what the test waits for). What the last `look` returned is
@@ -22,8 +22,6 @@ use kruised::k8s::keys::{self, RuntimeContainerMetaSet};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
-
-use crate::daemon::Daemon;
 
 /// The limit of a wait on the doubles, when the test names none.
 pub const LIMIT: Duration = Duration::from_secs(60);
@@ -270,15 +268,15 @@ pub fn meta_of(pod: &Value) -> Option<RuntimeContainerMetaSet> {
 
 /// Waits until the `runtime-containers-meta` annotation of the pod `namespace/pod` satisfies
 /// `cond`; returns it. A failure shows the annotation as it was last.
-pub async fn meta(
+pub async fn try_meta(
     api: &Handle,
     limit: Duration,
     namespace: &str,
     pod: &str,
     what: &str,
     mut cond: impl FnMut(&RuntimeContainerMetaSet) -> bool,
-) -> RuntimeContainerMetaSet {
-    store(
+) -> Result<RuntimeContainerMetaSet, Missed<Option<RuntimeContainerMetaSet>>> {
+    try_store(
         api,
         limit,
         &format!("{what} (the annotation of pod {namespace}/{pod})"),
@@ -286,7 +284,20 @@ pub async fn meta(
         |m| m.as_ref().is_some_and(&mut cond),
     )
     .await
-    .expect("seen when done")
+    .map(|m| m.expect("seen when done"))
+}
+
+/// [`try_meta`], failing the test when it gives up.
+pub async fn meta(
+    api: &Handle,
+    limit: Duration,
+    namespace: &str,
+    pod: &str,
+    what: &str,
+    cond: impl FnMut(&RuntimeContainerMetaSet) -> bool,
+) -> RuntimeContainerMetaSet {
+    let found = try_meta(api, limit, namespace, pod, what, cond).await;
+    found.unwrap_or_else(|m| m.fail())
 }
 
 /// Waits until the probe `probe` of the pod `uid` is in state `want` in the NodePodProbe of
@@ -363,12 +374,6 @@ pub async fn events(api: &Handle, limit: Duration, reason: &str, n: u64) -> Vec<
     .await
 }
 
-/// Waits until kruised logged `times` lines whose message contains `needle`, at most `limit`,
-/// re-checked on every line it logs (the notification is [`Daemon`]'s own); fails with the log.
-pub async fn logged(d: &mut Daemon, limit: Duration, needle: &str, times: usize) {
-    d.wait_for_logged_times(needle, times, limit).await;
-}
-
 /// Waits until `cond` holds for the object `name` of a real API server's `api`, watching it, at
 /// most `limit`; returns it. A failure shows the object as it is then (`None`: not there).
 pub async fn try_kube<K>(
@@ -381,13 +386,32 @@ pub async fn try_kube<K>(
 where
     K: Clone + fmt::Debug + DeserializeOwned + kube::Resource + Send + Sync + 'static,
 {
+    match try_kube_maybe(api, limit, name, what, cond).await {
+        Ok(Some(obj)) => Ok(obj),
+        Ok(None) => Err(missed(&format!("{what} ({name})"), limit, Some(None))),
+        Err(m) => Err(m),
+    }
+}
+
+/// [`try_kube`] for a condition that may hold of no object (`None`: not there, as when waiting
+/// for a deletion).
+pub async fn try_kube_maybe<K>(
+    api: &kube::Api<K>,
+    limit: Duration,
+    name: &str,
+    what: &str,
+    cond: impl kube::runtime::wait::Condition<K>,
+) -> Result<Option<K>, Missed<Option<K>>>
+where
+    K: Clone + fmt::Debug + DeserializeOwned + kube::Resource + Send + Sync + 'static,
+{
     let found = tokio::time::timeout(
         limit,
         kube::runtime::wait::await_condition(api.clone(), name, cond),
     )
     .await;
     match found {
-        Ok(Ok(Some(obj))) => Ok(obj),
+        Ok(Ok(obj)) => Ok(obj),
         _ => Err(missed(
             &format!("{what} ({name})"),
             limit,
