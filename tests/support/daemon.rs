@@ -12,6 +12,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use crate::wait;
+
 /// A running `kruised run`. Its log is drained by a task as it comes (a full pipe would block
 /// the daemon), and kept for the test to read and wait on.
 pub struct Daemon {
@@ -159,21 +161,9 @@ impl Daemon {
     /// Waits until `times` lines whose message contains `needle` have been logged, at most
     /// `limit`. Panics with the log if they do not come.
     pub async fn wait_for_logged_times(&mut self, needle: &str, times: usize, limit: Duration) {
-        let count = |d: &Daemon| d.log().iter().filter(|v| message_has(v, needle)).count();
-        let found = tokio::time::timeout(limit, async {
-            while count(self) < times {
-                if self.lines.changed().await.is_err() {
-                    return count(self) >= times;
-                }
-            }
-            true
-        })
-        .await;
-        assert!(
-            found == Ok(true),
-            "kruised did not log {needle:?} {times} times within {limit:?}; log:\n{}",
-            self.log_text()
-        );
+        let what = format!("kruised to log {needle:?} {times} times");
+        let n = |v: &[serde_json::Value]| v.iter().filter(|v| message_has(v, needle)).count();
+        self.wait_log(&what, limit, n, |n| *n >= times).await;
     }
 
     /// Waits for a line for which `pred` holds (or returns one already logged), at most
@@ -184,28 +174,25 @@ impl Daemon {
         limit: Duration,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let found = tokio::time::timeout(limit, async {
-            loop {
-                if let Some(v) = self.log().into_iter().find(|v| pred(v)) {
-                    return Some(v);
-                }
-                if self.lines.changed().await.is_err() {
-                    return self.log().into_iter().find(|v| pred(v));
-                }
-            }
-        })
-        .await;
-        match found {
-            Ok(Some(v)) => v,
-            Ok(None) => panic!(
-                "kruised exited before logging {what}; log:\n{}",
-                self.log_text()
-            ),
-            Err(_) => panic!(
-                "kruised did not log {what} within {limit:?}; log:\n{}",
-                self.log_text()
-            ),
-        }
+        let find = |v: &[serde_json::Value]| v.iter().find(|v| pred(v)).cloned();
+        let what = format!("kruised to log {what}");
+        let line = self.wait_log(&what, limit, find, Option::is_some).await;
+        line.expect("seen when done")
+    }
+
+    /// Waits until `done` holds of what `look` sees in the log, re-checked on every line and
+    /// given up when the process's log ends; panics with the log otherwise.
+    async fn wait_log<S: std::fmt::Debug>(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        look: impl Fn(&[serde_json::Value]) -> S,
+        done: impl FnMut(&S) -> bool,
+    ) -> S {
+        let log = &self.log;
+        let look = |_: &usize| look(&log.lock().unwrap_or_else(|e| e.into_inner()));
+        let found = wait::try_watch(&mut self.lines, limit, what, look, done).await;
+        found.unwrap_or_else(|m| m.fail_with(format_args!("log:\n{}", self.log_text())))
     }
 
     /// The process ID.

@@ -15,6 +15,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::wait;
+
 /// The name the tests give the API server: RFC 6761 reserves `.test`, so nothing but the
 /// proxy's own table resolves it.
 pub const API_NAME: &str = "apiserver.test";
@@ -89,22 +91,11 @@ impl Proxy {
 
     /// Waits until `cond` holds of the stats, at most `limit`; panics naming `what` otherwise.
     pub async fn wait_until(&mut self, what: &str, limit: Duration, cond: impl Fn(&Stats) -> bool) {
-        let done = tokio::time::timeout(limit, async {
-            loop {
-                if cond(&self.stats()) {
-                    return;
-                }
-                if self.changed.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(
-            done.is_ok() && cond(&self.stats()),
-            "the proxy did not see {what} within {limit:?}: {:?}",
-            self.stats()
-        );
+        let stats = &self.stats;
+        let look = |_: &u64| stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let what = format!("the proxy to see {what}");
+        let seen = wait::try_watch(&mut self.changed, limit, &what, look, cond).await;
+        seen.unwrap_or_else(|m| m.fail());
     }
 }
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::time::Instant;
+
+use crate::wait;
 
 /// What the relay did so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -143,18 +144,9 @@ impl TcpRelay {
         cond: impl Fn(&RelayStats) -> bool,
     ) -> RelayStats {
         let mut changed = self.shared.changed.subscribe();
-        let deadline = Instant::now() + limit;
-        loop {
-            changed.borrow_and_update();
-            let stats = self.stats();
-            if cond(&stats) {
-                return stats;
-            }
-            match tokio::time::timeout_at(deadline, changed.changed()).await {
-                Ok(Ok(())) => {}
-                _ => panic!("the relay did not see {what} within {limit:?}: {stats:?}"),
-            }
-        }
+        let what = format!("the relay to see {what}");
+        let seen = wait::try_watch(&mut changed, limit, &what, |_| self.stats(), cond).await;
+        seen.unwrap_or_else(|m| m.fail())
     }
 }
 
