@@ -149,13 +149,11 @@ async fn main() {
         let stopped_at = node.cri.state().stops[stops_before].1;
         latencies.push(stopped_at.duration_since(t0));
         let new_id = node.recreate(&pod, "app");
-        wait::try_meta(&node.api, LIMIT, "default", &pod, "the annotation", |m| {
+        let followed = |m: &kruised::k8s::keys::RuntimeContainerMetaSet| {
             m.container("app")
                 .is_some_and(|c| c.container_id.ends_with(&new_id))
-        })
-        .await
-        .ok()
-        .unwrap_or_else(|| panic!("{pod}: annotation never followed the recreate"));
+        };
+        wait::meta(&node.api, LIMIT, "default", &pod, "the recreate", followed).await;
     }
     let (change_reads, change_writes) = api_delta(&api_before, &node.api.request_counts());
     let change_calls = cri_calls(&cri_before, &node.cri.state().calls);

@@ -132,7 +132,7 @@ async fn v1_and_v2_end_succeeded_with_counters_and_image_ids_and_v2_fetches_only
         "only the new layer is fetched for v2: {blobs:?}"
     );
     assert!(layers_fetched[0].ends_with(new[0].as_str()));
-    node.wait_events("PullImageSucceed", 3).await;
+    wait::events(&node.api, LIMIT, "PullImageSucceed", 3).await;
 }
 
 #[tokio::test]
@@ -162,7 +162,7 @@ async fn a_bad_tag_fails_after_backoff_limit_plus_one_attempts_with_the_registry
         asked >= 3,
         "the registry was asked on every attempt ({asked})"
     );
-    node.wait_events("PullImageFailed", 1).await;
+    wait::events(&node.api, LIMIT, "PullImageFailed", 1).await;
 }
 
 #[tokio::test]

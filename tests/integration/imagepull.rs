@@ -113,7 +113,7 @@ async fn new_tags_report_waiting_and_pulling_then_succeed_with_counters_image_id
     );
 
     // one event per tag on the NodeImage, one more on the ImagePullJob of v1
-    let events = node.wait_events("PullImageSucceed", 3).await;
+    let events = wait::events(&node.api, LIMIT, "PullImageSucceed", 3).await;
     let on = |kind: &str| -> u64 {
         events
             .iter()
@@ -155,7 +155,7 @@ async fn a_failing_tag_ends_failed_after_backoff_limit_plus_one_attempts_with_th
     assert_eq!((s.desired, s.succeeded, s.pulling, s.waiting), (1, 0, 0, 0));
     assert_eq!(pulls_of(&node.cri.state(), "r.io/app:bad"), 3);
 
-    let events = node.wait_events("PullImageFailed", 2).await;
+    let events = wait::events(&node.api, LIMIT, "PullImageFailed", 2).await;
     assert!(events.iter().all(|e| e["type"] == "Warning"));
     let kinds: Vec<_> = events
         .iter()
@@ -332,7 +332,7 @@ async fn the_matching_secret_is_sent_and_its_password_reaches_no_status_or_event
         "{}",
         failed.message
     );
-    node.wait_events("PullImageFailed", 1).await;
+    wait::events(&node.api, LIMIT, "PullImageFailed", 1).await;
     let everything = format!(
         "{} {}",
         serde_json::to_string(&node.api.get("nodeimages", "", NODE)).unwrap(),

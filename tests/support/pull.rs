@@ -284,11 +284,6 @@ impl PullNode {
         events(&self.api, reason)
     }
 
-    /// Waits until events with `reason` occurred at least `n` times.
-    pub async fn wait_events(&self, reason: &str, n: u64) -> Vec<Value> {
-        wait::events(&self.api, LIMIT, reason, n).await
-    }
-
     /// Bodies of the status writes received so far.
     pub fn status_writes(&self) -> Vec<Value> {
         self.api
