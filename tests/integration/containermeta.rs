@@ -77,14 +77,9 @@ async fn a_managed_pod_gets_a_truthful_annotation_and_others_are_left_alone() {
                              "uid": "rs-1", "controller": true}]);
     node.add_owned_pod("plain", containers(), json!({}), true, deployment);
     let pod = node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let meta = wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "annotation written",
-        |m| m.containers.len() == 2,
-    )
+    let meta = wait::pod_meta(&node.api, LIMIT, "web-0", "annotation written", |m| {
+        m.containers.len() == 2
+    })
     .await;
 
     let status = node.api.get("pods", "default", "web-0").unwrap();
@@ -139,10 +134,9 @@ async fn pods_present_at_start_are_not_written_until_they_change() {
             p["metadata"]["labels"]["touched"] = json!("yes")
         })
         .unwrap();
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "old-3",
         "annotation of the changed pod",
         |m| m.containers.len() == 2,
@@ -185,10 +179,9 @@ async fn an_in_place_update_begun_before_the_daemon_started_is_finished_when_it_
         .expect("the stale container of the waiting pod is stopped");
     assert_eq!(stops(&node), vec![main], "that container only");
     let new_id = node.recreate("waiting", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "waiting",
         "the annotation of the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
@@ -208,14 +201,9 @@ async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let before = wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    let before = wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     let main_id = before.container("main").unwrap().container_id.clone();
     let main_raw = main_id.strip_prefix("containerd://").unwrap().to_string();
@@ -234,10 +222,9 @@ async fn stale_env_restarts_exactly_that_container_once_while_in_place_update_is
 
     // the kubelet recreates it with the new value; the annotation follows
     let new_id = node.recreate("web-0", "main");
-    let after = wait::meta(
+    let after = wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "annotation of the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
@@ -317,14 +304,9 @@ async fn the_same_change_while_in_place_update_ready_is_true_restarts_nothing() 
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     set_role(&node, "web-0", "green", None);
     d.wait_for_log("stale env, not stopping", LIMIT).await;
@@ -359,7 +341,7 @@ async fn explain_says_restart_due_exactly_for_the_containers_the_daemon_then_sto
     node.add_pod("web-1", containers(), json!({"role": "blue"}), true);
     let mut main_ids = Vec::new();
     for pod in ["web-0", "web-1"] {
-        let m = wait::meta(&node.api, LIMIT, "default", pod, "first annotation", |m| {
+        let m = wait::pod_meta(&node.api, LIMIT, pod, "first annotation", |m| {
             m.containers.len() == 2
         })
         .await;
@@ -408,14 +390,9 @@ async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_
     let mut node = FakeNode::start().await;
     let mut d = start(&node).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     // image and annotation change in one in-place update
     node.api
@@ -428,10 +405,9 @@ async fn an_image_and_env_change_together_is_left_to_the_kubelet_so_one_restart_
     d.wait_for_log("stale env, not stopping", LIMIT).await;
     // the kubelet sees the hash change and recreates the container with image and env
     let new_id = node.recreate("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "annotation of the new container",
         |m| m.container("main").unwrap().container_id.ends_with(&new_id),
@@ -479,7 +455,7 @@ async fn env_is_read_from_the_runtime_spec_or_by_exec_whichever_works() {
             p["metadata"]["labels"]["touched"] = json!("yes")
         })
         .unwrap();
-    let meta = wait::meta(&node.api, LIMIT, "default", "web-0", "annotation", |m| {
+    let meta = wait::pod_meta(&node.api, LIMIT, "web-0", "annotation", |m| {
         m.containers.len() == 2
             && m.containers
                 .iter()
@@ -513,7 +489,7 @@ async fn a_container_that_reads_no_metadata_gets_the_null_hash_without_any_runti
     let plain = json!([{"name": "plain", "image": "busybox:v1",
                         "env": [{"name": "PLAIN", "value": "x"}]}]);
     node.add_pod("web-0", plain, json!({}), true);
-    let meta = wait::meta(&node.api, LIMIT, "default", "web-0", "annotation", |m| {
+    let meta = wait::pod_meta(&node.api, LIMIT, "web-0", "annotation", |m| {
         m.container("plain")
             .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash != 0)
     })
@@ -558,10 +534,9 @@ async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_run
             p["metadata"]["labels"]["touched"] = json!("yes");
         })
         .unwrap();
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "annotation with main's hash unknown",
         |m| {
@@ -588,17 +563,10 @@ async fn a_container_annotated_before_it_ran_gets_its_env_hash_as_soon_as_it_run
         &labels,
         &annotations,
     );
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "main's hash once it runs",
-        |m| {
-            m.container("main")
-                .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == want)
-        },
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "main's hash once it runs", |m| {
+        m.container("main")
+            .is_some_and(|c| c.hashes.extracted_env_from_metadata_hash == want)
+    })
     .await;
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
@@ -615,14 +583,9 @@ async fn only_the_current_batch_of_a_multi_batch_update_is_restarted() {
     ]);
     let mut d = start(&node).await;
     node.add_pod("web-0", both, json!({"role": "blue"}), true);
-    let meta = wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    let meta = wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     // side belongs to the next batch
     let state = json!({"revision": "r2", "nextContainerRefMetadata": {"side": {"annotations": {"role": "green"}}}});
@@ -654,14 +617,9 @@ async fn a_container_recreated_while_the_event_stream_is_down_is_noticed_once_it
     // no relist within the test: only the event stream, or its catch-up, can notice
     let mut d = start_with(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -675,10 +633,9 @@ async fn a_container_recreated_while_the_event_stream_is_down_is_noticed_once_it
     let (new_id, _) = node.recreate_unreported("web-0", "main");
 
     // once a stream is back, every annotated pod is looked at again
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the annotation follows the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
@@ -698,22 +655,16 @@ async fn a_runtime_whose_event_stream_ends_at_once_is_relisted_and_it_is_said_on
     node.cri.state().events_off = true;
     let mut d = start_with(&node, &["--relist-interval", "1s"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     d.wait_for_log("the runtime sends no container events", LIMIT)
         .await;
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the relist finds the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),
@@ -735,14 +686,9 @@ async fn the_event_stream_of_a_quiet_runtime_stays_open_and_reports_a_death_at_o
     let mut node = FakeNode::start().await;
     let mut d = start_with(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -757,10 +703,9 @@ async fn the_event_stream_of_a_quiet_runtime_stays_open_and_reports_a_death_at_o
         "the same call, open all along"
     );
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the annotation follows the new container",
         |m| m.container("main").unwrap().container_id == format!("containerd://{new_id}"),

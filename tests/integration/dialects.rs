@@ -87,14 +87,9 @@ async fn on_containerd_1_6_without_container_events_the_daemon_relists_and_says_
     let mut node = FakeNode::start_on(Dialect::Containerd16).await;
     let mut d = daemon(&node, &["--relist-interval", "1s"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     let said = d
         .wait_for_log("the runtime sends no container events", LIMIT)
@@ -107,10 +102,9 @@ async fn on_containerd_1_6_without_container_events_the_daemon_relists_and_says_
     );
     // a container that dies is found by the relist alone
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the relist finds the new container",
         names(&node, "main", &new_id),
@@ -138,14 +132,9 @@ async fn on_containerd_2_events_name_their_pod_by_the_sandbox_status_they_carry(
     // no relist within the test: only the events can notice
     let mut d = daemon(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -161,10 +150,9 @@ async fn on_containerd_2_events_name_their_pod_by_the_sandbox_status_they_carry(
         "127.0.0.1",
     );
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the annotation follows the new container",
         names(&node, "main", &new_id),
@@ -187,14 +175,9 @@ async fn on_cri_o_a_dead_container_is_reported_by_its_event_and_the_annotation_s
     let mut node = FakeNode::start_on(Dialect::CriO).await;
     let mut d = daemon(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let meta = wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    let meta = wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     assert!(
         meta.containers
@@ -205,10 +188,9 @@ async fn on_cri_o_a_dead_container_is_reported_by_its_event_and_the_annotation_s
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
     let (new_id, _) = node.recreate_unreported("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the annotation follows the new container",
         names(&node, "main", &new_id),
@@ -226,14 +208,9 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
     let mut node = FakeNode::start_on(Dialect::Containerd2).await;
     let mut d = daemon(&node, &["--relist-interval", "1h"]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     d.wait_for_log("following the runtime's container events", LIMIT)
         .await;
@@ -242,10 +219,9 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
     // its containers outlive it (the shims), and die or are recreated unseen
     let (new_id, _) = node.recreate_unreported("web-0", "main");
     node.cri.serve_again().await.unwrap();
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the annotation follows the new container",
         names(&node, "main", &new_id),
@@ -293,14 +269,9 @@ async fn on_cri_o_a_stale_env_restart_stops_the_container_its_cri_o_id_names() {
     let mut node = FakeNode::start_on(Dialect::CriO).await;
     let d = daemon(&node, &[]).await;
     node.add_pod("web-0", containers(), json!({"role": "blue"}), true);
-    let before = wait::meta(
-        &node.api,
-        LIMIT,
-        "default",
-        "web-0",
-        "first annotation",
-        |m| m.containers.len() == 2,
-    )
+    let before = wait::pod_meta(&node.api, LIMIT, "web-0", "first annotation", |m| {
+        m.containers.len() == 2
+    })
     .await;
     let main = before.container("main").unwrap().container_id.clone();
     let raw = main
@@ -319,10 +290,9 @@ async fn on_cri_o_a_stale_env_restart_stops_the_container_its_cri_o_id_names() {
         .expect("the stale container is stopped");
     assert_eq!(node.stopped_ids(), [raw]);
     let new_id = node.recreate("web-0", "main");
-    wait::meta(
+    wait::pod_meta(
         &node.api,
         LIMIT,
-        "default",
         "web-0",
         "the annotation of the new container",
         names(&node, "main", &new_id),

@@ -300,6 +300,17 @@ pub async fn meta(
     found.unwrap_or_else(|m| m.fail())
 }
 
+/// [`meta`] of the pod `pod` in `default`, where the fake node's pods are.
+pub async fn pod_meta(
+    api: &Handle,
+    limit: Duration,
+    pod: &str,
+    what: &str,
+    cond: impl FnMut(&RuntimeContainerMetaSet) -> bool,
+) -> RuntimeContainerMetaSet {
+    meta(api, limit, "default", pod, what, cond).await
+}
+
 /// Waits until the probe `probe` of the pod `uid` is in state `want` in the NodePodProbe of
 /// `node`; returns the probe's message. A failure shows its state and message as they were.
 pub async fn probe_state(
