@@ -14,6 +14,9 @@ pub struct FeatureGates {
     pub pod_probe_marker: bool,
     /// Pre-pull the images of later in-place batches (kruised's own; not in kruise).
     pub prepull_next_batch: bool,
+    /// Pull an in-place update's new images as soon as the node can know them: the manager's
+    /// grace annotation, the pod spec's image change (kruised's own; not in kruise).
+    pub prepull_in_place_update: bool,
 }
 
 impl Default for FeatureGates {
@@ -23,6 +26,7 @@ impl Default for FeatureGates {
             in_place_update_env_from_metadata: true,
             pod_probe_marker: true,
             prepull_next_batch: true,
+            prepull_in_place_update: true,
         }
     }
 }
@@ -73,6 +77,8 @@ const KRUISE_GATES: &[&str] = &[
 
 /// kruised's own gate for pre-pulling the next in-place batch.
 const PREPULL_NEXT_BATCH: &str = "PrePullNextBatch";
+/// kruised's own gate for pulling an in-place update's images off its critical path.
+const PREPULL_IN_PLACE_UPDATE: &str = "PrePullInPlaceUpdate";
 
 impl FeatureGates {
     /// Parses `A=true,B=false`. Unknown names and values that are not booleans are refused.
@@ -102,6 +108,7 @@ impl FeatureGates {
                 "KruiseDaemon" => daemon = on,
                 "AllBeta" => all_beta = Some(on),
                 PREPULL_NEXT_BATCH => g.prepull_next_batch = on,
+                PREPULL_IN_PLACE_UPDATE => g.prepull_in_place_update = on,
                 n if KRUISE_GATES.contains(&n) => {}
                 _ => return Err(invalid(format!("unrecognized feature gate: {name}"))),
             }
@@ -126,11 +133,13 @@ impl FeatureGates {
             g.in_place_update_env_from_metadata = false;
             g.pod_probe_marker = false;
             g.prepull_next_batch = false;
+            g.prepull_in_place_update = false;
         }
         if !g.daemon_watching_pod {
-            // both need the pod watch
+            // all three need the pod watch
             g.in_place_update_env_from_metadata = false;
             g.prepull_next_batch = false;
+            g.prepull_in_place_update = false;
         }
         Ok(g)
     }
@@ -153,6 +162,15 @@ mod tests {
         );
         let off = FeatureGates::parse("KruiseDaemon=false").unwrap();
         assert!(!off.daemon_watching_pod && !off.pod_probe_marker);
+    }
+
+    #[test]
+    fn the_in_place_update_pull_is_on_by_default_and_needs_the_pod_watch() {
+        assert!(FeatureGates::default().prepull_in_place_update);
+        let off = FeatureGates::parse("PrePullInPlaceUpdate=false").unwrap();
+        assert!(!off.prepull_in_place_update && off.prepull_next_batch);
+        let no_watch = FeatureGates::parse("DaemonWatchingPod=false").unwrap();
+        assert!(!no_watch.prepull_in_place_update);
     }
 
     #[test]
