@@ -9,7 +9,7 @@
 //! | writer | retry | why |
 //! |---|---|---|
 //! | NodeImage status (`imagepull::controller`), NodePodProbe status (`podprobe`) | [`Backoff`] from 200 ms to 30 s, ± 20 % ([`STATUS_WRITE_RETRY_MIN`], [`STATUS_WRITE_RETRY_MAX`]) | one writer of one object per node, which keeps its own state: it writes again the state it holds then, and many nodes fail together when the API server does |
-//! | pod annotation (`containermeta`) | the pod's key again through its work queue: 3 s, doubling with each failure in a row up to 1 min, from 3 s again after a pass that succeeds | the write is the end of a pass, which is retried whole on fresh data (the pod may have changed) |
+//! | pod annotation (`containermeta`) | the pod's key again through its work queue: 3 s, doubling with each failure in a row up to 1 min, from 3 s again after a pass that succeeds; a pass that failed because the runtime did not answer waits 250 ms, doubling up to 3 s | the write is the end of a pass, which is retried whole on fresh data (the pod may have changed); a runtime that restarts often must not push the work a minute past its return |
 //! | recreate request status (`recreate`) | the pod's key again through its work queue: 2 s, doubling up to 1 min, the same way | the same; a pass that failed on a runtime that is away or restarting instead waits 250 ms, doubling up to 2 s |
 //!
 //! The queue-driven retries take the pass's key again rather than the write: the work queue

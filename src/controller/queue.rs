@@ -132,7 +132,7 @@ impl Retry {
     }
 
     /// The pause after `failures` failed passes in a row (the first is 1).
-    fn pause(self, failures: u32) -> Duration {
+    pub fn pause(self, failures: u32) -> Duration {
         crate::backoff::exponential(failures.saturating_sub(1), self.first, self.limit)
     }
 }

@@ -31,6 +31,21 @@ use crate::k8s::keys;
 /// Pause before retrying a pod whose pass failed, doubled with each failure in a row
 /// ([`crate::controller::queue::RETRY_DELAY_LIMIT`]).
 pub const RETRY_DELAY: Duration = Duration::from_secs(3);
+/// Pause before retrying a pod whose pass failed because the runtime did not answer (a
+/// restarting runtime, one not connected yet): 250 ms, doubling up to [`RETRY_DELAY`], so the
+/// work resumes within seconds of the runtime's return however often it went away, instead of
+/// after the minute that failures in a row add up to otherwise.
+pub const RUNTIME_RETRY: Retry = Retry::after(Duration::from_millis(250)).at_most(RETRY_DELAY);
+
+/// How a pass that failed with `e` is retried: soon while the runtime is away, else the
+/// ordinary doubling pause.
+fn retry_of(e: &ReconcileError) -> Retry {
+    match e {
+        ReconcileError::Runtime(e) if e.is_unreachable() => RUNTIME_RETRY,
+        ReconcileError::Lookup(RuntimeLookupError::NotConnected) => RUNTIME_RETRY,
+        _ => Retry::after(RETRY_DELAY),
+    }
+}
 
 /// Why a pass must be retried.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +85,7 @@ pub async fn worker(c: Arc<ContainerMeta>) {
                 match result {
                     Ok(()) => Pass::Done,
                     Err(e) => {
-                        let retry = Retry::after(RETRY_DELAY);
+                        let retry = retry_of(&e);
                         let retry_in = c.queue.next_retry(&key, retry);
                         tracing::warn!(pod = %key, error = %e, ?retry_in, "reconcile failed; retrying");
                         Pass::Retry(retry)
@@ -273,4 +288,28 @@ async fn apply(
     }
     tracing::debug!(meta = ?meta, stops = ?stops, "annotation updated");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_failed_by_an_absent_runtime_is_retried_within_seconds_however_often_it_failed() {
+        let away = ReconcileError::Runtime(CriError::Unreachable {
+            endpoint: "unix:///run/containerd/containerd.sock".into(),
+            message: "connection refused".into(),
+        });
+        assert_eq!(retry_of(&away).pause(1), Duration::from_millis(250));
+        assert_eq!(retry_of(&away).pause(20), RETRY_DELAY);
+        let not_yet = ReconcileError::Lookup(RuntimeLookupError::NotConnected);
+        assert_eq!(retry_of(&not_yet).pause(20), RETRY_DELAY);
+        // any other failure keeps the ordinary doubling, up to the queue's minute
+        let other = ReconcileError::Lookup(RuntimeLookupError::NotFound("docker".into()));
+        assert_eq!(retry_of(&other).pause(1), RETRY_DELAY);
+        assert_eq!(
+            retry_of(&other).pause(20),
+            crate::controller::queue::RETRY_DELAY_LIMIT
+        );
+    }
 }
