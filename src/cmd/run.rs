@@ -97,6 +97,15 @@ pub struct RunArgs {
     pub unknown_flags: Vec<String>,
 }
 
+/// The shortest `--relist-interval`.
+const MIN_RELIST: Duration = Duration::from_secs(1);
+/// The longest `--relist-interval`: a day (a relist is the safety net for lost events).
+const MAX_RELIST: Duration = Duration::from_secs(24 * 3600);
+/// The longest `--api-request-timeout`: an hour (a call stuck that long is a lost call).
+const MAX_API_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The longest `--drain-timeout`: ten minutes (kubelets and systemd kill long before).
+const MAX_DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// kruise's default credential provider config file.
 pub const DEFAULT_PLUGIN_CONFIG_FILE: &str = "/kruise/CredentialProviderPlugin.yaml";
 /// kruise's default credential provider plugin directory.
@@ -276,8 +285,20 @@ impl RunArgs {
         if self.config_namespace.is_empty() {
             return Err(invalid("--config-namespace", "empty".into()));
         }
-        if self.relist_interval < Duration::from_secs(1) {
-            return Err(invalid("--relist-interval", "must be at least 1s".into()));
+        if !(MIN_RELIST..=MAX_RELIST).contains(&self.relist_interval) {
+            return Err(invalid(
+                "--relist-interval",
+                "must be from 1s to 24h".into(),
+            ));
+        }
+        if self.api_request_timeout > MAX_API_REQUEST_TIMEOUT {
+            return Err(invalid(
+                "--api-request-timeout",
+                "must be at most 1h".into(),
+            ));
+        }
+        if self.drain_timeout > MAX_DRAIN_TIMEOUT {
+            return Err(invalid("--drain-timeout", "must be at most 10m".into()));
         }
         let containermeta_workers = match self.containermeta_workers {
             None => DEFAULT_CONTAINERMETA_WORKERS,
@@ -375,5 +396,30 @@ mod tests {
         r.api_request_timeout = Duration::from_millis(500);
         let err = r.resolve().unwrap_err().to_string();
         assert!(err.contains("--api-request-timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_relist_interval_timeout_or_drain_is_refused_at_start_by_name() {
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        let base = || {
+            let mut r = run_args();
+            r.runtime.crictl_config = Some(empty.path().to_path_buf());
+            r
+        };
+        let year = crate::config::MAX_DURATION;
+        let cases: [(&str, fn(&mut RunArgs, Duration)); 3] = [
+            ("--relist-interval", |r, d| r.relist_interval = d),
+            ("--api-request-timeout", |r, d| r.api_request_timeout = d),
+            ("--drain-timeout", |r, d| r.drain_timeout = d),
+        ];
+        for (flag, set) in cases {
+            let mut r = base();
+            set(&mut r, year);
+            let err = r.resolve().unwrap_err().to_string();
+            assert!(err.contains(flag), "{flag}: {err}");
+        }
+        let mut r = base();
+        r.relist_interval = Duration::from_secs(24 * 3600);
+        assert!(r.resolve().is_ok(), "a day is a relist interval");
     }
 }

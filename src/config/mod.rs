@@ -168,7 +168,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-/// Parses `1h`, `2m`, `30s`, `500ms`, or a bare number of seconds.
+/// The longest duration any flag takes (a year): past it a deadline computed from "now" would
+/// overflow the clock and panic the task that computes it.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses `1h`, `2m`, `30s`, `500ms`, or a bare number of seconds; at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
@@ -185,6 +189,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
     };
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!("{s:?} is too long: at most 8760h (a year)"));
+    }
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
@@ -209,5 +216,19 @@ mod tests {
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert!(parse_duration("2 weeks").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn a_duration_past_a_year_is_refused_by_the_parser_not_a_panic_later() {
+        assert_eq!(parse_duration("8760h").unwrap(), MAX_DURATION);
+        for huge in [
+            "16000000000000000000",
+            "16000000000000000000s",
+            "8761h",
+            "1000000000000000000000000000000h",
+        ] {
+            let err = parse_duration(huge).unwrap_err();
+            assert!(err.contains("too long"), "{huge}: {err}");
+        }
     }
 }
