@@ -89,8 +89,9 @@ impl std::fmt::Display for ProxyOrigin {
     }
 }
 
-/// The proxy the API client goes through.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The proxy the API client goes through. Its `Debug` hides the password of the URL's user
+/// info ([`redact`]).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Proxy {
     /// The proxy's URL, user info included.
     pub url: Uri,
@@ -98,6 +99,33 @@ pub struct Proxy {
     pub scheme: ProxyScheme,
     /// Where it was set.
     pub origin: ProxyOrigin,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("url", &redact(&self.url.to_string()))
+            .field("scheme", &self.scheme)
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+/// `value` (a proxy URL or `user:pass@host:port`) with the password of its user info replaced
+/// by `xxxxx`, as Go's `url.Redacted` writes it: for errors and logs, which must never carry a
+/// proxy's password.
+pub fn redact(value: &str) -> String {
+    let start = value.find("://").map_or(0, |i| i + 3);
+    let end = value[start..]
+        .find(['/', '?', '#'])
+        .map_or(value.len(), |i| start + i);
+    let Some(at) = value[start..end].rfind('@').map(|i| start + i) else {
+        return value.to_string();
+    };
+    match value[start..at].find(':') {
+        Some(colon) => format!("{}:xxxxx{}", &value[..start + colon], &value[at..]),
+        None => value.to_string(),
+    }
 }
 
 impl Proxy {
@@ -166,7 +194,7 @@ pub fn choose(
         let url: Uri = value
             .parse()
             .map_err(|_| ProxyError::KubeconfigUnparsable {
-                value: value.to_string(),
+                value: redact(value),
             })?;
         return proxy_of(url, value, ProxyOrigin::Kubeconfig).map(Some);
     }
@@ -210,7 +238,7 @@ fn proxy_of(url: Uri, value: &str, origin: ProxyOrigin) -> Result<Proxy, ProxyEr
         other => {
             return Err(ProxyError::UnsupportedScheme {
                 origin,
-                value: value.to_string(),
+                value: redact(value),
                 scheme: other.unwrap_or_default().to_string(),
             });
         }

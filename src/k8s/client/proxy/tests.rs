@@ -463,3 +463,52 @@ fn proxy_ports_default_by_the_proxy_scheme() {
         assert_eq!(p.authority(), authority, "{url}");
     }
 }
+
+#[test]
+fn a_proxy_password_never_appears_in_an_error_or_a_debug_line() {
+    // issue 43, row 9: HTTPS_PROXY=socks4://u:secret@p:1080 printed the password
+    let err = proxy_for(
+        &Cfg {
+            https: "socks4://u:secret@p:1080",
+            ..Cfg::default()
+        },
+        "https://example.com",
+    )
+    .expect_err("socks4 is no proxy scheme");
+    let text = err.to_string();
+    assert!(!text.contains("secret"), "{text}");
+    assert!(text.contains("socks4://u:xxxxx@p:1080"), "{text}");
+    let err = choose(
+        &"https://api.example.com".parse().expect("url"),
+        Some("http://u:secret@bad host"),
+        &ProxyEnv::default(),
+    )
+    .expect_err("a space is no URL");
+    assert!(!err.to_string().contains("secret"), "{err}");
+    let p = choose(
+        &"https://api.example.com".parse().expect("url"),
+        Some("socks5://u:secret@sp:1080"),
+        &ProxyEnv::default(),
+    )
+    .expect("socks5")
+    .expect("a proxy");
+    let debug = format!("{p:?}");
+    assert!(
+        !debug.contains("secret") && debug.contains("xxxxx"),
+        "{debug}"
+    );
+    assert_eq!(p.credentials(), Some(("u".into(), "secret".into())));
+}
+
+#[test]
+fn redact_hides_only_the_password_of_the_user_info() {
+    for (value, want) in [
+        ("http://u:p@h:1/x@y", "http://u:xxxxx@h:1/x@y"),
+        ("u:p:q@h:1", "u:xxxxx@h:1"),
+        ("http://u@h:1", "http://u@h:1"),
+        ("http://h:1/p:q@r", "http://h:1/p:q@r"),
+        ("socks5://a%40b:p%3A@h", "socks5://a%40b:xxxxx@h"),
+    ] {
+        assert_eq!(redact(value), want, "{value}");
+    }
+}
