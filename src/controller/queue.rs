@@ -7,6 +7,8 @@
 //! that succeeds starts the key over (the daemon's one exponential back-off,
 //! [`crate::backoff::exponential`], without jitter: client-go's limiter has none). [`WorkQueue::run_worker`] survives a pass that panics: the key is released,
 //! retried later, and the worker goes on; the key worked on longest is what liveness checks.
+//! The timer takes due keys from a heap ordered by time, and [`WorkQueue::remove`] forgets a
+//! key whose object is gone, however long it was to wait.
 //! A queue made [`WorkQueue::with_metrics`] reports client-go's work queue metrics
 //! ([`metrics`]), counted as client-go counts them.
 
@@ -14,7 +16,8 @@ mod metrics;
 
 pub use self::metrics::{CONTAINER_META_QUEUE, QueueMetrics, RECREATE_QUEUE};
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -41,8 +44,16 @@ struct Inner<K> {
     /// Keys being processed, since when.
     active: HashMap<K, Instant>,
     dirty: HashSet<K>,
-    /// Keys added for later, and when.
-    waiting: HashMap<K, Instant>,
+    /// Keys added for later: when, and the number of their entry in `due`.
+    waiting: HashMap<K, (Instant, u64)>,
+    /// The times of `waiting`, soonest first, each with its entry's number; an entry whose
+    /// number `waiting` no longer has (the key came due earlier, or was removed) is stale and
+    /// skipped. The timer takes what is due from its top, never walking every waiting key.
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The key of each entry of `due`.
+    due_keys: HashMap<u64, K>,
+    /// The number of the next entry.
+    next_entry: u64,
     /// Whether the timer task runs.
     timer: bool,
     /// When each key waiting to be taken (queued, or added while in work) was added, for
@@ -50,6 +61,18 @@ struct Inner<K> {
     added_at: HashMap<K, Instant>,
     /// Keys whose last passes failed, and how many in a row.
     failures: HashMap<K, u32>,
+}
+
+impl<K> Inner<K> {
+    /// Drops the stale entries of `due` once they outnumber the live ones (plus a margin), so a
+    /// key moved earlier again and again, or many keys removed, cannot grow it without bound.
+    fn compact_due(&mut self) {
+        if self.due.len() > 2 * self.due_keys.len() + 64 {
+            let live = &self.due_keys;
+            self.due
+                .retain(|Reverse((_, entry))| live.contains_key(entry));
+        }
+    }
 }
 
 /// A deduplicating work queue shared by the event handlers and the workers.
@@ -147,6 +170,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 active: HashMap::new(),
                 dirty: HashSet::new(),
                 waiting: HashMap::new(),
+                due: BinaryHeap::new(),
+                due_keys: HashMap::new(),
+                next_entry: 0,
                 timer: false,
                 added_at: HashMap::new(),
                 failures: HashMap::new(),
@@ -240,10 +266,17 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         let at = crate::k8s::time::later(Instant::now(), delay);
         let mut q = self.lock();
         match q.waiting.get(&key) {
-            Some(t) if *t <= at => return,
+            Some((t, _)) if *t <= at => return,
             _ => {}
         }
-        q.waiting.insert(key, at);
+        let entry = q.next_entry;
+        q.next_entry += 1;
+        if let Some((_, stale)) = q.waiting.insert(key.clone(), (at, entry)) {
+            q.due_keys.remove(&stale);
+        }
+        q.due_keys.insert(entry, key);
+        q.due.push(Reverse((at, entry)));
+        q.compact_due();
         let start = !std::mem::replace(&mut q.timer, true);
         drop(q);
         if start {
@@ -259,16 +292,22 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             let next = {
                 let mut q = self.lock();
                 let now = Instant::now();
-                let due: Vec<K> = q
-                    .waiting
-                    .iter()
-                    .filter(|(_, at)| **at <= now)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for k in &due {
-                    q.waiting.remove(k);
+                let mut due = Vec::new();
+                let mut next = None;
+                while let Some(Reverse((at, entry))) = q.due.peek().copied() {
+                    let Some(key) = q.due_keys.get(&entry).cloned() else {
+                        q.due.pop(); // stale
+                        continue;
+                    };
+                    if at > now {
+                        next = Some(at);
+                        break;
+                    }
+                    q.due.pop();
+                    q.due_keys.remove(&entry);
+                    q.waiting.remove(&key);
+                    due.push(key);
                 }
-                let next = q.waiting.values().min().copied();
                 drop(q);
                 for k in due {
                     self.add(k);
@@ -333,6 +372,28 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             drop(q);
             self.notify.notify_one();
         }
+    }
+
+    /// Forgets `key` (its object is gone): its wait for a later time, its place in the queue
+    /// and its failures. A pass already running ends as it will; nothing brings the key back
+    /// but a new add.
+    pub fn remove(&self, key: &K) {
+        let mut q = self.lock();
+        if let Some((_, entry)) = q.waiting.remove(key) {
+            q.due_keys.remove(&entry);
+        }
+        q.failures.remove(key);
+        // a key waiting to be taken (queued, or added again while in work) counts in the depth
+        let dirty = q.dirty.remove(key);
+        let queued = q.queued.remove(key);
+        if queued {
+            q.queue.retain(|k| k != key);
+        }
+        if let (true, Some(s)) = (dirty || queued, &self.series) {
+            s.depth.dec();
+        }
+        q.added_at.remove(key);
+        q.compact_due();
     }
 
     /// Keys waiting (not counting those being processed or waiting for their time).
@@ -635,6 +696,56 @@ mod tests {
             tokio::time::timeout(LIMIT, q.next(&cancel)).await.unwrap(),
             Some("x")
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_keys_come_due_in_time_order_whatever_order_they_were_added_in() {
+        let q = WorkQueue::new();
+        let cancel = CancellationToken::new();
+        for (key, secs) in [("c", 30), ("a", 10), ("b", 20), ("a", 40)] {
+            q.add_after(key, Duration::from_secs(secs), &cancel);
+        }
+        assert_eq!(q.delayed(), 3, "a keeps its earlier time");
+        for (key, secs) in [("a", 10), ("b", 10), ("c", 10)] {
+            tokio::time::advance(Duration::from_secs(secs)).await;
+            let got = tokio::time::timeout(LIMIT, q.next(&cancel)).await;
+            assert_eq!(got.expect("a due key was not delivered"), Some(key));
+            q.done(&key);
+        }
+        assert_eq!(q.delayed(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_key_waiting_a_year_is_gone_at_once_and_never_delivered() {
+        // issue 43, row 11: a deleted object's key stayed for its whole long add_after
+        let q = WorkQueue::new();
+        let cancel = CancellationToken::new();
+        q.add_after("gone", Duration::from_secs(365 * 24 * 3600), &cancel);
+        q.add_after("kept", Duration::from_secs(5), &cancel);
+        q.add("queued-gone");
+        q.retry_after("gone", Retry::after(Duration::from_secs(1)), &cancel);
+        q.remove(&"gone");
+        q.remove(&"queued-gone");
+        assert_eq!((q.delayed(), q.len()), (1, 0));
+        assert_eq!(
+            q.next_retry(&"gone", Retry::after(Duration::from_secs(1))),
+            Duration::from_secs(1)
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let got = tokio::time::timeout(LIMIT, q.next(&cancel)).await;
+        assert_eq!(got.expect("the kept key was not delivered"), Some("kept"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_moved_earlier_again_and_again_keeps_the_timer_heap_bounded() {
+        let q = WorkQueue::new();
+        let cancel = CancellationToken::new();
+        for i in 0..10_000u64 {
+            q.add_after("k", Duration::from_secs(1_000_000 - i), &cancel);
+        }
+        let heap = q.lock().due.len();
+        assert!(heap <= 2 + 64, "{heap} timer entries for one waiting key");
+        assert_eq!(q.delayed(), 1);
     }
 
     // === the work queue metrics ===

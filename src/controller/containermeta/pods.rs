@@ -121,6 +121,8 @@ pub async fn watch_pods(
                 }
             }
             Ok(Change::Deleted(key)) => {
+                // its planned look (a settle, a grace running out) and retries go with it
+                c.queue.remove(&key);
                 if let Some(uid) = key.extra.uid.as_ref() {
                     forget(&c, uid);
                 }
