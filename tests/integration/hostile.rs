@@ -187,3 +187,38 @@ async fn eight_hanging_prestop_hooks_do_not_hold_up_another_pods_request() {
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }
+
+#[tokio::test]
+async fn a_request_listing_one_container_thousands_of_times_costs_one_runtime_call_per_name() {
+    // kruise's webhook checks `containers` on create only: a tenant's update to 10,000 copies
+    // of one name made every pass call the runtime once per entry, one after another, until the
+    // pass outlived the stuck check and kruised was restarted in a loop (issue 43, row 6)
+    let mut node = FakeNode::start().await;
+    node.add_pod("web-0", main_container(), json!({}), true);
+    let d = start(&node).await;
+    let mut r = request(&node, "default", "copies", "web-0", None);
+    let one = r["spec"]["containers"][0].clone();
+    r["spec"]["containers"] = Value::Array(vec![one; 2_000]);
+    let before = node.cri.state().call_count("ContainerStatus");
+    node.api.create("containerrecreaterequests", r).unwrap();
+    wait::crr(
+        &node.api,
+        LIMIT,
+        "default",
+        "copies",
+        "the request recreating its one container",
+        |r| r.phase() == Phase::Recreating,
+    )
+    .await;
+    node.api
+        .wait_for_value(LIMIT, |_| (!node.stopped_ids().is_empty()).then_some(()))
+        .await
+        .expect("the container stopped");
+    let calls = node.cri.state().call_count("ContainerStatus") - before;
+    assert!(
+        calls < 100,
+        "{calls} ContainerStatus calls for a request of one distinct container"
+    );
+    assert_eq!(node.stopped_ids().len(), 1, "one container, stopped once");
+    drop(d);
+}

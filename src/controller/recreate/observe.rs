@@ -57,7 +57,9 @@ pub fn pod_uid(r: &ContainerRecreateRequest) -> String {
 }
 
 /// What the runtime (named `runtime_name`) shows of the newest container of each name the
-/// request lists, by name; `newest` is the pod's newest container of each name.
+/// request lists, by name; `newest` is the pod's newest container of each name. One call per
+/// distinct name the pod has: a request may list a name any number of times (kruise's
+/// webhook checks the list on create only), and a pass must not cost a call per entry.
 pub async fn containers(
     (runtime, runtime_name): (&RemoteRuntime, &str),
     r: &ContainerRecreateRequest,
@@ -65,6 +67,9 @@ pub async fn containers(
 ) -> Result<BTreeMap<String, Observed>, CriError> {
     let mut observed = BTreeMap::new();
     for c in r.spec.containers.iter() {
+        if observed.contains_key(&c.name) {
+            continue;
+        }
         let Some(running) = newest.get(c.name.as_str()) else {
             continue;
         };
