@@ -52,8 +52,11 @@ struct State {
     stopped: HashMap<String, Instant>,
     /// The last stop of each (pod UID, container name).
     last_stops: HashMap<(String, String), PreviousStop>,
-    /// Since when the kubelet is expected to recreate a container (by runtime ID).
-    kubelet_expected: HashMap<String, Instant>,
+    /// Since when the kubelet is expected to recreate a container (by runtime ID), and until
+    /// when that is remembered: at least [`STOPPED_MEMORY`], and past the time it is overdue
+    /// however long the pod's grace period (else a long grace would forget it first and the
+    /// container would never be found overdue).
+    kubelet_expected: HashMap<String, (Instant, Instant)>,
     /// The pod UID of each sandbox a container event named.
     sandbox_pods: HashMap<String, String>,
 }
@@ -122,12 +125,14 @@ impl Memory {
             .unchanged_since_start(uid, rv, start)
     }
 
-    /// Forgets the stops and expected recreations older than [`STOPPED_MEMORY`] at `now`.
+    /// Forgets the stops older than [`STOPPED_MEMORY`] at `now`, and the expected recreations
+    /// past their time.
     pub fn forget_old_stops(&self, now: Instant) {
         let mut state = self.state();
-        let fresh = |at: &mut Instant| now.duration_since(*at) < STOPPED_MEMORY;
-        state.stopped.retain(|_, at| fresh(at));
-        state.kubelet_expected.retain(|_, at| fresh(at));
+        state
+            .stopped
+            .retain(|_, at| now.duration_since(*at) < STOPPED_MEMORY);
+        state.kubelet_expected.retain(|_, (_, until)| now < *until);
     }
 
     /// The pod UID an earlier event gave `sandbox`.
@@ -171,7 +176,7 @@ impl Memory {
                         .get(&(uid.to_string(), (*name).to_string()))
                         .cloned(),
                     already_stopped: state.stopped.contains_key(*id),
-                    kubelet_expected_since: state.kubelet_expected.get(*id).copied(),
+                    kubelet_expected_since: state.kubelet_expected.get(*id).map(|(s, _)| *s),
                 })
                 .collect(),
             stop_allowed_at: state
@@ -182,12 +187,14 @@ impl Memory {
         }
     }
 
-    /// The kubelet is to recreate container `id` by itself, as of `since` (kept if known).
-    pub fn expect_kubelet_recreation(&self, id: &str, since: Instant) {
+    /// The kubelet is to recreate container `id` by itself, as of `since` (kept if known); it
+    /// is overdue at `overdue_at`, and remembered [`STOPPED_MEMORY`] past the later of the two.
+    pub fn expect_kubelet_recreation(&self, id: &str, since: Instant, overdue_at: Instant) {
+        let until = crate::k8s::time::later(since.max(overdue_at), STOPPED_MEMORY);
         self.state()
             .kubelet_expected
             .entry(id.to_string())
-            .or_insert(since);
+            .or_insert((since, until));
     }
 
     /// This daemon is stopping container `name` of pod `uid` (`stop.id`) at `now`: never
@@ -322,7 +329,7 @@ mod tests {
         let now = Instant::now();
         memory.saw_pod(&pod(), "u1", seen(1), now);
         memory.stopping("u1", "main", stop("c1"), now);
-        memory.expect_kubelet_recreation("c2", now);
+        memory.expect_kubelet_recreation("c2", now, now);
         let view = memory.view(
             "u1",
             &[("main", "c1"), ("side", "c2")],
@@ -360,7 +367,7 @@ mod tests {
         let memory = Memory::default();
         let t0 = Instant::now();
         memory.stopping("u1", "main", stop("c1"), t0);
-        memory.expect_kubelet_recreation("c1", t0);
+        memory.expect_kubelet_recreation("c1", t0, t0);
         memory.forget_old_stops(t0 + STOPPED_MEMORY - Duration::from_secs(1));
         let kept = memory.view("u1", &[("main", "c1")], t0, RestartDelay::Auto);
         assert!(kept.containers[0].already_stopped);
@@ -375,6 +382,21 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_expected_recreation_is_remembered_past_its_overdue_time_however_long_the_grace() {
+        // issue 43, row 15: with a grace period over about 590 s the entry was forgotten at
+        // 600 s, before it was overdue, so the next pass started it over and it never was
+        let memory = Memory::default();
+        let t0 = Instant::now();
+        let overdue = t0 + Duration::from_secs(3_600);
+        memory.expect_kubelet_recreation("c1", t0, overdue);
+        memory.forget_old_stops(overdue + Duration::from_secs(1));
+        let view = memory.view("u1", &[("main", "c1")], t0, RestartDelay::Auto);
+        assert_eq!(view.containers[0].kubelet_expected_since, Some(t0));
+        memory.forget_old_stops(overdue + STOPPED_MEMORY);
+        let view = memory.view("u1", &[("main", "c1")], t0, RestartDelay::Auto);
+        assert_eq!(view.containers[0].kubelet_expected_since, None);
+    }
     #[test]
     fn sandboxes_are_remembered_until_the_map_is_full_then_afresh() {
         let memory = Memory::default();

@@ -238,8 +238,9 @@ async fn apply(
                 kubelet_lag_excess_ms = excess.as_millis() as u64,
                 "stale env: stopping once the kubelet holds the change"
             ),
-            RestartStep::KubeletRecreates { since, .. } => {
-                c.memory.expect_kubelet_recreation(&running.id, *since);
+            RestartStep::KubeletRecreates { since, overdue_at } => {
+                c.memory
+                    .expect_kubelet_recreation(&running.id, *since, *overdue_at);
                 tracing::debug!(
                     container = %name,
                     reason = "its spec changed too: the kubelet recreates it with the new env",
