@@ -120,17 +120,26 @@ pub fn judge(
     Some((state, prober::truncate(message.trim_end())))
 }
 
+/// How often a probe whose state holds may have a new message recorded (and so written to the
+/// NodePodProbe status): a probe printing the time would otherwise rewrite the node's whole
+/// status at every run.
+pub const MESSAGE_REFRESH: Duration = Duration::from_secs(60);
+
 /// The result that replaces `previous` when a probe says `state` and `message` at `now`, and
-/// whether it is news (an event): `None` when it is the same as `previous`. A first success is
-/// not news (the kubelet records no event for a passing probe): 1000 probes starting would
-/// otherwise make 1000 events, drained at the client's rate limit.
+/// whether it is news (an event): `None` when it is the same as `previous`, or only its message
+/// changed within [`MESSAGE_REFRESH`] of the last one recorded. A first success is not news
+/// (the kubelet records no event for a passing probe): 1000 probes starting would otherwise
+/// make 1000 events, drained at the client's rate limit.
 pub fn next_result(
     previous: Option<&Result>,
     state: ProbeState,
     message: String,
     now: Time,
 ) -> Option<(Result, bool)> {
-    if previous.is_some_and(|p| p.state == state && p.message == message) {
+    let refresh = k8s_openapi::jiff::SignedDuration::try_from(MESSAGE_REFRESH).unwrap_or_default();
+    if previous.is_some_and(|p| {
+        p.state == state && (p.message == message || now.0.duration_since(p.observed.0) < refresh)
+    }) {
         return None;
     }
     let state_changed = previous.is_none_or(|p| p.state != state);
@@ -435,13 +444,13 @@ mod tests {
             None
         );
         let (r2, event) =
-            next_result(Some(&r), ProbeState::Succeeded, "fine".into(), time(3)).unwrap();
+            next_result(Some(&r), ProbeState::Succeeded, "fine".into(), time(61)).unwrap();
         assert!(!event, "the same state, another message");
-        assert_eq!((r2.since.clone(), r2.observed.clone()), (time(1), time(3)));
+        assert_eq!((r2.since.clone(), r2.observed.clone()), (time(1), time(61)));
         let (r3, event) =
-            next_result(Some(&r2), ProbeState::Failed, "down".into(), time(4)).unwrap();
+            next_result(Some(&r2), ProbeState::Failed, "down".into(), time(62)).unwrap();
         assert!(event);
-        assert_eq!(r3.since, time(4));
+        assert_eq!(r3.since, time(62));
         let (_, event) = next_result(None, ProbeState::Failed, "down".into(), time(5)).unwrap();
         assert!(event, "a first failure is news");
         let (u, event) =
@@ -452,6 +461,28 @@ mod tests {
         assert!(!event, "a success after Unknown is a first success");
         assert_eq!(reason(&ProbeState::Succeeded), REASON_SUCCEEDED);
         assert_eq!(reason(&ProbeState::Failed), REASON_FAILED);
+    }
+
+    #[test]
+    fn a_probe_printing_the_time_records_a_new_message_once_a_minute_not_at_every_run() {
+        // issue 43, row 7: an exec probe printing the time made a NodePodProbe write a second
+        let (mut r, _) = next_result(None, ProbeState::Succeeded, "t=0".into(), time(0)).unwrap();
+        let mut recorded = 0;
+        for t in 1..=180 {
+            if let Some((next, event)) =
+                next_result(Some(&r), ProbeState::Succeeded, format!("t={t}"), time(t))
+            {
+                assert!(!event, "no event for a message");
+                r = next;
+                recorded += 1;
+            }
+        }
+        assert_eq!(recorded, 3, "at 60, 120 and 180 s");
+        assert_eq!(r.message, "t=180");
+        // a change of state is recorded at once, whatever the message did
+        let (failed, event) =
+            next_result(Some(&r), ProbeState::Failed, "t=181".into(), time(181)).unwrap();
+        assert!(event && failed.since == time(181));
     }
 
     #[test]
