@@ -356,10 +356,30 @@ async fn runtime_loop(
     ready.set_not_ready("looking for the container runtime");
     let mut backoff = Backoff::new(RUNTIME_RETRY_MIN, RUNTIME_RETRY_MAX);
     let mut last_error = String::new();
-    let mut runtimes = loop {
+    let runtimes = loop {
         heartbeat.beat();
         match rt.discover().await {
-            Ok(r) => break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT),
+            Ok(r) if !r.ambiguous() => break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT),
+            Ok(mut r) => {
+                // which is the kubelet's takes its Node; while the one it names is silent
+                // (restarting), wait for it rather than settle on another for good
+                let asked =
+                    kubelets_runtime(&client, &config.node_name, &ready, &heartbeat, &cancel);
+                let Some(node) = asked.await else { return };
+                match r.kubelets_is_silent(&node) {
+                    None => {
+                        r.choose_primary(node);
+                        break r.with_exec_output_limit(EXEC_OUTPUT_LIMIT);
+                    }
+                    Some(text) => {
+                        ready.set_not_ready(text.clone());
+                        if text != last_error {
+                            tracing::warn!("{text}; waiting for it");
+                            last_error = text;
+                        }
+                    }
+                }
+            }
             Err(e) => {
                 let text = e.to_string();
                 // readiness first: what the log says is already what /readyz says
@@ -375,11 +395,6 @@ async fn runtime_loop(
             () = tokio::time::sleep(backoff.pause()) => {}
         }
     };
-    if runtimes.several() {
-        let asked = kubelets_runtime(&client, &config.node_name, &ready, &heartbeat, &cancel);
-        let Some(node) = asked.await else { return };
-        runtimes.choose_primary(node);
-    }
     let primary = runtimes.primary().clone();
     let name = runtimes.primary_version().runtime_name.clone();
     let reason = runtimes.primary_reason().clone();

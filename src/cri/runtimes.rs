@@ -68,6 +68,9 @@ impl std::error::Error for DiscoveryError {}
 pub struct Runtimes {
     found: Vec<(RuntimeVersion, RemoteRuntime)>,
     reason: PrimaryReason,
+    /// The candidates whose socket is there but did not answer (a runtime restarting, or a
+    /// socket left behind): one of them may be the kubelet's.
+    silent: Vec<String>,
 }
 
 /// Why the primary runtime is the one it is.
@@ -136,6 +139,7 @@ impl Runtimes {
                 .map(|(v, rt)| (v, rt.with_exec_output_limit(bytes)))
                 .collect(),
             reason: self.reason,
+            silent: self.silent,
         }
     }
 
@@ -164,6 +168,7 @@ impl Runtimes {
             }))
             .await;
         let mut found: Vec<(RuntimeVersion, RemoteRuntime)> = Vec::new();
+        let mut silent = Vec::new();
         let mut tried = Vec::new();
         // every socket that answers is kept, two of one name too (a k3s node's own containerd
         // beside the host's: only the Node can tell which is the kubelet's); the candidates are
@@ -181,7 +186,8 @@ impl Runtimes {
                     found.push((v.clone(), rt));
                 }
                 Err(e) => {
-                    tracing::warn!(endpoint = %probe.endpoint, error = %e, "runtime candidate does not answer")
+                    tracing::warn!(endpoint = %probe.endpoint, error = %e, "runtime candidate does not answer");
+                    silent.push(probe.endpoint.to_string());
                 }
             }
             tried.push(probe);
@@ -197,7 +203,11 @@ impl Runtimes {
         } else {
             PrimaryReason::FirstFound("its Node was not asked".into())
         };
-        Ok(Runtimes { found, reason })
+        Ok(Runtimes {
+            found,
+            reason,
+            silent,
+        })
     }
 
     /// A set holding one runtime, already known to answer.
@@ -205,7 +215,37 @@ impl Runtimes {
         Runtimes {
             found: vec![(version, runtime)],
             reason: PrimaryReason::Only,
+            silent: Vec::new(),
         }
+    }
+
+    /// Whether which runtime is the kubelet's takes its Node: more than one answers, or one
+    /// answers and another's socket is there but silent (the kubelet's may be restarting).
+    pub fn ambiguous(&self) -> bool {
+        self.several() || !self.silent.is_empty()
+    }
+
+    /// Why the daemon should wait rather than settle on what answers: the Node names the
+    /// kubelet's runtime, none that answers is of that name, and a candidate is silent (it is
+    /// likely the kubelet's, restarting). Settling would make another runtime primary for the
+    /// life of the process. `None`: settle now.
+    pub fn kubelets_is_silent(&self, node: &NodeRuntime) -> Option<String> {
+        let NodeRuntime::Reported(reported) = node else {
+            return None;
+        };
+        let (name, _) = split_container_id(reported);
+        if self.silent.is_empty() || name.is_empty() {
+            return None;
+        }
+        if self.found.iter().any(|(v, _)| v.runtime_name == name) {
+            return None;
+        }
+        Some(format!(
+            "the Node reports the kubelet's runtime {reported}, which does not answer here yet \
+             (silent: {}; answering: {})",
+            self.silent.join(", "),
+            self.described(|_| true)
+        ))
     }
 
     /// Whether more than one runtime answers: which is the kubelet's then takes its Node.
@@ -458,6 +498,7 @@ mod tests {
                 runtime("cri-o", "/run/crio/crio.sock"),
             ],
             reason: PrimaryReason::FirstFound("its Node was not asked".into()),
+            silent: Vec::new(),
         }
     }
 
@@ -669,6 +710,7 @@ mod tests {
                 runtime_at("cri-o", "1.36.3", "/run/crio/crio.sock"),
             ],
             reason: PrimaryReason::FirstFound("its Node was not asked".into()),
+            silent: Vec::new(),
         }
     }
 
@@ -727,11 +769,38 @@ mod tests {
                 runtime_at("containerd", "2.1.9", "/run/k3s/containerd/containerd.sock"),
             ],
             reason: PrimaryReason::FirstFound("its Node was not asked".into()),
+            silent: Vec::new(),
         };
         r.choose_primary(NodeRuntime::Reported("containerd://2.1.9".into()));
         let why = r.primary_reason().to_string();
         assert!(r.primary_reason().is_fallback(), "{why}");
         assert!(why.contains("--runtime-endpoint"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_socket_beside_the_runtime_that_answers_waits_for_the_one_the_node_names() {
+        // issue 43, row 13: kruised started while the kubelet's containerd restarted beside
+        // CRI-O; the one that answered became primary for the life of the process
+        let mut r = crio_only();
+        assert!(!r.ambiguous(), "one runtime, nothing silent: no Node asked");
+        r.silent
+            .push("unix:///run/containerd/containerd.sock".into());
+        assert!(r.ambiguous());
+        let containerd = NodeRuntime::Reported("containerd://2.1.9".into());
+        let why = r
+            .kubelets_is_silent(&containerd)
+            .expect("wait for containerd");
+        assert!(
+            why.contains("containerd://2.1.9") && why.contains("/run/containerd/containerd.sock"),
+            "{why}"
+        );
+        // the Node names the one that answers, or cannot say: settle on what answers
+        let crio = NodeRuntime::Reported("cri-o://1.36.3".into());
+        assert_eq!(r.kubelets_is_silent(&crio), None);
+        let unknown = NodeRuntime::Unknown("kruised may not read Node n1".into());
+        assert_eq!(r.kubelets_is_silent(&unknown), None);
+        r.silent.clear();
+        assert_eq!(r.kubelets_is_silent(&containerd), None, "nothing silent");
     }
 
     #[tokio::test]
