@@ -407,7 +407,8 @@ mod tests {
             r
         };
         let year = crate::config::MAX_DURATION;
-        let cases: [(&str, fn(&mut RunArgs, Duration)); 3] = [
+        type Set = fn(&mut RunArgs, Duration);
+        let cases: [(&str, Set); 3] = [
             ("--relist-interval", |r, d| r.relist_interval = d),
             ("--api-request-timeout", |r, d| r.api_request_timeout = d),
             ("--drain-timeout", |r, d| r.drain_timeout = d),
