@@ -47,26 +47,22 @@ impl FakeNode {
     /// Starts both halves, the runtime the plain fake named `containerd`
     /// ([`Dialect::Plain`]).
     pub async fn start() -> FakeNode {
-        Self::start_with(None).await
+        Self::start_on_api(Dialect::Plain, apiserver_double::Config::default()).await
     }
 
     /// Like [`FakeNode::start`], the API-server double with `config` (its address ignored: a
     /// free port on loopback).
     pub async fn start_with_api(config: apiserver_double::Config) -> FakeNode {
-        Self::start_on_api(None, config).await
+        Self::start_on_api(Dialect::Plain, config).await
     }
 
     /// Starts both halves, the runtime answering as `dialect`: its name in `Version` and so the
     /// kubelet's container IDs (`cri-o://…` on CRI-O), its image fields and its events.
     pub async fn start_on(dialect: Dialect) -> FakeNode {
-        Self::start_with(Some(dialect)).await
-    }
-
-    async fn start_with(dialect: Option<Dialect>) -> FakeNode {
         Self::start_on_api(dialect, apiserver_double::Config::default()).await
     }
 
-    async fn start_on_api(dialect: Option<Dialect>, config: apiserver_double::Config) -> FakeNode {
+    async fn start_on_api(dialect: Dialect, config: apiserver_double::Config) -> FakeNode {
         let dir = tempfile::tempdir().expect("tempdir");
         let api = ApiServer::start_with(apiserver_double::Config {
             addr: "127.0.0.1:0".parse().expect("addr"),
@@ -76,12 +72,9 @@ impl FakeNode {
         .expect("start the API double");
         api.write_kubeconfig(dir.path().join("kubeconfig"))
             .expect("kubeconfig");
-        let socket = dir.path().join("cri.sock");
-        let cri = match dialect {
-            Some(d) => FakeRuntime::start_as(&socket, d).await,
-            None => FakeRuntime::start(&socket, "containerd").await,
-        }
-        .expect("start the fake runtime");
+        let cri = FakeRuntime::start_as(&dir.path().join("cri.sock"), dialect)
+            .await
+            .expect("start the fake runtime");
         FakeNode {
             api,
             cri,

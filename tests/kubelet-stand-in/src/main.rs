@@ -1,24 +1,10 @@
 //! `kubelet-stand-in`: the kubelet's part of one node, for kruised's demo on a machine without
 //! Kubernetes (`scripts/demo.sh --api double`): the API-server double plays the control plane,
-//! a real containerd runs the containers, and this plays the kubelet between them. Test
-//! infrastructure, never shipped.
-//!
-//! It watches the pods and, on each change and every `--sync-period`, does for each pod bound to
-//! `--node-name` what the kubelet does as far as kruised can tell, with the tests' one kubelet
-//! (`kruised_test_support::kubelet::run`, the fleet's kubelets too: its labels, env, hash, CRI
-//! steps and status):
-//!
-//! * a new pod gets a sandbox and its containers through CRI, with the kubelet's labels and
-//!   annotations (pod identity, container hash, restart count, grace period), each image pulled
-//!   as its `imagePullPolicy` says, and each env var resolved from the pod as it is at that
-//!   moment (`fieldRef` to labels, annotations, name, namespace, uid, node name);
-//! * a container that exited is created again with attempt + 1 and the env of the pod as it is
-//!   now (restart policy `Always`; the last dead container is kept, older ones removed); one
-//!   whose spec changed (its hash) is killed first, as the kubelet does;
-//! * the pod status reports each container (ID with the runtime's prefix, image ID, restart
-//!   count, running state, last termination) and the conditions, `Ready` only when every
-//!   container runs and every readiness gate is True; it is patched only when it changed;
-//! * a pod that left the API is stopped and removed, and so is every pod at SIGTERM or Ctrl-C.
+//! a real containerd runs the containers, and this plays the kubelet between them, on each change
+//! of the pods and every `--sync-period`, for the pods bound to `--node-name`. It is the tests'
+//! one kubelet (`kruised_test_support::kubelet::run`, whose head says what it does; the fleet's
+//! kubelets too); at SIGTERM or Ctrl-C it removes every pod it ran. Test infrastructure, never
+//! shipped.
 //!
 //! Not a kubelet: no volumes, probes, resources, init containers, networking (pods share the
 //! host's network namespace) or restart backoff.

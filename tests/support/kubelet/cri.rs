@@ -15,12 +15,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kruised::cri::fake::FakeRuntime;
 use kruised::cri::{
-    ContainerConfig, ContainerState, ImageService, KubeletService, PullRequest, RemoteRuntime,
-    RuntimeService, SandboxConfig, SandboxMetadata,
+    ContainerState, ImageService, KubeletService, PullRequest, RemoteRuntime, RuntimeService,
+    SandboxConfig,
 };
 
-use super::meta::{PodRef, sandbox_labels};
-use super::spec::{ContainerSpec, PodSpec, PullPolicy, container_config};
+use super::spec::{ContainerSpec, PodSpec, PullPolicy};
 
 /// An error of a step through CRI.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -81,6 +80,11 @@ pub struct RunningPod {
 }
 
 impl RunningPod {
+    /// The pod's grace period.
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs(self.spec.termination_grace_seconds.try_into().unwrap_or(0))
+    }
+
     /// The current container ID of `name`.
     pub fn container(&self, name: &str) -> &str {
         self.containers
@@ -141,11 +145,8 @@ impl Kubelet {
     /// Pulls each image through CRI, each within `limit`.
     pub async fn pull(&self, images: &[String], limit: Duration) {
         for image in images {
-            let request = PullRequest {
-                image: image.clone(),
-                ..Default::default()
-            };
-            crate::within(limit, "image pull", self.runtime.pull_image(request, limit))
+            let pull = self.ensure_image(image, PullPolicy::Always, limit);
+            crate::within(limit, "image pull", pull)
                 .await
                 .unwrap_or_else(|e| panic!("pulling {image}: {e}"));
         }
@@ -159,72 +160,53 @@ impl Kubelet {
         policy: PullPolicy,
         limit: Duration,
     ) -> Result<ImageStep, ImageError> {
-        let pull_error = |e: &dyn std::fmt::Display| ImageError {
+        let pull_error = |e: kruised::cri::CriError| ImageError {
             reason: "ErrImagePull",
             message: format!("{image}: {e}"),
         };
-        let present = self
-            .runtime
-            .image_status(image)
-            .await
-            .map_err(|e| pull_error(&e))?;
-        if !should_pull(policy, image, present.is_some())? {
-            let id = present.map(|i| i.id).unwrap_or_default();
-            return Ok(ImageStep { id, pulled: false });
-        }
-        let request = PullRequest {
-            image: image.into(),
-            ..Default::default()
+        let present = self.runtime.image_status(image).await.map_err(pull_error)?;
+        let pulled = should_pull(policy, image, present.is_some())?;
+        let id = match present {
+            Some(i) if !pulled => i.id,
+            _ => {
+                let request = PullRequest {
+                    image: image.into(),
+                    ..Default::default()
+                };
+                let pull = self.runtime.pull_image(request, limit);
+                pull.await.map_err(pull_error)?
+            }
         };
-        let id = self
-            .runtime
-            .pull_image(request, limit)
-            .await
-            .map_err(|e| pull_error(&e))?;
-        Ok(ImageStep { id, pulled: true })
+        Ok(ImageStep { id, pulled })
     }
 
     /// The pod's sandbox config, its log directory made.
-    pub fn sandbox_config(&self, spec: &PodSpec) -> SandboxConfig {
-        let (labels, annotations) = (&spec.labels, spec.annotations.clone());
-        self.sandbox_config_for(spec.pod_ref(), spec.attempt, labels, annotations)
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// The sandbox config of a pod of the API, its log directory made.
-    pub fn sandbox_config_of(&self, pod: &Pod) -> Result<SandboxConfig, BoxError> {
-        let m = &pod.metadata;
-        let labels = m.labels.clone().unwrap_or_default();
-        let annotations = m.annotations.clone().unwrap_or_default();
-        self.sandbox_config_for(PodRef::of(pod), 0, &labels, annotations)
-    }
-
-    fn sandbox_config_for(
-        &self,
-        pod: PodRef<'_>,
-        attempt: u32,
-        labels: &kruised::cri::StringMap,
-        annotations: kruised::cri::StringMap,
-    ) -> Result<SandboxConfig, BoxError> {
-        let (logs, cgroups) = (&self.log_root, &self.cgroup_root);
-        let config = super::spec::sandbox_config(pod, attempt, labels, annotations, logs, cgroups);
+    fn sandbox_config(&self, pod: &PodSpec) -> Result<SandboxConfig, BoxError> {
+        let dir = format!("{}_{}_{}", pod.namespace, pod.name, pod.uid);
+        let config = SandboxConfig {
+            log_directory: self.log_root.join(dir).display().to_string(),
+            cgroup_parent: format!("{}/pod{}", self.cgroup_root, pod.uid),
+            ..pod.sandbox_config()
+        };
         std::fs::create_dir_all(&config.log_directory)
             .map_err(|e| format!("creating the log directory {}: {e}", config.log_directory))?;
         Ok(config)
     }
 
-    /// What the kubelet does for `CreateContainer`: the image step (the spec's image to the
-    /// ID it passes to the runtime), the container's log directory (CRI-O's conmon needs it),
-    /// then the create (not started). Returns its ID.
-    pub async fn create_config(
+    /// What the kubelet does for `CreateContainer` of `c` with `attempt` in the sandbox of
+    /// `pod`: the image step (the spec's image to the ID it passes to the runtime), the
+    /// container's log directory (CRI-O's conmon needs it), then the create (not started).
+    /// Returns its ID.
+    pub async fn try_create(
         &self,
+        pod: &PodSpec,
         sandbox_id: &str,
-        mut config: ContainerConfig,
-        policy: PullPolicy,
-        sandbox: SandboxConfig,
+        c: &ContainerSpec,
+        attempt: u32,
     ) -> Result<String, BoxError> {
+        let (mut config, sandbox) = (c.config(pod, attempt), self.sandbox_config(pod)?);
         let image = self
-            .ensure_image(&config.image, policy, Duration::from_secs(300))
+            .ensure_image(&config.image, c.policy(), Duration::from_secs(300))
             .await?;
         config.user_specified_image = std::mem::replace(&mut config.image, image.id);
         let dir = std::path::Path::new(&sandbox.log_directory).join(&config.metadata.name);
@@ -236,7 +218,7 @@ impl Kubelet {
             .await?)
     }
 
-    /// Creates (without starting) container `c` with `attempt` in the sandbox of `pod`.
+    /// [`Kubelet::try_create`], failing the test on an error.
     pub async fn create(
         &self,
         pod: &PodSpec,
@@ -244,41 +226,40 @@ impl Kubelet {
         c: &ContainerSpec,
         attempt: u32,
     ) -> String {
-        self.create_config(
-            sandbox_id,
-            c.config(pod, attempt),
-            c.policy(),
-            self.sandbox_config(pod),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("create container {}: {e}", c.name))
+        self.try_create(pod, sandbox_id, c, attempt)
+            .await
+            .unwrap_or_else(|e| panic!("create container {}: {e}", c.name))
     }
 
     /// Creates the sandbox of `spec` (no containers); returns its ID.
     pub async fn run_sandbox(&self, spec: &PodSpec) -> String {
-        self.runtime
-            .run_pod_sandbox(self.sandbox_config(spec))
+        self.try_run_sandbox(spec)
             .await
             .unwrap_or_else(|e| panic!("run sandbox {}: {e}", spec.name))
     }
 
-    /// What the kubelet does to start a container (kuberuntime_manager.go SyncPod: the kill of
-    /// the old one first, when given with its grace period; then startContainer): the image
-    /// step, the create, the start. Returns its ID.
-    pub async fn start_config(
+    async fn try_run_sandbox(&self, spec: &PodSpec) -> Result<String, BoxError> {
+        Ok(self
+            .runtime
+            .run_pod_sandbox(self.sandbox_config(spec)?)
+            .await?)
+    }
+
+    /// What the kubelet does to start container `c` of `pod` with `attempt` (kuberuntime_manager.go
+    /// SyncPod: the kill of the old one first, when given with its grace period; then
+    /// startContainer): the image step, the create, the start. Returns its ID.
+    pub async fn try_start(
         &self,
+        pod: &PodSpec,
         sandbox_id: &str,
-        config: ContainerConfig,
-        policy: PullPolicy,
-        sandbox: SandboxConfig,
+        c: &ContainerSpec,
+        attempt: u32,
         kill: Option<(&str, Duration)>,
     ) -> Result<String, BoxError> {
         if let Some((old, grace)) = kill {
             self.runtime.stop_container(old, grace).await?;
         }
-        let id = self
-            .create_config(sandbox_id, config, policy, sandbox)
-            .await?;
+        let id = self.try_create(pod, sandbox_id, c, attempt).await?;
         self.runtime.start_container(&id).await?;
         Ok(id)
     }
@@ -291,39 +272,38 @@ impl Kubelet {
         c: &ContainerSpec,
         attempt: u32,
     ) -> String {
-        self.recreate_in(pod, sandbox_id, c, attempt, None).await
-    }
-
-    /// [`Kubelet::start`], killing `kill` first.
-    async fn recreate_in(
-        &self,
-        pod: &PodSpec,
-        sandbox_id: &str,
-        c: &ContainerSpec,
-        attempt: u32,
-        kill: Option<(&str, Duration)>,
-    ) -> String {
-        let (config, sandbox) = (c.config(pod, attempt), self.sandbox_config(pod));
-        self.start_config(sandbox_id, config, c.policy(), sandbox, kill)
+        self.try_start(pod, sandbox_id, c, attempt, None)
             .await
             .unwrap_or_else(|e| panic!("start container {}: {e}", c.name))
     }
 
     /// Creates the sandbox and starts every container, as the kubelet does for a new pod.
     pub async fn run_pod(&self, spec: PodSpec) -> RunningPod {
-        let sandbox_id = self.run_sandbox(&spec).await;
+        let name = spec.name.clone();
+        self.try_run_pod(spec)
+            .await
+            .unwrap_or_else(|e| panic!("run pod {name}: {e}"))
+    }
+
+    /// [`Kubelet::run_pod`]; on a failure, removes what it made.
+    pub async fn try_run_pod(&self, spec: PodSpec) -> Result<RunningPod, BoxError> {
         let mut pod = RunningPod {
+            sandbox_id: self.try_run_sandbox(&spec).await?,
             spec,
-            sandbox_id,
             containers: BTreeMap::new(),
             attempts: BTreeMap::new(),
         };
-        for c in pod.spec.containers.clone() {
-            let id = self.start(&pod.spec, &pod.sandbox_id, &c, 0).await;
-            pod.containers.insert(c.name.clone(), id);
-            pod.attempts.insert(c.name, 0);
+        for c in &pod.spec.containers {
+            match self.try_start(&pod.spec, &pod.sandbox_id, c, 0, None).await {
+                Ok(id) => pod.containers.insert(c.name.clone(), id),
+                Err(e) => {
+                    let _ = self.try_remove_pod(&pod, Duration::ZERO).await;
+                    return Err(format!("container {}: {e}", c.name).into());
+                }
+            };
+            pod.attempts.insert(c.name.clone(), 0);
         }
-        pod
+        Ok(pod)
     }
 
     /// Creates the container `name` again with attempt + 1, optionally with a new spec, as the
@@ -335,37 +315,54 @@ impl Kubelet {
         name: &str,
         spec: Option<ContainerSpec>,
     ) -> String {
-        let idx = pod.spec.containers.iter().position(|c| c.name == name);
-        let idx = idx.unwrap_or_else(|| panic!("no container {name}"));
         if let Some(s) = spec {
-            pod.spec.containers[idx] = s;
+            let idx = pod.spec.containers.iter().position(|c| c.name == name);
+            pod.spec.containers[idx.unwrap_or_else(|| panic!("no container {name}"))] = s;
         }
-        let grace = Duration::from_secs(pod.spec.termination_grace_seconds.try_into().unwrap_or(0));
+        self.try_recreate(pod, name, true)
+            .await
+            .unwrap_or_else(|e| panic!("start container {name}: {e}"))
+    }
+
+    /// Creates the container `name` again with attempt + 1 from the pod's spec, killing the
+    /// old one first (`kill`) with the pod's grace period. Returns its ID.
+    pub async fn try_recreate(
+        &self,
+        pod: &mut RunningPod,
+        name: &str,
+        kill: bool,
+    ) -> Result<String, BoxError> {
+        let c = pod.spec.containers.iter().find(|c| c.name == name);
+        let c = c.ok_or_else(|| format!("no container {name} in pod {}", pod.spec.name))?;
         let attempt = pod.attempts.get(name).copied().unwrap_or(0) + 1;
-        let c = &pod.spec.containers[idx];
-        let kill = Some((pod.container(name), grace));
+        let kill = kill.then(|| (pod.container(name), pod.grace()));
         let id = self
-            .recreate_in(&pod.spec, &pod.sandbox_id, c, attempt, kill)
-            .await;
+            .try_start(&pod.spec, &pod.sandbox_id, c, attempt, kill)
+            .await?;
         pod.containers.insert(name.into(), id.clone());
         pod.attempts.insert(name.into(), attempt);
-        id
+        Ok(id)
     }
 
     /// Stops and removes the pod's sandbox and containers.
     pub async fn remove_pod(&self, pod: &RunningPod) {
-        for id in pod.containers.values() {
-            let _ = self.runtime.stop_container(id, Duration::ZERO).await;
-        }
-        self.remove_sandbox(&pod.sandbox_id)
+        self.try_remove_pod(pod, Duration::ZERO)
             .await
             .unwrap_or_else(|e| panic!("remove sandbox of {}: {e}", pod.spec.name));
     }
 
-    /// Stops and removes a sandbox.
-    pub async fn remove_sandbox(&self, id: &str) -> kruised::cri::Result<()> {
-        self.runtime.stop_pod_sandbox(id).await?;
-        self.runtime.remove_pod_sandbox(id).await
+    /// Stops the pod's containers with `grace` (one that fails to stop is gone already), then
+    /// stops and removes its sandbox.
+    pub async fn try_remove_pod(
+        &self,
+        pod: &RunningPod,
+        grace: Duration,
+    ) -> kruised::cri::Result<()> {
+        for id in pod.containers.values() {
+            let _ = self.runtime.stop_container(id, grace).await;
+        }
+        self.runtime.stop_pod_sandbox(&pod.sandbox_id).await?;
+        self.runtime.remove_pod_sandbox(&pod.sandbox_id).await
     }
 }
 
@@ -378,32 +375,18 @@ pub fn ensure_image_fake(
 ) -> Result<ImageStep, ImageError> {
     let mut st = cri.state();
     let present = st.find_image(image).map(|i| i.id.clone());
-    if should_pull(policy, image, present.is_some())? {
-        return Ok(ImageStep {
-            id: st.add_image(image),
-            pulled: true,
-        });
-    }
-    Ok(ImageStep {
-        id: present.unwrap_or_default(),
-        pulled: false,
-    })
+    let pulled = should_pull(policy, image, present.is_some())?;
+    let id = match present {
+        Some(id) if !pulled => id,
+        _ => st.add_image(image),
+    };
+    Ok(ImageStep { id, pulled })
 }
 
 /// A host-network sandbox for `pod` in the fake runtime; returns its ID.
 pub fn sandbox_fake(cri: &FakeRuntime, pod: &Pod) -> String {
-    let r = PodRef::of(pod);
-    let metadata = SandboxMetadata {
-        name: r.name.into(),
-        uid: r.uid.into(),
-        namespace: r.namespace.into(),
-        attempt: 0,
-    };
-    cri.add_sandbox(
-        metadata,
-        sandbox_labels(r, &pod.metadata.labels.clone().unwrap_or_default()),
-        super::status::POD_IP,
-    )
+    let config = PodSpec::of(pod).sandbox_config();
+    cri.add_sandbox(config.metadata, config.labels, super::status::POD_IP)
 }
 
 /// What the kubelet does on the fake runtime when container `c` exited or its spec changed:
@@ -420,10 +403,7 @@ pub fn recreate_fake(
     if let Some((old, code)) = kill {
         cri.exit_container(old, code);
     }
-    ensure_image_fake(
-        cri,
-        c.image.as_deref().unwrap_or_default(),
-        PullPolicy::of_container(c),
-    )?;
-    Ok(cri.add_container(sandbox, container_config(pod, c, attempt), true, true))
+    let spec = ContainerSpec::of(pod, c);
+    ensure_image_fake(cri, &spec.image, spec.policy())?;
+    Ok(cri.add_container(sandbox, spec.config(&PodSpec::of(pod), attempt), true, true))
 }

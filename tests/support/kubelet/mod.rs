@@ -3,9 +3,9 @@
 //! kubelet, the manager double's and the settle tests' [`KubeletTiming`], the
 //! fleet's kubelets, and `tests/kubelet-stand-in`, the demo's kubelet):
 //!
-//! - [`meta`]: its labels and annotations on sandboxes and containers;
-//! - [`env`]: a container's env, resolved from the pod (its metadata included) at creation;
-//! - [`spec`]: the container's CRI config, the kubelet hash of its spec, its pull policy;
+//! - [`spec`]: the pod and containers it creates, their CRI configs with its labels and
+//!   annotations and the env resolved from the pod (its metadata included) at creation, the
+//!   kubelet hash of a container's spec, its pull policy;
 //! - [`cri`]: creating sandboxes and containers, and creating them again as the kubelet does:
 //!   kill, the image step (a pull as the policy says), start;
 //! - [`status`]: the pod status it reports, the one writer of `containerStatuses` and `Ready`;
@@ -16,8 +16,6 @@
 //! [`FakeNode`]: crate::node::FakeNode
 
 pub mod cri;
-pub mod env;
-pub mod meta;
 pub mod run;
 pub mod spec;
 pub mod status;

@@ -4,7 +4,7 @@
 //! for every node; on each change it brings and every `period` (the PLEG's relist), each pod
 //! bound to one of the nodes is synced with the pod as it is then:
 //!
-//! * a new pod gets a sandbox and its containers ([`Kubelet::start_config`]: the image step as
+//! * a new pod gets a sandbox and its containers ([`Kubelet::try_run_pod`]: the image step as
 //!   its `imagePullPolicy` says, the create with the kubelet's labels and annotations and the
 //!   env resolved from the pod now, the start);
 //! * a container that exited is created again with attempt + 1 from the pod as it is now
@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kruised::cri::{ContainerState, KubeletService, RuntimeService, SandboxConfig};
+use kruised::cri::{ContainerState, KubeletService, RuntimeService};
 use kruised::k8s::keys;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
@@ -31,31 +31,19 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::cri::{BoxError, Kubelet};
-use super::meta::PodRef;
-use super::spec::{self, PullPolicy};
+use super::cri::{BoxError, Kubelet, RunningPod};
+use super::spec::PodSpec;
 use super::status::{self, Report, rfc3339_ns};
 
 /// How long a pod whose start failed waits before the next try.
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-/// A container the kubelet created, as it stands.
-struct Running {
-    id: String,
-    attempt: u32,
-    /// The previous container of this name, exited, kept as the kubelet keeps one.
-    dead: Option<String>,
-    /// `lastState.terminated` of the status, once a container of this name exited.
-    last_terminated: Option<Value>,
-}
-
-/// A pod the kubelet runs.
+/// A pod the kubelet runs, and per container the one before (exited, kept as the kubelet keeps
+/// one) and `lastState.terminated` of the status, once a container of that name exited.
 struct RunPod {
-    name: String,
-    sandbox: String,
-    sandbox_config: SandboxConfig,
-    grace: Duration,
-    containers: BTreeMap<String, Running>,
+    pod: RunningPod,
+    dead: BTreeMap<String, String>,
+    last_terminated: BTreeMap<String, Value>,
 }
 
 /// The kubelet of one node.
@@ -87,10 +75,11 @@ impl NodeKubelet {
         }
     }
 
-    fn log(&self, msg: impl std::fmt::Display) {
+    fn log(&self, pod: &PodSpec, msg: impl std::fmt::Display) {
         if self.verbose {
             let now = Timestamp::now().strftime("%H:%M:%S%.3f");
-            eprintln!("{now} kubelet of {}: {msg}", self.node);
+            let (node, ns, name) = (&self.node, &pod.namespace, &pod.name);
+            eprintln!("{now} kubelet of {node}: pod {ns}/{name}: {msg}");
         }
     }
 
@@ -100,12 +89,11 @@ impl NodeKubelet {
         let mut patches = Vec::new();
         let seen: HashSet<String> = pods.iter().map(|(uid, _)| uid.clone()).collect();
         for (uid, pod) in pods {
-            let r = PodRef::of(&pod);
-            let (ns, name) = (r.namespace.to_string(), r.name.to_string());
-            match self.sync_pod(&uid, &pod).await {
-                Ok(Some(patch)) => patches.push((ns, name, patch)),
+            let spec = PodSpec::of(&pod);
+            match self.sync_pod(&uid, &pod, &spec).await {
+                Ok(Some(patch)) => patches.push((spec.namespace, spec.name, patch)),
                 Ok(None) => {}
-                Err(e) => self.log(format!("pod {ns}/{name}: {e}")),
+                Err(e) => self.log(&spec, e),
             }
         }
         let gone: Vec<String> = self
@@ -115,17 +103,22 @@ impl NodeKubelet {
             .cloned()
             .collect();
         for uid in gone {
-            if let Some(pod) = self.pods.remove(&uid) {
-                self.remove(pod).await;
+            if let Some(run) = self.pods.remove(&uid) {
+                self.remove(run).await;
             }
         }
         self.failed.retain(|uid, _| seen.contains(uid));
         patches
     }
 
-    /// Starts the pod if it is new, creates again its containers that exited or whose spec
-    /// changed; returns its status patch when what it reports changed.
-    async fn sync_pod(&mut self, uid: &str, pod: &Pod) -> Result<Option<Value>, BoxError> {
+    /// Starts the pod (`spec`, as it is now) if it is new, creates again its containers that
+    /// exited or whose spec changed; returns its status patch when what it reports changed.
+    async fn sync_pod(
+        &mut self,
+        uid: &str,
+        pod: &Pod,
+        spec: &PodSpec,
+    ) -> Result<Option<Value>, BoxError> {
         if !self.pods.contains_key(uid) {
             if self
                 .failed
@@ -134,9 +127,18 @@ impl NodeKubelet {
             {
                 return Ok(None);
             }
-            match self.start_pod(pod).await {
-                Ok(run) => {
+            match self.kubelet.try_run_pod(spec.clone()).await {
+                Ok(pod) => {
+                    let ids = pod.containers.iter().map(|(n, id)| format!(" {n}={id}"));
+                    let ids: String = ids.collect();
+                    self.log(spec, format_args!("sandbox {} with{ids}", pod.sandbox_id));
                     self.failed.remove(uid);
+                    let (dead, last_terminated) = (BTreeMap::new(), BTreeMap::new());
+                    let run = RunPod {
+                        pod,
+                        dead,
+                        last_terminated,
+                    };
                     self.pods.insert(uid.into(), run);
                 }
                 Err(e) => {
@@ -148,7 +150,8 @@ impl NodeKubelet {
         let Some(mut run) = self.pods.remove(uid) else {
             return Ok(None);
         };
-        let reports = self.sync_containers(pod, &mut run).await;
+        run.pod.spec = spec.clone();
+        let reports = self.sync_containers(&mut run).await;
         self.pods.insert(uid.into(), run);
         let pod_json = serde_json::to_value(pod)?;
         let containers = reports?.iter().map(Report::json).collect();
@@ -156,150 +159,78 @@ impl NodeKubelet {
         Ok(status::changed(&pod_json, &status).then(|| json!({ "status": status })))
     }
 
-    /// Creates again the containers that exited or whose spec changed; returns each
-    /// container's report.
-    async fn sync_containers(&self, pod: &Pod, run: &mut RunPod) -> Result<Vec<Report>, BoxError> {
+    /// Creates again, from the pod's spec as it is now, the containers that exited or whose
+    /// spec changed; returns each container's report.
+    async fn sync_containers(&self, run: &mut RunPod) -> Result<Vec<Report>, BoxError> {
         let runtime = self.kubelet.runtime();
         let mut reports = Vec::new();
-        for c in pod.spec.iter().flat_map(|s| &s.containers) {
-            let Some(r) = run.containers.get_mut(&c.name) else {
+        for c in run.pod.spec.containers.clone() {
+            let Some(old) = run.pod.containers.get(&c.name).cloned() else {
                 continue;
             };
-            let mut status = runtime.container_status(&r.id, false).await?;
+            let mut status = runtime.container_status(&old, false).await?;
             let exited = status.state == ContainerState::Exited;
             // a runtime that keeps no annotations tells of no change
             let recorded = status.annotations.get(keys::KUBELET_CONTAINER_HASH);
-            let changed = recorded.is_some_and(|h| *h != spec::hash(c));
-            if exited || changed {
+            if exited || recorded.is_some_and(|h| *h != c.hash) {
                 // the kubelet kills a container whose spec changed, with the pod's grace
-                let old = r.id.clone();
-                let kill = (!exited).then_some((old.as_str(), run.grace));
-                let sandbox = (run.sandbox.as_str(), &run.sandbox_config);
-                let id = self.start(pod, c, r.attempt + 1, sandbox, kill).await?;
-                r.attempt += 1;
-                r.id = id;
+                let id = self.kubelet.try_recreate(&mut run.pod, &c.name, !exited);
+                let id = id.await?;
                 let dead = runtime.container_status(&old, false).await?;
-                r.last_terminated = Some(json!({
+                let terminated = json!({
                     "exitCode": dead.exit_code,
                     "reason": dead.reason,
                     "startedAt": rfc3339_ns(dead.started_at),
                     "finishedAt": rfc3339_ns(dead.finished_at),
                     "containerID": format!("{}://{old}", self.runtime_name),
-                }));
-                if let Some(older) = r.dead.replace(old) {
+                });
+                run.last_terminated.insert(c.name.clone(), terminated);
+                if let Some(older) = run.dead.insert(c.name.clone(), old) {
                     let _ = runtime.remove_container(&older).await;
                 }
-                let why = if exited { "exited" } else { "changed" };
-                self.log(format!(
-                    "pod {}: container {} {why} ({}), started again as {} (restartCount {})",
-                    run.name, c.name, dead.exit_code, r.id, r.attempt
-                ));
-                status = runtime.container_status(&r.id, false).await?;
+                let (why, attempt) = (
+                    if exited { "exited" } else { "changed" },
+                    run.pod.attempts[&c.name],
+                );
+                let msg = format!(
+                    "container {} {why} ({}), started again as {id} (restartCount {attempt})",
+                    c.name, dead.exit_code
+                );
+                self.log(&run.pod.spec, msg);
+                status = runtime.container_status(&id, false).await?;
             }
             let is_running = status.state == ContainerState::Running;
             reports.push(Report {
                 name: c.name.clone(),
-                container_id: format!("{}://{}", self.runtime_name, r.id),
-                image: c.image.clone().unwrap_or_default(),
+                container_id: format!("{}://{}", self.runtime_name, run.pod.container(&c.name)),
+                image: c.image.clone(),
                 image_id: if status.image_ref.is_empty() {
                     status.image_id
                 } else {
                     status.image_ref
                 },
-                restart_count: r.attempt,
+                restart_count: run.pod.attempts[&c.name],
                 running: is_running.then(|| rfc3339_ns(status.started_at)),
                 waiting: Some("ContainerCreating".into()),
-                last_terminated: r.last_terminated.clone(),
+                last_terminated: run.last_terminated.get(&c.name).cloned(),
             });
         }
         Ok(reports)
     }
 
-    /// Creates the pod's sandbox and starts its containers; on a failure, removes what it made.
-    async fn start_pod(&self, pod: &Pod) -> Result<RunPod, BoxError> {
-        let r = PodRef::of(pod);
-        let sandbox_config = self.kubelet.sandbox_config_of(pod)?;
-        let mut run = RunPod {
-            name: format!("{}/{}", r.namespace, r.name),
-            sandbox: self
-                .kubelet
-                .runtime()
-                .run_pod_sandbox(sandbox_config.clone())
-                .await?,
-            sandbox_config,
-            grace: Duration::from_secs(spec::grace_seconds(pod).try_into().unwrap_or(30)),
-            containers: BTreeMap::new(),
-        };
-        for c in pod.spec.iter().flat_map(|s| &s.containers) {
-            match self
-                .start(pod, c, 0, (&run.sandbox, &run.sandbox_config), None)
-                .await
-            {
-                Ok(id) => {
-                    let r = Running {
-                        id,
-                        attempt: 0,
-                        dead: None,
-                        last_terminated: None,
-                    };
-                    run.containers.insert(c.name.clone(), r);
-                }
-                Err(e) => {
-                    self.remove(run).await;
-                    return Err(format!("container {}: {e}", c.name).into());
-                }
-            }
-        }
-        let ids: Vec<String> = run
-            .containers
-            .iter()
-            .map(|(n, r)| format!("{n}={}", r.id))
-            .collect();
-        self.log(format!(
-            "pod {}: sandbox {} with {}",
-            run.name,
-            run.sandbox,
-            ids.join(" ")
-        ));
-        Ok(run)
-    }
-
-    /// Starts container `c` of `pod` with `attempt` in the pod's sandbox as the kubelet does,
-    /// killing `kill` first.
-    async fn start(
-        &self,
-        pod: &Pod,
-        c: &Container,
-        attempt: u32,
-        (sandbox, sandbox_config): (&str, &SandboxConfig),
-        kill: Option<(&str, Duration)>,
-    ) -> Result<String, BoxError> {
-        let config = spec::container_config(pod, c, attempt);
-        let policy = PullPolicy::of_container(c);
-        let sandbox_config = sandbox_config.clone();
-        self.kubelet
-            .start_config(sandbox, config, policy, sandbox_config, kill)
-            .await
-    }
-
     /// Stops and removes a pod's containers and sandbox, as the kubelet does for a deleted pod.
-    async fn remove(&self, pod: RunPod) {
-        for r in pod.containers.values() {
-            let stop = self.kubelet.runtime().stop_container(&r.id, pod.grace);
-            if let Err(e) = stop.await {
-                self.log(format!("stopping {}: {e}", r.id));
-            }
-        }
-        match self.kubelet.remove_sandbox(&pod.sandbox).await {
-            Ok(()) => self.log(format!("pod {}: removed", pod.name)),
-            Err(e) => self.log(format!("pod {}: removing its sandbox: {e}", pod.name)),
+    async fn remove(&self, run: RunPod) {
+        let (pod, grace) = (&run.pod, run.pod.grace());
+        match self.kubelet.try_remove_pod(pod, grace).await {
+            Ok(()) => self.log(&pod.spec, "removed"),
+            Err(e) => self.log(&pod.spec, format_args!("removing its sandbox: {e}")),
         }
     }
 
     /// Stops and removes every pod it runs.
     pub async fn remove_all(&mut self) {
-        for (_, pod) in std::mem::take(&mut self.pods) {
-            self.remove(pod).await;
+        for (_, run) in std::mem::take(&mut self.pods) {
+            self.remove(run).await;
         }
     }
 }

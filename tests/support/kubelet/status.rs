@@ -193,32 +193,20 @@ pub fn merge(pod: &mut Value, status: Value) {
 /// Whether what the kubelet reports differs between the pod's status and `status`: its
 /// containers (IDs, restart counts, readiness), its conditions' statuses, its phase.
 pub fn changed(pod: &Value, status: &Value) -> bool {
-    let containers = |s: &Value| -> Vec<(Value, Value, Value, Value)> {
-        s["containerStatuses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                (
-                    c["name"].clone(),
-                    c["containerID"].clone(),
-                    c["restartCount"].clone(),
-                    c["ready"].clone(),
-                )
-            })
-            .collect()
+    let containers = |s: &Value| -> Vec<[Value; 4]> {
+        let reported = s["containerStatuses"].as_array().into_iter().flatten();
+        let fields = ["name", "containerID", "restartCount", "ready"];
+        reported.map(|c| fields.map(|k| c[k].clone())).collect()
+    };
+    let condition_changed = |c: &Value| {
+        let old = condition(pod, c["type"].as_str().unwrap_or_default());
+        old.map(|o| &o["status"]) != Some(&c["status"])
     };
     let old = &pod["status"];
+    let mut conditions = status["conditions"].as_array().into_iter().flatten();
     containers(old) != containers(status)
         || old["phase"] != status["phase"]
-        || status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                condition(pod, c["type"].as_str().unwrap_or_default()).map(|o| &o["status"])
-                    != Some(&c["status"])
-            })
+        || conditions.any(condition_changed)
 }
 
 /// A status condition of `type_`.

@@ -48,6 +48,7 @@ const FAR: Duration = Duration::from_secs(3600);
 
 /// A kubelet with the real one's sync timing for the pods of one [`FakeNode`]; dropping it
 /// stops it.
+#[derive(Debug)]
 pub struct KubeletTiming {
     task: JoinHandle<()>,
     held: watch::Sender<bool>,
@@ -254,14 +255,6 @@ fn pod_containers_changed(
         .iter()
         .map(|s| node.runtime_id(s))
         .any(|id| before.get(&id) != after.get(&id))
-}
-
-impl std::fmt::Debug for KubeletTiming {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeletTiming")
-            .field("held", &*self.held.borrow())
-            .finish_non_exhaustive()
-    }
 }
 
 /// One sync of pod `name` with the pod it took (`took`; none: the pod as it is now): its
