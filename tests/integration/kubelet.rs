@@ -148,32 +148,35 @@ fn a_missing_pull_policy_is_the_api_servers_default_for_the_image() {
 
 #[tokio::test]
 async fn a_recreate_kills_then_pulls_as_the_policy_says_then_starts() {
-    use kruised::cri::fake::FakeRuntime;
-    use kruised_test_support::kubelet::cri::{ensure_image_fake, recreate_fake, sandbox_fake};
-    use kruised_test_support::kubelet::spec::container_config;
-    let dir = tempfile::tempdir().expect("a directory");
-    let cri = FakeRuntime::start(&dir.path().join("cri.sock"), "containerd")
-        .await
-        .expect("the fake runtime");
-    let p = pod(None);
-    let sandbox = sandbox_fake(&cri, &p);
+    use kruised_test_support::kubelet::cri::ensure_image_fake;
+    let mut node = crate::support::node::FakeNode::start().await;
+    let p = node.add_pod(
+        "web-0",
+        json!([{"name": "app", "image": "busybox"}]),
+        json!({}),
+        true,
+    );
+    let obj = node.api.get("pods", "default", "web-0").expect("the pod");
+    let reported = status::container(&obj, "app").expect("its status");
+    let old = node.runtime_id(reported);
     let mut c = p.spec.as_ref().expect("spec").containers[0].clone();
-    let old = cri.add_container(&sandbox, container_config(&p, &c, 0), true, true);
     c.image = Some("r.io/app:v2".into());
     c.image_pull_policy = Some("Never".into());
-    let never = recreate_fake(&cri, &p, &sandbox, &c, Some((&old, 137)), 1);
+    let never = node.recreate_reported(&p, &c, reported, Some(137));
     let e = never.expect_err("a missing image with policy Never");
     assert_eq!(e.reason, "ErrImageNeverPull");
+    let cri = &node.cri;
     assert_eq!(
         cri.state().containers[&old].status.state,
         ContainerState::Exited,
         "killed first"
     );
     c.image_pull_policy = Some("IfNotPresent".into());
-    let new = recreate_fake(&cri, &p, &sandbox, &c, None, 1).expect("pulled, started");
+    let recreated = node.recreate_reported(&p, &c, reported, None);
+    let (new, _) = recreated.expect("pulled, started");
     assert!(cri.state().find_image("r.io/app:v2").is_some());
     assert_eq!(cri.state().containers[&new].status.metadata.attempt, 1);
-    let pulled = |policy| ensure_image_fake(&cri, "r.io/app:v2", policy).map(|s| s.pulled);
+    let pulled = |policy| ensure_image_fake(cri, "r.io/app:v2", policy).map(|s| s.pulled);
     assert!(!pulled(PullPolicy::IfNotPresent).expect("present"));
     assert!(pulled(PullPolicy::Always).expect("pulled again"));
 }

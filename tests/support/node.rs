@@ -13,8 +13,8 @@ use kruised::cri::fake::{Dialect, FakeRuntime};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 
-use crate::kubelet::cri::{ImageError, recreate_fake, sandbox_fake};
-use crate::kubelet::spec::{self, container_config};
+use crate::kubelet::cri::{ImageError, ensure_image_fake};
+use crate::kubelet::spec::{self, ContainerSpec, PodSpec, container_config};
 use crate::kubelet::status::{self, Report};
 use crate::wait;
 
@@ -140,7 +140,10 @@ impl FakeNode {
             )
             .expect("create pod");
         let pod: Pod = serde_json::from_value(created).expect("pod");
-        let sandbox = sandbox_fake(&self.cri, &pod);
+        let config = PodSpec::of(&pod).sandbox_config();
+        let sandbox = self
+            .cri
+            .add_sandbox(config.metadata, config.labels, status::POD_IP);
         self.sandboxes.insert(name.into(), sandbox.clone());
         let reports: Vec<Report> = pod
             .spec
@@ -210,9 +213,9 @@ impl FakeNode {
             .unwrap_or_else(|e| panic!("recreating {container}: {e}"))
     }
 
-    /// What the kubelet does for container `c` of `pod` whose status reports `reported`: the
-    /// old one exits with `kill` (if given), the image step, then a new one (restartCount + 1)
-    /// runs, from `pod`. Returns its ID and attempt.
+    /// What the kubelet does for container `c` of `pod` whose status reports `reported`, when
+    /// it exited or its spec changed: the old one exits with `kill` (if given), the image step,
+    /// then a new one (restartCount + 1) runs, from `pod`. Returns its ID and attempt.
     pub fn recreate_reported(
         &self,
         pod: &Pod,
@@ -222,10 +225,13 @@ impl FakeNode {
     ) -> Result<(String, u32), ImageError> {
         let restarts = reported["restartCount"].as_i64().unwrap_or(0);
         let attempt = u32::try_from(restarts + 1).expect("restart count");
-        let old = self.runtime_id(reported);
+        if let Some(code) = kill {
+            self.cri.exit_container(&self.runtime_id(reported), code);
+        }
+        let spec = ContainerSpec::of(pod, c);
+        ensure_image_fake(&self.cri, &spec.image, spec.policy())?;
         let sandbox = &self.sandboxes[pod.metadata.name.as_deref().unwrap_or_default()];
-        let kill = kill.map(|code| (old.as_str(), code));
-        let id = recreate_fake(&self.cri, pod, sandbox, c, kill, attempt)?;
+        let id = self.start_container(pod, sandbox, c, attempt, true, true);
         Ok((id, attempt))
     }
 

@@ -2,17 +2,18 @@
 //! exited or their spec changed (kuberuntime_manager.go SyncPod: kill, then start; and
 //! kuberuntime_container.go startContainer: the image step, create, start), on a real CRI
 //! runtime ([`Kubelet`], through CRI) or on the fake runtime of an in-process node
-//! ([`sandbox_fake`], [`recreate_fake`], into its state).
+//! ([`FakeNode`], into its state).
 //!
 //! The image step is one step of its own ([`Kubelet::ensure_image`], [`ensure_image_fake`]),
 //! as image_manager.go EnsureImageExists: `Always` pulls, `IfNotPresent` pulls when the image
 //! is not on the node, `Never` fails with `ErrImageNeverPull` when it is not.
+//!
+//! [`FakeNode`]: crate::node::FakeNode
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
 use kruised::cri::fake::FakeRuntime;
 use kruised::cri::{
     ContainerState, ImageService, KubeletService, PullRequest, RemoteRuntime, RuntimeService,
@@ -381,29 +382,4 @@ pub fn ensure_image_fake(
         _ => st.add_image(image),
     };
     Ok(ImageStep { id, pulled })
-}
-
-/// A host-network sandbox for `pod` in the fake runtime; returns its ID.
-pub fn sandbox_fake(cri: &FakeRuntime, pod: &Pod) -> String {
-    let config = PodSpec::of(pod).sandbox_config();
-    cri.add_sandbox(config.metadata, config.labels, super::status::POD_IP)
-}
-
-/// What the kubelet does on the fake runtime when container `c` exited or its spec changed:
-/// kills the old one (`kill`: its ID and the exit code it dies with), the image step, then
-/// starts it again from `pod` with `attempt`. Returns the new container's ID.
-pub fn recreate_fake(
-    cri: &FakeRuntime,
-    pod: &Pod,
-    sandbox: &str,
-    c: &Container,
-    kill: Option<(&str, i32)>,
-    attempt: u32,
-) -> Result<String, ImageError> {
-    if let Some((old, code)) = kill {
-        cri.exit_container(old, code);
-    }
-    let spec = ContainerSpec::of(pod, c);
-    ensure_image_fake(cri, &spec.image, spec.policy())?;
-    Ok(cri.add_container(sandbox, spec.config(&PodSpec::of(pod), attempt), true, true))
 }

@@ -119,36 +119,33 @@ impl NodeKubelet {
         pod: &Pod,
         spec: &PodSpec,
     ) -> Result<Option<Value>, BoxError> {
-        if !self.pods.contains_key(uid) {
-            if self
+        let mut run = match self.pods.remove(uid) {
+            Some(run) => run,
+            None if self
                 .failed
                 .get(uid)
-                .is_some_and(|at| at.elapsed() < RETRY_AFTER)
+                .is_some_and(|at| at.elapsed() < RETRY_AFTER) =>
             {
                 return Ok(None);
             }
-            match self.kubelet.try_run_pod(spec.clone()).await {
-                Ok(pod) => {
-                    let ids = pod.containers.iter().map(|(n, id)| format!(" {n}={id}"));
-                    let ids: String = ids.collect();
-                    self.log(spec, format_args!("sandbox {} with{ids}", pod.sandbox_id));
-                    self.failed.remove(uid);
-                    let (dead, last_terminated) = (BTreeMap::new(), BTreeMap::new());
-                    let run = RunPod {
-                        pod,
-                        dead,
-                        last_terminated,
-                    };
-                    self.pods.insert(uid.into(), run);
-                }
-                Err(e) => {
-                    self.failed.insert(uid.into(), Instant::now());
-                    return Err(e);
+            None => {
+                let pod = match self.kubelet.try_run_pod(spec.clone()).await {
+                    Ok(pod) => pod,
+                    Err(e) => {
+                        self.failed.insert(uid.into(), Instant::now());
+                        return Err(e);
+                    }
+                };
+                let ids = pod.containers.iter().map(|(n, id)| format!(" {n}={id}"));
+                let ids: String = ids.collect();
+                self.log(spec, format_args!("sandbox {} with{ids}", pod.sandbox_id));
+                self.failed.remove(uid);
+                RunPod {
+                    pod,
+                    dead: BTreeMap::new(),
+                    last_terminated: BTreeMap::new(),
                 }
             }
-        }
-        let Some(mut run) = self.pods.remove(uid) else {
-            return Ok(None);
         };
         run.pod.spec = spec.clone();
         let reports = self.sync_containers(&mut run).await;

@@ -166,27 +166,21 @@ pub fn pod_status(pod: &Value, gates_from: &Value, containers: Vec<Value>) -> Va
 
 /// Writes `status` (as [`pod_status`] gives it) into the pod: its conditions by type, the rest
 /// over what was there.
-pub fn merge(pod: &mut Value, status: Value) {
-    let Value::Object(fields) = status else {
-        return;
-    };
-    for (k, v) in fields {
-        if k != "conditions" {
-            pod["status"][k] = v;
-            continue;
+pub fn merge(pod: &mut Value, mut status: Value) {
+    let conditions = status["conditions"].take();
+    let mut list = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for c in conditions.as_array().into_iter().flatten() {
+        match list.iter_mut().find(|x| x["type"] == c["type"]) {
+            Some(x) => *x = c.clone(),
+            None => list.push(c.clone()),
         }
-        if !pod["status"]["conditions"].is_array() {
-            pod["status"]["conditions"] = json!([]);
-        }
-        for c in v.as_array().into_iter().flatten() {
-            let list = pod["status"]["conditions"]
-                .as_array_mut()
-                .expect("an array");
-            match list.iter_mut().find(|x| x["type"] == c["type"]) {
-                Some(x) => *x = c.clone(),
-                None => list.push(c.clone()),
-            }
-        }
+    }
+    status["conditions"] = Value::Array(list);
+    for (k, v) in status.as_object().into_iter().flatten() {
+        pod["status"][k] = v.clone();
     }
 }
 

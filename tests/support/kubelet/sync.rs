@@ -39,7 +39,7 @@ use kruised::cri::fake::{FakeContainer, FakeState};
 use kruised::k8s::keys;
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::status::{self, POD_IP, rfc3339, rfc3339_ns};
 use crate::node::{FakeNode, NODE};
@@ -50,7 +50,7 @@ const FAR: Duration = Duration::from_secs(3600);
 /// stops it.
 #[derive(Debug)]
 pub struct KubeletTiming {
-    task: JoinHandle<()>,
+    _task: AbortOnDropHandle<()>,
     held: watch::Sender<bool>,
     waiting: watch::Receiver<Vec<String>>,
 }
@@ -86,7 +86,7 @@ impl KubeletTiming {
         let (waiting_tx, waiting) = watch::channel(Vec::new());
         let task = tokio::spawn(run(node, relist, rx, waiting_tx));
         KubeletTiming {
-            task,
+            _task: AbortOnDropHandle::new(task),
             held,
             waiting,
         }
@@ -109,12 +109,6 @@ impl KubeletTiming {
     /// Relists again.
     pub fn release(&self) {
         self.held.send_replace(false);
-    }
-}
-
-impl Drop for KubeletTiming {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
