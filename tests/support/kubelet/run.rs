@@ -208,7 +208,6 @@ impl NodeKubelet {
                 },
                 restart_count: run.pod.attempts[&c.name],
                 running: is_running.then(|| rfc3339_ns(status.started_at)),
-                waiting: Some("ContainerCreating".into()),
                 last_terminated: run.last_terminated.get(&c.name).cloned(),
             });
         }

@@ -33,10 +33,9 @@ pub struct Report {
     pub image_id: String,
     /// The attempt.
     pub restart_count: u32,
-    /// Running, and since when (RFC 3339; empty: no state reported).
+    /// Running, and since when (RFC 3339; empty: no state reported); none: waiting
+    /// (`ContainerCreating`).
     pub running: Option<String>,
-    /// Why it waits, when it does not run.
-    pub waiting: Option<String>,
     /// `lastState.terminated`, once a container of this name exited.
     pub last_terminated: Option<Value>,
 }
@@ -60,10 +59,10 @@ impl Report {
         let ready = self.running.is_some();
         let mut s = json!({"name": self.name, "containerID": self.container_id, "image": self.image,
             "imageID": self.image_id, "restartCount": self.restart_count, "ready": ready, "started": ready});
-        match (&self.running, &self.waiting) {
-            (Some(t), _) if !t.is_empty() => s["state"] = json!({"running": {"startedAt": t}}),
-            (None, Some(reason)) => s["state"] = json!({"waiting": {"reason": reason}}),
-            _ => {}
+        match &self.running {
+            Some(t) if t.is_empty() => {}
+            Some(t) => s["state"] = json!({"running": {"startedAt": t}}),
+            None => s["state"] = json!({"waiting": {"reason": "ContainerCreating"}}),
         }
         if let Some(t) = &self.last_terminated {
             s["lastState"] = json!({"terminated": t});

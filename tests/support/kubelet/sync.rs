@@ -198,11 +198,16 @@ async fn run(
         }
         // a relist: the waiting syncs act on it with the pods they took
         let now_states = runtime_states(&node.cri.state());
-        let changed: Vec<String> = node
+        // the pods a container of which (by the IDs they report) changed state since the last
+        let changed: Vec<&String> = node
             .sandboxes
             .keys()
-            .filter(|name| pod_containers_changed(&node, name, &states, &now_states))
-            .cloned()
+            .filter(|name| {
+                let obj = node.api.get("pods", "default", name).unwrap_or_default();
+                let reported = obj["status"]["containerStatuses"].as_array().cloned();
+                let mut ids = reported.into_iter().flatten().map(|s| node.runtime_id(&s));
+                ids.any(|id| states.get(&id) != now_states.get(&id))
+            })
             .collect();
         let mut synced: Vec<String> = Vec::new();
         for (name, copy) in waiting.drain() {
@@ -210,10 +215,8 @@ async fn run(
             synced.push(name);
         }
         // a relist that saw a container change starts a sync at once, with the pod as it is
-        for name in changed.iter().filter(|n| !synced.contains(n)) {
-            if let Some(obj) = node.api.get("pods", "default", name) {
-                sync(&node, name, Some(&obj));
-            }
+        for name in changed.into_iter().filter(|n| !synced.contains(n)) {
+            sync(&node, name, None);
         }
         // changes that came while a sync waited: a new sync, with the pod now
         for name in again.drain(..) {
@@ -229,26 +232,6 @@ async fn run(
         }
         states = runtime_states(&node.cri.state());
     }
-}
-
-/// Whether a container of pod `name` (by its reported IDs) changed state between two relists.
-fn pod_containers_changed(
-    node: &FakeNode,
-    name: &str,
-    before: &BTreeMap<String, ContainerState>,
-    after: &BTreeMap<String, ContainerState>,
-) -> bool {
-    let Some(obj) = node.api.get("pods", "default", name) else {
-        return false;
-    };
-    let reported = obj["status"]["containerStatuses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    reported
-        .iter()
-        .map(|s| node.runtime_id(s))
-        .any(|id| before.get(&id) != after.get(&id))
 }
 
 /// One sync of pod `name` with the pod it took (`took`; none: the pod as it is now): its
