@@ -116,23 +116,15 @@ impl KubeletTiming {
 /// statuses, its own conditions, phase and IPs).
 fn sync_signature(obj: &Value) -> String {
     let mut o = obj.clone();
-    if let Some(status) = o.get_mut("status").and_then(Value::as_object_mut) {
-        status.retain(|k, _| k == "conditions");
-        if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
-            conditions.retain(|c| {
-                !matches!(
-                    c["type"].as_str(),
-                    Some("Ready" | "ContainersReady" | "Initialized" | "PodScheduled")
-                )
-            });
-            for c in conditions.iter_mut() {
-                if let Some(m) = c.as_object_mut() {
-                    m.retain(|k, _| k == "type" || k == "status");
-                }
-            }
-        }
-    }
-    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+    let own = ["Ready", "ContainersReady", "Initialized", "PodScheduled"];
+    let conditions = o["status"]["conditions"].take();
+    let others = conditions.as_array().into_iter().flatten();
+    let others: Vec<Value> = others
+        .filter(|c| !own.iter().any(|t| c["type"] == *t))
+        .map(|c| json!({"type": c["type"], "status": c["status"]}))
+        .collect();
+    o["status"] = json!({ "conditions": others });
+    if let Some(meta) = o["metadata"].as_object_mut() {
         meta.remove("resourceVersion");
         meta.remove("managedFields");
     }
@@ -251,16 +243,11 @@ fn sync(node: &FakeNode, name: &str, took: Option<&Value>) {
             continue;
         };
         let id = node.runtime_id(reported);
-        let (running, hash) = match node.cri.state().containers.get(&id) {
-            Some(rc) => (
-                rc.status.state == ContainerState::Running,
-                rc.status
-                    .annotations
-                    .get(keys::KUBELET_CONTAINER_HASH)
-                    .cloned(),
-            ),
-            None => (false, None),
-        };
+        let st = node.cri.state();
+        let rc = st.containers.get(&id).map(|rc| &rc.status);
+        let running = rc.is_some_and(|s| s.state == ContainerState::Running);
+        let hash = rc.and_then(|s| s.annotations.get(keys::KUBELET_CONTAINER_HASH).cloned());
+        drop(st);
         if running && hash.is_none_or(|h| h == super::spec::hash(c)) {
             continue;
         }
@@ -298,17 +285,11 @@ fn report(node: &FakeNode, p: &mut Value, gates_from: Option<&Value>) {
             continue;
         };
         let running = rc.status.state == ContainerState::Running;
-        let spec = p["spec"]["containers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["name"] == s["name"]);
-        s["image"] = spec.map_or(Value::Null, |c| c["image"].clone());
-        s["imageID"] = json!(if rc.image.repo_digest.is_empty() {
-            &rc.image.id
-        } else {
-            &rc.image.repo_digest
-        });
+        let specs = p["spec"]["containers"].as_array().into_iter().flatten();
+        let spec = specs.into_iter().find(|c| c["name"] == s["name"]);
+        s["image"] = spec.map(|c| c["image"].clone()).unwrap_or_default();
+        let digest = Some(&rc.image.repo_digest).filter(|d| !d.is_empty());
+        s["imageID"] = json!(digest.unwrap_or(&rc.image.id));
         s["ready"] = json!(running);
         s["started"] = json!(running);
         if running {
