@@ -6,6 +6,7 @@
 //! its image pull policy.
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use kruised::controller::imagepull::reference::{DEFAULT_TAG, Reference};
 use kruised::cri::{ContainerConfig, ContainerMetadata, SandboxConfig, SandboxMetadata, StringMap};
 use kruised::hash::env::env_meta_ref;
 use kruised::hash::kubelet::{format_hash, hash_container};
@@ -69,24 +70,16 @@ pub enum PullPolicy {
 
 impl PullPolicy {
     /// The policy `policy` names, or the API server's default for `image` when it names none
-    /// (core/v1 defaults.go: `Always` for the tag `latest` or no tag, else `IfNotPresent`).
+    /// (core/v1 defaults.go: `Always` for the tag `latest`, or neither tag nor digest; else
+    /// `IfNotPresent`, an image name that does not parse included).
     pub fn of(policy: Option<&str>, image: &str) -> Self {
+        let latest = |r: Reference| r.tag.map_or(r.digest.is_none(), |t| t == DEFAULT_TAG);
         match policy {
             Some("Always") => PullPolicy::Always,
             Some("Never") => PullPolicy::Never,
             Some("IfNotPresent") => PullPolicy::IfNotPresent,
-            _ => {
-                let (name, digest) = image
-                    .split_once('@')
-                    .map_or((image, false), |(n, _)| (n, true));
-                let last = name.rsplit('/').next().unwrap_or(name);
-                match last.split_once(':') {
-                    Some((_, "latest")) => PullPolicy::Always,
-                    Some(_) => PullPolicy::IfNotPresent,
-                    None if digest => PullPolicy::IfNotPresent,
-                    None => PullPolicy::Always,
-                }
-            }
+            _ if Reference::parse(image).is_ok_and(latest) => PullPolicy::Always,
+            _ => PullPolicy::IfNotPresent,
         }
     }
 }

@@ -78,11 +78,8 @@ pub fn set_containers(pod: &mut Value, reports: &[Report]) {
 
 /// Changes the reported status of container `name` with `f`.
 pub fn update_container(pod: &mut Value, name: &str, f: impl FnOnce(&mut Value)) {
-    let reported = pod["status"]["containerStatuses"]
-        .as_array_mut()
-        .into_iter()
-        .flatten();
-    if let Some(s) = reported.into_iter().find(|s| s["name"] == name) {
+    let reported = pod["status"]["containerStatuses"].as_array_mut();
+    if let Some(s) = reported.into_iter().flatten().find(|s| s["name"] == name) {
         f(s);
     }
 }
