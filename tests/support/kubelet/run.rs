@@ -96,16 +96,9 @@ impl NodeKubelet {
                 Err(e) => self.log(&spec, e),
             }
         }
-        let gone: Vec<String> = self
-            .pods
-            .keys()
-            .filter(|uid| !seen.contains(*uid))
-            .cloned()
-            .collect();
-        for uid in gone {
-            if let Some(run) = self.pods.remove(&uid) {
-                self.remove(run).await;
-            }
+        let gone: Vec<_> = self.pods.extract_if(|uid, _| !seen.contains(uid)).collect();
+        for (_, run) in gone {
+            self.remove(run).await;
         }
         self.failed.retain(|uid, _| seen.contains(uid));
         patches
@@ -290,11 +283,10 @@ impl NodeKubelets {
     async fn sync(&mut self) {
         let store = self.store.clone();
         let syncs = self.nodes.iter_mut().map(|node| {
-            // the pods as they are now, not as they were when this round began
+            // the node's pods as the watch last saw them
             let pods = store
                 .state()
-                .iter()
-                .filter_map(|listed| store.get(&reflector::ObjectRef::from_obj(&**listed)))
+                .into_iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter(|p| {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node.node)
