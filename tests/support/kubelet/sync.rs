@@ -10,8 +10,9 @@
 //!
 //! A sync creates again (attempt + 1, from the pod it took) a container that exited (a stop by
 //! the daemon) or whose spec hash changed (an in-place image update): kill, the image step,
-//! start ([`recreate_fake`]); then it reports the pod's status ([`super::status`]) with each
-//! container's image, image ID, restart count and start time from the runtime.
+//! start ([`FakeNode::recreate_reported`]); then it reports the pod's status
+//! ([`super::status`]) with each container's image, image ID, restart count and start time from
+//! the runtime.
 //!
 //! The timing, seen on the cluster layer (a real v1.36 kubelet, `tests/cluster/containermeta.rs`
 //! and `dropin.rs`, and written down in `settle.rs`): the pod lifecycle event generator (PLEG)
