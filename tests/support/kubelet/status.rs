@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 /// Host network: the pod's IP is the node's.
 pub const POD_IP: &str = "127.0.0.1";
 
-/// Now, as RFC 3339 to the second (the API's `Time`).
+/// A time as RFC 3339 to the second (the API's `Time`).
 pub fn rfc3339(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

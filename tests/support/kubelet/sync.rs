@@ -191,7 +191,7 @@ async fn run(
         }
         // a relist: the waiting syncs act on it with the pods they took
         let now_states = runtime_states(&node.cri.state());
-        // the pods a container of which (by the IDs they report) changed state since the last
+        // the pods whose reported containers changed state since the last relist
         let changed: Vec<&String> = node
             .sandboxes
             .keys()
@@ -286,8 +286,8 @@ fn report(node: &FakeNode, p: &mut Value, gates_from: Option<&Value>) {
             continue;
         };
         let running = rc.status.state == ContainerState::Running;
-        let specs = p["spec"]["containers"].as_array().into_iter().flatten();
-        let spec = specs.into_iter().find(|c| c["name"] == s["name"]);
+        let mut specs = p["spec"]["containers"].as_array().into_iter().flatten();
+        let spec = specs.find(|c| c["name"] == s["name"]);
         s["image"] = spec.map(|c| c["image"].clone()).unwrap_or_default();
         let digest = Some(&rc.image.repo_digest).filter(|d| !d.is_empty());
         s["imageID"] = json!(digest.unwrap_or(&rc.image.id));
