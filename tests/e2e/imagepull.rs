@@ -244,8 +244,8 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
 
     let plane = Plane::start().await;
     let api = &plane.api;
-    pull_support::create_secret(api, "wrong", &lab.auth_registry, &user, &wrong);
-    pull_support::create_secret(api, "right", &lab.auth_registry, &user, &password);
+    pull_support::create_secret(api, "wrong", None, &lab.auth_registry, &user, &wrong);
+    pull_support::create_secret(api, "right", None, &lab.auth_registry, &user, &password);
     pull_support::create_node_image(
         api,
         json!({ &name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],

@@ -616,7 +616,7 @@ async fn nodeimages_are_read_and_written_at_v1beta1_and_a_v1beta1_only_field_sur
         "NodeImage is among the v1beta1 resources: {discovered}"
     );
     d.wait_for_log("daemon ready", LIMIT).await;
-    create_secret(&node.api, "regcred", "r.io", "robot", "pw");
+    create_secret(&node.api, "regcred", None, "r.io", "robot", "pw");
     node.api
         .create(
             "nodeimages",

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use crate::pull_support::{
-    CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, next_batch_pod, owner, tag,
+    CONFIG_NS, LIMIT, NODE, PullNode, b64, create_node_image, fast, next_batch_pod, owner, tag,
 };
 use crate::support::wait::{self, occurrences};
 use kruised::controller::imagepull::Settings;
@@ -51,7 +51,8 @@ fn pulls_of(st: &FakeState, image: &str) -> usize {
 async fn new_tags_report_waiting_and_pulling_then_succeed_with_counters_image_ids_and_events() {
     let node = Node::start(fast()).await;
     node.cri.delay("PullImage.body", Duration::from_millis(300));
-    node.create_node_image_with_status(
+    create_node_image(
+        &node.api,
         json!({"r.io/app": {"tags": [
             {"tag": "v1", "version": 1, "ownerReferences": [owner()]},
             {"tag": "v2", "version": 1}
@@ -380,7 +381,8 @@ async fn a_removed_tag_stops_and_its_status_goes_while_the_others_continue() {
 #[tokio::test]
 async fn a_restarted_puller_does_not_rewrite_a_status_that_is_already_right() {
     let node = Node::start(fast()).await;
-    node.create_node_image_with_status(
+    create_node_image(
+        &node.api,
         json!({"r.io/app": {"tags": [{"tag": "v1", "version": 3}]}}),
         Some(
             json!({"desired": 1, "succeeded": 1, "failed": 0, "pulling": 0, "waiting": 0,
@@ -502,12 +504,12 @@ async fn a_pod_not_owned_by_a_kruise_workload_gets_no_pre_pull() {
 
 #[tokio::test]
 async fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
-    use crate::pull_support::create_secret_from;
+    use crate::pull_support::create_secret;
 
     let node = Node::start(fast()).await;
     // tenant-b pulls its private repository through an ImagePullJob: kruise-manager's copy of
     // its secret, and a secret an admin made by hand, both named by the NodeImage entry
-    create_secret_from(
+    create_secret(
         &node.api,
         "regcred-b-x1",
         Some("tenant-b/regcred"),
@@ -515,7 +517,7 @@ async fn another_tenants_secret_is_not_borrowed_for_a_pods_next_batch() {
         "robot-b",
         "pw-b",
     );
-    create_secret_from(&node.api, "by-hand", None, "r.io", "admin", "pw-admin");
+    create_secret(&node.api, "by-hand", None, "r.io", "admin", "pw-admin");
     node.create_node_image(json!({"r.io/private": {
         "pullSecrets": [{"namespace": CONFIG_NS, "name": "regcred-b-x1"},
                         {"namespace": CONFIG_NS, "name": "by-hand"}],

@@ -81,7 +81,14 @@ pub(crate) async fn env_restart(node: &mut FakeNode) {
 
 /// A NodeImage tag pulled with the pull secret read from `kruise-daemon-config`.
 pub(crate) async fn pull_with_secret(node: &FakeNode) {
-    create_secret(&node.api, "regcred", "r.io", "robot", "pw-not-printed");
+    create_secret(
+        &node.api,
+        "regcred",
+        None,
+        "r.io",
+        "robot",
+        "pw-not-printed",
+    );
     node.api
         .create(
             "nodeimages",

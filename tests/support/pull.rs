@@ -17,7 +17,7 @@ use kruised::cri::{
     Runtimes, Timeouts,
 };
 use kruised::k8s::crd::{ContainerRecreateRequest, ImageTagStatus, NodeImage, NodeImageStatus};
-use kruised::k8s::{client, watch as kwatch, write::EventSink};
+use kruised::k8s::{client, watch as kwatch};
 use kruised::{Cli, Command};
 use kube::Api;
 use serde_json::{Value, json};
@@ -155,52 +155,49 @@ impl PullNode {
             .unwrap();
         let runtimes = RuntimeHandle::found(Runtimes::single(version, remote.clone()));
         let liveness = kruised::health::Liveness::new();
+        // the daemon's watches (`kruised::daemon`), each ready at once
+        macro_rules! watch {
+            ($name:literal, $kind:ty, $config:expr, $prune:expr) => {
+                kwatch::spawn(
+                    kwatch::WatchSpec::new(
+                        $name,
+                        Api::<$kind>::all(client.clone()),
+                        $config,
+                        $prune,
+                    ),
+                    readiness.condition($name),
+                    cancel.clone(),
+                    &tracker,
+                    &liveness,
+                    std::future::ready(()),
+                )
+            };
+        }
         let ctx = Context {
             config,
             client: client.clone(),
             runtimes,
-            pods: Some(kwatch::spawn(
-                kwatch::WatchSpec::new(
-                    "pods",
-                    Api::<Pod>::all(client.clone()),
-                    kwatch::pods_of_node(NODE),
-                    kwatch::prune_pod,
-                ),
-                readiness.condition("pods"),
-                cancel.clone(),
-                &tracker,
-                &liveness,
-                std::future::ready(()),
+            pods: Some(watch!(
+                "pods",
+                Pod,
+                kwatch::pods_of_node(NODE),
+                kwatch::prune_pod
             )),
-            node_images: kwatch::spawn(
-                kwatch::WatchSpec::new(
-                    "nodeimages",
-                    Api::<NodeImage>::all(client.clone()),
-                    kwatch::named(NODE),
-                    kwatch::prune_managed_fields,
-                ),
-                readiness.condition("nodeimage"),
-                cancel.clone(),
-                &tracker,
-                &liveness,
-                std::future::ready(()),
+            node_images: watch!(
+                "nodeimages",
+                NodeImage,
+                kwatch::named(NODE),
+                kwatch::prune_managed_fields
             ),
-            recreate_requests: kwatch::spawn(
-                kwatch::WatchSpec::new(
-                    "containerrecreaterequests",
-                    Api::<ContainerRecreateRequest>::all(client.clone()),
-                    Default::default(),
-                    kwatch::prune_managed_fields,
-                ),
-                readiness.condition("crr"),
-                cancel.clone(),
-                &tracker,
-                &liveness,
-                std::future::ready(()),
+            recreate_requests: watch!(
+                "containerrecreaterequests",
+                ContainerRecreateRequest,
+                Default::default(),
+                kwatch::prune_managed_fields
             ),
             pod_probes: None,
             cancel: cancel.clone(),
-            tracker: tracker.clone(),
+            tracker,
             liveness,
         };
         let pulls = Arc::new(Mutex::new(Vec::new()));
@@ -208,20 +205,13 @@ impl PullNode {
             inner: remote.clone(),
             pulls: pulls.clone(),
         };
-        let events = EventSink::spawn(
-            client.clone(),
-            imagepull::EVENT_COMPONENT,
-            NODE,
-            cancel.clone(),
-            &tracker,
-        );
         imagepull::run(
             &ctx,
             observed,
             Arc::new(SecretStore::new(client, CONFIG_NS)),
             settings,
             Metrics::unregistered(),
-            Some(events),
+            Some(ctx.event_sink(imagepull::EVENT_COMPONENT)),
         );
         PullNode {
             api,
@@ -235,12 +225,7 @@ impl PullNode {
 
     /// Creates the NodeImage with `images` as its spec.
     pub fn create_node_image(&self, images: Value) {
-        self.create_node_image_with_status(images, None);
-    }
-
-    /// Creates the NodeImage with `images` and a stored status.
-    pub fn create_node_image_with_status(&self, images: Value, status: Option<Value>) {
-        create_node_image(&self.api, images, status);
+        create_node_image(&self.api, images, None);
     }
 
     /// Replaces the NodeImage's `spec.images`.
@@ -281,7 +266,8 @@ impl PullNode {
 
     /// Events with `reason`, as the core API shows them.
     pub fn events(&self, reason: &str) -> Vec<Value> {
-        events(&self.api, reason)
+        let events = self.api.list("events", None).into_iter();
+        events.filter(|e| e["reason"] == reason).collect()
     }
 
     /// Bodies of the status writes received so far.
@@ -297,7 +283,7 @@ impl PullNode {
     /// Creates a pull secret in the config namespace with a `.dockerconfigjson` for
     /// `registry`.
     pub fn create_secret(&self, name: &str, registry: &str, user: &str, password: &str) {
-        create_secret(&self.api, name, registry, user, password);
+        create_secret(&self.api, name, None, registry, user, password);
     }
 }
 
@@ -314,24 +300,13 @@ pub fn create_node_image(api: &apiserver_double::Handle, images: Value, status: 
     api.create("nodeimages", obj).unwrap();
 }
 
-/// Creates a `kubernetes.io/dockerconfigjson` secret in the config namespace.
-pub fn create_secret(
-    api: &apiserver_double::Handle,
-    name: &str,
-    registry: &str,
-    user: &str,
-    password: &str,
-) {
-    create_secret_from(api, name, None, registry, user, password);
-}
-
 /// The annotation kruise-manager puts on its copy of a pull secret: `<namespace>/<name>` of the
 /// secret it copied (kruise 07169cf, as the manager double writes it).
 pub const SOURCE_KEY: &str = "imagepulljobs.kruise.io/source-key";
 
 /// Creates a `kubernetes.io/dockerconfigjson` secret in the config namespace, as kruise-manager
 /// copies one from `source` (`<namespace>/<name>`), or as made by hand (`None`).
-pub fn create_secret_from(
+pub fn create_secret(
     api: &apiserver_double::Handle,
     name: &str,
     source: Option<&str>,
@@ -375,14 +350,6 @@ pub fn next_batch_pod(
         }]);
     }
     pod
-}
-
-/// Events with `reason`.
-pub fn events(api: &apiserver_double::Handle, reason: &str) -> Vec<Value> {
-    api.list("events", None)
-        .into_iter()
-        .filter(|e| e["reason"] == reason)
-        .collect()
 }
 
 /// The status of `image:tag`; panics with the status when there is none.
