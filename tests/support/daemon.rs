@@ -202,42 +202,22 @@ impl Daemon {
 
     /// Resident memory of the process now, in bytes (from /proc).
     pub fn rss_bytes(&self) -> Option<u64> {
-        self.status_bytes("VmRSS:")
+        status_bytes(self.pid()?, "VmRSS:")
     }
 
     /// Resident memory split as (anonymous: heap and stacks, file-backed: the binary's pages
     /// in use), in bytes.
     pub fn rss_split(&self) -> Option<(u64, u64)> {
+        let pid = self.pid()?;
         Some((
-            self.status_bytes("RssAnon:")?,
-            self.status_bytes("RssFile:")?,
+            status_bytes(pid, "RssAnon:")?,
+            status_bytes(pid, "RssFile:")?,
         ))
     }
 
-    /// A `kB` figure of /proc/<pid>/status, in bytes.
-    fn status_bytes(&self, field: &str) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb * 1024)
-    }
-
-    /// CPU time the process has used so far, user plus system (from /proc; the kernel reports
-    /// it in USER_HZ ticks, 100 per second on Linux whatever the kernel's own tick rate).
+    /// CPU time the process has used so far, user plus system ([`cpu_time`]).
     pub fn cpu_time(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
-        // the command name may hold spaces and parentheses: fields start after the last ')'
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some(Duration::from_millis(ticks * 10))
+        cpu_time(self.pid()?)
     }
 
     /// Whether the process is still running.
@@ -284,23 +264,48 @@ impl Daemon {
     }
 }
 
+/// A `kB` figure of /proc/<pid>/status, in bytes.
+pub fn status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// CPU time process `pid` has used so far, user plus system (from /proc; the kernel reports it
+/// in USER_HZ ticks, 100 per second on Linux whatever the kernel's own tick rate).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the command name may hold spaces and parentheses: fields start after the last ')'
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
 /// A plain HTTP/1.1 GET on loopback: status code and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .expect("send");
+    let got = try_http_get(addr, path).await;
+    got.unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+}
+
+/// [`http_get`], `Err` when the server cannot be reached or does not answer HTTP.
+pub async fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.expect("read");
+    s.read_to_end(&mut raw).await?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status line");
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    let code = code.ok_or_else(|| std::io::Error::other(format!("no status line: {head:?}")))?;
     let body = if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
@@ -309,7 +314,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     } else {
         body.to_string()
     };
-    (code, body)
+    Ok((code, body))
 }
 
 fn dechunk(mut body: &str) -> String {

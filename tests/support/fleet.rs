@@ -28,6 +28,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use crate::cluster::client_from;
 use crate::kubelet::Kubelet;
 use crate::kubelet::run::{NodeKubelet, NodeKubelets};
 
@@ -118,10 +119,6 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruise-daemon-s
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
 "#;
 
-fn keys_group() -> &'static str {
-    kruised::k8s::keys::KRUISE_GROUP
-}
-
 /// A random number for the tokens' salt.
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -152,17 +149,6 @@ pub struct ProcUsage {
     pub cpu: Duration,
     /// Resident memory, bytes.
     pub rss: u64,
-}
-
-/// One request in the audit log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Audited {
-    /// The user.
-    pub user: String,
-    /// `get`, `list`, `watch`, `create`, `patch`, ...
-    pub verb: String,
-    /// `pods`, `pods/status`, `nodeimages`, ... (`-` for a non-resource URL).
-    pub resource: String,
 }
 
 impl FleetLab {
@@ -245,7 +231,7 @@ impl FleetLab {
             ..Config::default()
         };
         config.kinds.push(KindInfo::custom(
-            keys_group(),
+            kruised::k8s::keys::KRUISE_GROUP,
             "v1alpha1",
             "testworkloads",
             "TestWorkload",
@@ -334,7 +320,11 @@ impl FleetLab {
         }
         let pid = std::fs::read_to_string(self.dir.join(format!("run/{process}.pid")))
             .unwrap_or_default();
-        proc_usage(pid.trim().parse().unwrap_or(0))
+        let pid = pid.trim().parse().unwrap_or(0);
+        ProcUsage {
+            cpu: crate::daemon::cpu_time(pid).unwrap_or_default(),
+            rss: crate::daemon::status_bytes(pid, "VmRSS:").unwrap_or(0),
+        }
     }
 
     /// Where the requests after this moment start.
@@ -378,40 +368,33 @@ impl FleetLab {
 
     /// The requests of daemon `kind`'s users since `from`, by (verb, resource).
     pub fn counts(&self, kind: Kind, from: &Mark) -> BTreeMap<(String, String), u64> {
+        let requests: Vec<_> = match (from, self.audit_mark()) {
+            (Mark::Audit(a), Mark::Audit(b)) => self.audited(*a, b),
+            (Mark::Double(a), Mark::Double(b)) => b
+                .into_iter()
+                .map(|(k, n)| (n.saturating_sub(a.get(&k).copied().unwrap_or(0)), k))
+                .collect(),
+            _ => unreachable!("a mark is of its lab's plane"),
+        };
         let prefix = format!("{}:", kind.user());
         let mut out = BTreeMap::new();
-        match (from, self.audit_mark()) {
-            (Mark::Audit(a), Mark::Audit(b)) => {
-                for e in self.audited(*a, b) {
-                    if e.user.starts_with(&prefix) {
-                        *out.entry((e.verb, e.resource)).or_default() += 1;
-                    }
-                }
+        for (n, (user, verb, resource)) in requests {
+            if user.starts_with(&prefix) && n > 0 {
+                let resource = if resource.is_empty() {
+                    "-".into()
+                } else {
+                    resource
+                };
+                *out.entry((verb, resource)).or_default() += n;
             }
-            (Mark::Double(a), Mark::Double(b)) => {
-                for ((user, verb, resource), n) in b {
-                    let before = a
-                        .get(&(user.clone(), verb.clone(), resource.clone()))
-                        .copied()
-                        .unwrap_or(0);
-                    let resource = if resource.is_empty() {
-                        "-".to_string()
-                    } else {
-                        resource
-                    };
-                    if user.starts_with(&prefix) && n > before {
-                        *out.entry((verb, resource)).or_default() += n - before;
-                    }
-                }
-            }
-            _ => unreachable!("a mark is of its lab's plane"),
         }
         out
     }
 
-    /// The requests logged between the audit log's offsets `from` and `to` (a watch counted
-    /// when it started, anything else when it completed).
-    fn audited(&self, from: u64, to: u64) -> Vec<Audited> {
+    /// The requests logged between the audit log's offsets `from` and `to`, once each, as
+    /// (user, verb, resource) (a watch counted when it started, anything else when it
+    /// completed).
+    fn audited(&self, from: u64, to: u64) -> Vec<(u64, (String, String, String))> {
         use std::io::{Read, Seek, SeekFrom};
         let mut f = std::fs::File::open(self.dir.join("audit.log")).expect("open the audit log");
         f.seek(SeekFrom::Start(from)).expect("seek");
@@ -438,14 +421,11 @@ impl FleetLab {
                     (Some(r), None) => r.to_string(),
                     _ => "-".to_string(),
                 };
-                Audited {
-                    user: e["user"]["username"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    verb: e["verb"].as_str().unwrap_or_default().to_string(),
-                    resource,
-                }
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    1,
+                    (text(&e["user"]["username"]), text(&e["verb"]), resource),
+                )
             })
             .collect()
     }
@@ -473,38 +453,6 @@ impl Drop for FleetLab {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// CPU time and resident memory of process `pid` (zero when it is gone).
-pub fn proc_usage(pid: u32) -> ProcUsage {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // the fields after the command name, which may hold spaces: utime and stime are the 12th
-    // and 13th of them (fields 14 and 15 of the line)
-    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    ProcUsage {
-        // the kernel's USER_HZ is 100 on Linux
-        cpu: Duration::from_millis(ticks * 10),
-        rss: rss_kib * 1024,
-    }
-}
-
-async fn client_from(kubeconfig: &Path) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("kubeconfig");
-    Client::try_from(config).expect("client")
 }
 
 /// One simulated node: its name and its runtime.
@@ -693,24 +641,10 @@ impl FleetDaemon {
             Kind::Kruised => "/readyz",
             Kind::KruiseDaemon => "/healthz",
         };
-        let probe = async {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut s = tokio::net::TcpStream::connect(self.addr).await.ok()?;
-            let request = format!(
-                "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-                self.addr
-            );
-            s.write_all(request.as_bytes()).await.ok()?;
-            let mut head = [0u8; 12];
-            s.read_exact(&mut head).await.ok()?;
-            Some(head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"))
-        };
+        let probe = crate::daemon::try_http_get(self.addr, path);
         // a daemon still starting may refuse or reset the connection: not ready yet
-        tokio::time::timeout(Duration::from_secs(2), probe)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(false)
+        let answer = tokio::time::timeout(Duration::from_secs(2), probe).await;
+        matches!(answer, Ok(Ok((200, _))))
     }
 
     /// Whether its process has exited.
