@@ -439,7 +439,7 @@ fn bench_images(lab: &KubeLab) -> Vec<String> {
     let status = std::process::Command::new("bash")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
         .arg("bench-images")
-        .env("LAB", &lab.cri_lab)
+        .env("LAB", &lab.cri.dir)
         .env("REG_ADDR", &lab.registry)
         .env("REG_AUTH_ADDR", &lab.auth_registry)
         .status()

@@ -14,7 +14,6 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kruised::cri::{Endpoint, RemoteRuntime, Timeouts};
 use kruised::k8s::keys;
 use kube::api::{
     Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -27,12 +26,13 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::daemon::Daemon;
-use super::wait;
+use super::{Lab, LabRuntime, wait};
 
 /// Field manager of everything the tests write (they play kruise-manager).
 pub const MANAGER: &str = "kruise-manager";
 
-/// The real cluster started by `tests/run.sh`.
+/// The real cluster started by `tests/run.sh`; derefs to the `tests/cri-lab.sh` lab of its
+/// runtime (its socket, registries, images and credentials).
 #[derive(Clone, Debug)]
 pub struct KubeLab {
     /// kube-lab's state directory.
@@ -40,15 +40,16 @@ pub struct KubeLab {
     /// The admin kubeconfig (system:masters): only the tests use it, never the daemon.
     pub kubeconfig: PathBuf,
     pub node: String,
-    /// The CRI socket of the cluster's own runtime (containerd 2.3 in `tests/run.sh`).
-    pub socket: PathBuf,
-    /// The `tests/cri-lab.sh` lab of that runtime (`KRUISED_KUBE_LAB_CRI_LAB`; kube-lab's own
-    /// is `$KLAB/cri`).
-    pub cri_lab: PathBuf,
-    /// The registry of that containerd's lab (`host:port`).
-    pub registry: String,
-    /// Its registry that requires a login.
-    pub auth_registry: String,
+    /// The lab of the cluster's own runtime, containerd 2.3 (`KRUISED_KUBE_LAB_CRI_LAB`;
+    /// kube-lab's own is `$KLAB/cri`), its socket `KRUISED_KUBE_LAB_CRI`.
+    pub cri: Lab,
+}
+
+impl std::ops::Deref for KubeLab {
+    type Target = Lab;
+    fn deref(&self) -> &Lab {
+        &self.cri
+    }
 }
 
 fn env(name: &str) -> Option<String> {
@@ -66,16 +67,19 @@ impl KubeLab {
             .map(|dir| KubeLab {
                 kubeconfig: dir.join("kubeconfig"),
                 node: env("KRUISED_KUBE_LAB_NODE").unwrap_or_else(|| "lab-node".into()),
-                socket: env("KRUISED_KUBE_LAB_CRI")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| dir.join("cri/containerd.sock")),
-                cri_lab: env("KRUISED_KUBE_LAB_CRI_LAB")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| dir.join("cri")),
-                registry: env("KRUISED_KUBE_LAB_REGISTRY")
-                    .unwrap_or_else(|| "127.0.0.1:16500".into()),
-                auth_registry: env("KRUISED_KUBE_LAB_AUTH_REGISTRY")
-                    .unwrap_or_else(|| "127.0.0.1:16501".into()),
+                cri: Lab {
+                    socket: env("KRUISED_KUBE_LAB_CRI")
+                        .map(PathBuf::from)
+                        .unwrap_or_else(|| dir.join("cri/containerd.sock")),
+                    dir: env("KRUISED_KUBE_LAB_CRI_LAB")
+                        .map(PathBuf::from)
+                        .unwrap_or_else(|| dir.join("cri")),
+                    runtime: LabRuntime::Containerd2,
+                    registry: env("KRUISED_KUBE_LAB_REGISTRY")
+                        .unwrap_or_else(|| "127.0.0.1:16500".into()),
+                    auth_registry: env("KRUISED_KUBE_LAB_AUTH_REGISTRY")
+                        .unwrap_or_else(|| "127.0.0.1:16501".into()),
+                },
                 dir,
             });
         if let Some(lab) = &lab {
@@ -112,29 +116,6 @@ impl KubeLab {
     /// A client with the admin's rights, for playing kruise-manager and setting up.
     pub async fn admin(&self) -> Client {
         client_from(&self.kubeconfig).await
-    }
-
-    /// A client of the cluster's runtime.
-    pub fn runtime(&self) -> RemoteRuntime {
-        RemoteRuntime::new(Endpoint::unix(&self.socket), None, Timeouts::default())
-    }
-
-    /// `unix://` endpoint of the cluster's runtime.
-    pub fn endpoint(&self) -> String {
-        format!("unix://{}", self.socket.display())
-    }
-
-    /// `registry/test/<name>`.
-    pub fn image(&self, name: &str) -> String {
-        format!("{}/test/{name}", self.registry)
-    }
-
-    /// User and password of the authenticated registry.
-    pub fn auth_credentials(&self) -> (String, String) {
-        let text = std::fs::read_to_string(self.cri_lab.join("registry-auth/credentials"))
-            .expect("the cluster lab's registry-auth/credentials");
-        let (user, password) = text.trim().split_once(':').expect("user:password");
-        (user.to_string(), password.to_string())
     }
 }
 
@@ -330,7 +311,8 @@ where
 
 /// Starts `kruised run` for the lab's node with `identity` and the lab's runtime.
 pub fn start_daemon(lab: &KubeLab, identity: &Identity, extra: &[&str]) -> Daemon {
-    let (kubeconfig, endpoint) = (identity.kubeconfig.display().to_string(), lab.endpoint());
+    let kubeconfig = identity.kubeconfig.display().to_string();
+    let endpoint = lab.endpoint().to_string();
     let mut args = vec!["--kubeconfig", &kubeconfig, "--runtime-endpoint", &endpoint];
     args.extend(["--drain-timeout", "3s"].iter().chain(extra));
     Daemon::start(&lab.node, &args)
@@ -392,20 +374,9 @@ impl Scene {
         let admin = lab.admin().await;
         let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
         apply_yaml(&admin, TESTWORKLOAD_CRD).await;
-        wait_for(
-            &crds,
-            "testworkloads.apps.kruise.io",
-            "the TestWorkload CRD established",
-            |c: Option<&CustomResourceDefinition>| {
-                c.and_then(|c| c.status.as_ref())
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    })
-            },
-        )
-        .await;
+        let established = conditions::is_crd_established();
+        let what = "the TestWorkload CRD established";
+        wait_for(&crds, "testworkloads.apps.kruise.io", what, established).await;
         let ns = TestNamespace::create(&admin, prefix).await;
         apply_object(
             &admin,
