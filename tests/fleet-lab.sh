@@ -180,36 +180,8 @@ start() {
   kctl apply --server-side --force-conflicts -f "$ROOT/tests/fixtures/cluster/testworkload-crd.yaml" > /dev/null
   kctl wait --for=condition=Established crd --all --timeout=60s > /dev/null
   kctl apply --server-side --force-conflicts -f "$ROOT/deploy/namespace.yaml" \
-    -f "$ROOT/deploy/rbac.yaml" -f "$ROOT/tests/fixtures/kruise-chart/rbac.yaml" > /dev/null
-  kctl apply --server-side --force-conflicts -f - > /dev/null << 'EOF'
-apiVersion: v1
-kind: Namespace
-metadata: {name: kruise-daemon-config}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: fleet-kruised}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kruised}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruised"}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: fleet-kruised-secrets, namespace: kruise-daemon-config}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruised-secrets}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruised"}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: fleet-kruise-daemon}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kruise-daemon-role}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: fleet-kruise-daemon-secrets, namespace: kruise-daemon-config}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruise-daemon-secret-role}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
-EOF
+    -f "$ROOT/deploy/rbac.yaml" -f "$ROOT/tests/fixtures/kruise-chart/rbac.yaml" \
+    -f "$ROOT/tests/fixtures/fleet-bindings.yaml" > /dev/null
   log "up in $((SECONDS - t0))s: KUBECONFIG=$FLEET_LAB/kubeconfig, audit log $FLEET_LAB/audit.log"
 }
 

@@ -88,37 +88,6 @@ pub enum Mark {
     Double(BTreeMap<(String, String, String), u64>),
 }
 
-/// The bindings `tests/fleet-lab.sh` makes: each daemon kind's group to its DaemonSet's roles.
-const FLEET_BINDINGS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: kruise-daemon-config}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: fleet-kruised}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kruised}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruised"}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: fleet-kruised-secrets, namespace: kruise-daemon-config}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruised-secrets}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruised"}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: fleet-kruise-daemon}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kruise-daemon-role}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: fleet-kruise-daemon-secrets, namespace: kruise-daemon-config}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kruise-daemon-secret-role}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "fleet:kruise-daemon"}]
-"#;
-
 /// A random number for the tokens' salt.
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -245,15 +214,13 @@ impl FleetLab {
             "deploy/namespace.yaml",
             "deploy/rbac.yaml",
             "tests/fixtures/kruise-chart/rbac.yaml",
+            "tests/fixtures/fleet-bindings.yaml",
         ] {
             let yaml = std::fs::read_to_string(root.join(file)).expect(file);
             control
                 .apply_manifests(&yaml)
                 .unwrap_or_else(|e| panic!("{file}: {e:?}"));
         }
-        control
-            .apply_manifests(FLEET_BINDINGS)
-            .expect("the fleet's bindings");
         std::fs::create_dir_all(dir).expect("the lab's directory");
         let kubeconfig = |who: &str| {
             let path = dir.join(format!("{who}.kubeconfig"));
