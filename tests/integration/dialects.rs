@@ -640,8 +640,8 @@ async fn a_failed_pull_reports_each_runtimes_own_words() {
         let cri = FakeRuntime::start_as(&dir.path().join("cri.sock"), dialect)
             .await
             .unwrap();
-        cri.registry_lacks("r.io/app:bad");
-        cri.registry_wants_a_login_for("r.io/app:secret");
+        cri.fail_pulls_as("r.io/app:bad", Dialect::missing_tag);
+        cri.fail_pulls_as("r.io/app:secret", Dialect::unauthorized);
         let node = PullNode::start(fast(), cri.endpoint()).await;
         node.create_node_image(json!({"r.io/app": {"tags": [
             {"tag": "bad", "version": 1, "pullPolicy": {"backoffLimit": 0}},

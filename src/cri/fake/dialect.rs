@@ -51,17 +51,6 @@ pub enum Dialect {
     CriOWithoutPodEvents,
 }
 
-/// How a runtime answers `GetContainerEvents`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Events {
-    /// It does not have the call.
-    Unimplemented,
-    /// The call ends at once, OK, without an event.
-    EndAtOnce,
-    /// A stream: headers and messages only once something happens.
-    Stream,
-}
-
 /// The three image fields of a container, as one call answers them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct ImageFields {
@@ -93,12 +82,6 @@ pub(super) enum Call {
     Status,
 }
 
-/// What containerd 1.6 (Go gRPC) answers for a call its CRI v1 service does not have: its CRI
-/// API predates `GetContainerEvents`.
-fn go_unknown_method(rpc: &str) -> String {
-    format!("unknown method {rpc} for service runtime.v1.RuntimeService")
-}
-
 impl Dialect {
     /// The name in `Version` (and so the kubelet's container ID prefix).
     pub fn runtime_name(self) -> &'static str {
@@ -118,18 +101,16 @@ impl Dialect {
         }
     }
 
-    /// How it answers `GetContainerEvents`.
-    pub(super) fn events(self) -> Events {
-        match self {
-            Dialect::Containerd16 => Events::Unimplemented,
-            Dialect::CriOWithoutPodEvents => Events::EndAtOnce,
-            Dialect::Plain | Dialect::Containerd2 | Dialect::CriO => Events::Stream,
+    /// `Err` with its answer to `GetContainerEvents` where it does not have the call: what
+    /// containerd 1.6 (Go gRPC) answers for a call its CRI v1 service lacks (its CRI API
+    /// predates it). CRI-O without pod events has the call and ends it at once
+    /// ([`super::FakeState::events_off`]).
+    pub(super) fn events_call(self) -> Result<(), Status> {
+        if self != Dialect::Containerd16 {
+            return Ok(());
         }
-    }
-
-    /// The status of a `GetContainerEvents` the runtime does not have.
-    pub(super) fn no_events_status(self) -> Status {
-        Status::unimplemented(go_unknown_method("GetContainerEvents"))
+        let message = "unknown method GetContainerEvents for service runtime.v1.RuntimeService";
+        Err(Status::unimplemented(message))
     }
 
     fn is_crio(self) -> bool {
@@ -153,31 +134,14 @@ impl Dialect {
 
     /// A container's image fields as `call` answers them.
     pub(super) fn image_fields(self, image: &ImageOfContainer, call: Call) -> ImageFields {
-        let status_ref = |own: &str| match self {
-            Dialect::Plain => own.to_string(),
-            _ => image.repo_digest.clone(),
-        };
-        match self {
-            Dialect::Plain | Dialect::Containerd16 => ImageFields {
-                image: image.id.clone(),
-                image_ref: match call {
-                    Call::List => image.id.clone(),
-                    Call::Status => status_ref(&image.id),
-                },
-                image_id: String::new(),
-            },
-            Dialect::Containerd2 => ImageFields {
-                image: image.tag.clone(),
-                image_ref: match call {
-                    Call::List => image.id.clone(),
-                    Call::Status => status_ref(&image.id),
-                },
-                image_id: image.id.clone(),
-            },
-            Dialect::CriO | Dialect::CriOWithoutPodEvents => ImageFields {
-                image: image.id.clone(),
-                image_ref: image.repo_digest.clone(),
-                image_id: image.id.clone(),
+        let by_id = self == Dialect::Plain || (call == Call::List && !self.is_crio());
+        let by_tag = self == Dialect::Containerd2;
+        ImageFields {
+            image: if by_tag { &image.tag } else { &image.id }.clone(),
+            image_ref: if by_id { &image.id } else { &image.repo_digest }.clone(),
+            image_id: match self {
+                Dialect::Plain | Dialect::Containerd16 => String::new(),
+                _ => image.id.clone(),
             },
         }
     }

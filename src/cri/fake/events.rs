@@ -6,13 +6,12 @@
 
 use std::pin::Pin;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::broadcast;
 use tonic::Status;
 
 use super::super::{ContainerEvent, ContainerEventKind, convert, proto};
 use super::Backend;
-use super::dialect::Events;
 use super::state::{FakeState, now_ns};
 
 /// The server side of `GetContainerEvents`.
@@ -116,11 +115,9 @@ pub(super) async fn get_container_events(shared: &Backend) -> Result<EventStream
         let st = shared.lock();
         (st.dialect(), st.events_off)
     };
-    match dialect.events() {
-        Events::Unimplemented => return Err(dialect.no_events_status()),
-        Events::EndAtOnce => return Ok(Box::pin(futures::stream::empty())),
-        Events::Stream if off => return Ok(Box::pin(futures::stream::empty())),
-        Events::Stream => {}
+    dialect.events_call()?;
+    if off {
+        return Ok(Box::pin(futures::stream::empty()));
     }
     let mut broken = shared.break_events.subscribe();
     broken.mark_unchanged();
@@ -131,25 +128,16 @@ pub(super) async fn get_container_events(shared: &Backend) -> Result<EventStream
         e = next(&mut rx) => e,
         _ = broken.changed() => return Err(gone()),
     };
-    let stream = futures::stream::unfold(
-        (first, rx, broken, false),
-        move |(first, mut rx, mut broken, done)| async move {
-            if done {
-                return None;
-            }
-            let e = match first {
-                Some(e) => e,
-                None => tokio::select! {
-                    e = next(&mut rx) => e?,
-                    _ = broken.changed() => {
-                        return Some((Err(gone()), (None, rx, broken, true)));
-                    }
-                },
-            };
-            Some((Ok(message(&e)), (None, rx, broken, false)))
-        },
-    );
-    Ok(Box::pin(stream))
+    // then every event, until the test breaks the stream with an error
+    let rest = futures::stream::unfold(Some((rx, broken)), move |open| async move {
+        let (mut rx, mut broken) = open?;
+        tokio::select! {
+            e = next(&mut rx) => Some((Ok(message(&e?)), Some((rx, broken)))),
+            _ = broken.changed() => Some((Err(gone()), None)),
+        }
+    });
+    let first = futures::stream::iter(first.map(|e| Ok(message(&e))));
+    Ok(Box::pin(first.chain(rest)))
 }
 
 #[cfg(test)]

@@ -297,17 +297,10 @@ impl FakeRuntime {
             .insert(image.to_string(), (code, message.to_string()));
     }
 
-    /// Pulls of `image` fail as this runtime fails a tag the registry does not have
-    /// ([`Dialect::missing_tag`]).
-    pub fn registry_lacks(&self, image: &str) {
-        let (code, message) = self.dialect().missing_tag(image);
-        self.fail_pulls_of(image, code, &message);
-    }
-
-    /// Pulls of `image` fail as this runtime fails one the registry wants a login for
-    /// ([`Dialect::unauthorized`]).
-    pub fn registry_wants_a_login_for(&self, image: &str) {
-        let (code, message) = self.dialect().unauthorized(image);
+    /// Pulls of `image` fail as this runtime fails them where the registry answers `how`
+    /// ([`Dialect::missing_tag`], [`Dialect::unauthorized`]).
+    pub fn fail_pulls_as(&self, image: &str, how: fn(Dialect, &str) -> (tonic::Code, String)) {
+        let (code, message) = how(self.dialect(), image);
         self.fail_pulls_of(image, code, &message);
     }
 
