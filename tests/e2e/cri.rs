@@ -62,7 +62,7 @@ async fn detection_finds_the_runtime_behind_its_well_known_socket_name() {
     assert_eq!(runtimes.primary_version().runtime_name, name);
     assert_eq!(runtimes.primary_version().runtime_api_version, "v1");
     assert_eq!(runtimes.all().count(), 1);
-    let abc = lab.container_id("abc");
+    let abc = crate::support::kubelet_id("abc");
     let (rt, id) = runtimes
         .for_container_id(&abc)
         .expect("the runtime owns its prefix");

@@ -311,11 +311,12 @@ where
 
 /// Starts `kruised run` for the lab's node with `identity` and the lab's runtime.
 pub fn start_daemon(lab: &KubeLab, identity: &Identity, extra: &[&str]) -> Daemon {
-    let kubeconfig = identity.kubeconfig.display().to_string();
-    let endpoint = lab.endpoint().to_string();
-    let mut args = vec!["--kubeconfig", &kubeconfig, "--runtime-endpoint", &endpoint];
-    args.extend(["--drain-timeout", "3s"].iter().chain(extra));
-    Daemon::start(&lab.node, &args)
+    let mut args = super::daemon_args(&identity.kubeconfig, &lab.endpoint().to_string());
+    args.extend(extra.iter().map(|a| a.to_string()));
+    Daemon::start(
+        &lab.node,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
 }
 
 // telling refusals from the daemon's log: shared with the integration layer, which runs in CI

@@ -229,11 +229,6 @@ impl Lab {
         RemoteRuntime::new(self.endpoint(), None, Timeouts::default())
     }
 
-    /// The kubelet's container ID: `<runtime name>://<id>`.
-    pub fn container_id(&self, id: &str) -> String {
-        kubelet_id(id)
-    }
-
     /// `registry/test/<name>`.
     pub fn image(&self, name: &str) -> String {
         format!("{}/test/{name}", self.registry)
@@ -301,12 +296,10 @@ impl Plane {
         limit: Duration,
     ) -> daemon::Daemon {
         let mut args = daemon_args(&self.kubeconfig(), &lab.endpoint().to_string());
-        // an explicit drain deadline replaces the tests' default (clap takes each flag once)
+        // an explicit drain deadline replaces the tests' default, the last two arguments (clap
+        // takes each flag once)
         if extra.contains(&"--drain-timeout") {
-            let at = args.iter().position(|a| a == "--drain-timeout");
-            if let Some(i) = at {
-                args.drain(i..=i + 1);
-            }
+            args.truncate(args.len() - 2);
         }
         args.extend(extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -317,7 +310,7 @@ impl Plane {
 }
 
 /// `kruised run`'s arguments in the tests: the API server's kubeconfig, the runtime endpoint,
-/// a drain deadline of 3 s.
+/// a drain deadline of 3 s (last).
 pub fn daemon_args(kubeconfig: &std::path::Path, endpoint: &str) -> Vec<String> {
     vec![
         "--kubeconfig".into(),
