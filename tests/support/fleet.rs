@@ -124,16 +124,23 @@ impl FleetLab {
     /// Starts the lab under `dir`: `tests/fleet-lab.sh start` where the Kubernetes binaries are
     /// provided (`KRUISED_KUBE_ASSETS`), else the API-server double.
     pub async fn start(dir: &Path) -> FleetLab {
-        let port_base = crate::env_or("FLEET_LAB_PORT_BASE", 18000);
-        match kube_assets() {
-            Some(assets) => Self::start_real(dir, &assets, port_base).await,
+        let (salt, plane) = match kube_assets() {
+            Some(assets) => Self::start_real(dir, &assets).await,
             None => {
                 eprintln!(
                     "fleet: on the API-server double (no kube-apiserver, etcd and kubectl in \
                      KRUISED_KUBE_ASSETS): request counts from its log, no API-server CPU"
                 );
-                Self::start_double(dir, port_base).await
+                Self::start_double(dir).await
             }
+        };
+        FleetLab {
+            port_base: crate::env_or("FLEET_LAB_PORT_BASE", 18000),
+            dir: dir.to_path_buf(),
+            admin: client_from(&dir.join("kubeconfig")).await,
+            kubelet: client_from(&dir.join("kubelet.kubeconfig")).await,
+            salt,
+            plane,
         }
     }
 
@@ -142,7 +149,8 @@ impl FleetLab {
         matches!(self.plane, Plane::Double { .. })
     }
 
-    async fn start_real(dir: &Path, assets: &Path, port_base: u16) -> FleetLab {
+    /// `tests/fleet-lab.sh start`: the token salt and the plane.
+    async fn start_real(dir: &Path, assets: &Path) -> (String, Plane) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let script = root.join("tests/fleet-lab.sh");
         let status = tokio::process::Command::new("bash")
@@ -154,25 +162,16 @@ impl FleetLab {
             .await
             .expect("run tests/fleet-lab.sh");
         assert!(status.success(), "tests/fleet-lab.sh start failed");
-        let salt = std::fs::read_to_string(dir.join("token-salt"))
-            .expect("token salt")
-            .trim()
-            .to_string();
-        FleetLab {
-            port_base,
-            dir: dir.to_path_buf(),
-            admin: client_from(&dir.join("kubeconfig")).await,
-            kubelet: client_from(&dir.join("kubelet.kubeconfig")).await,
-            salt,
-            plane: Plane::Real { script },
-        }
+        let salt = std::fs::read_to_string(dir.join("token-salt")).expect("token salt");
+        (salt.trim().to_string(), Plane::Real { script })
     }
 
     /// The double with fleet-lab.sh's identities (tokens `<who>-<salt>`; the daemons' users
     /// `kruised:n<i>` and `kruise-daemon:n<i>` in groups `fleet:kruised` and
     /// `fleet:kruise-daemon`) and RBAC (deploy/rbac.yaml's roles and the chart's, bound to
-    /// those groups), kruise's kinds and the test workload's.
-    async fn start_double(dir: &Path, port_base: u16) -> FleetLab {
+    /// those groups), kruise's kinds and the test workload's, and its kubeconfigs as
+    /// fleet-lab.sh writes them: the token salt and the plane.
+    async fn start_double(dir: &Path) -> (String, Plane) {
         use apiserver_double::{Config, KindInfo, UserInfo};
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let salt = format!("{:016x}", rand_u64());
@@ -222,24 +221,12 @@ impl FleetLab {
                 .unwrap_or_else(|e| panic!("{file}: {e:?}"));
         }
         std::fs::create_dir_all(dir).expect("the lab's directory");
-        let kubeconfig = |who: &str| {
-            let path = dir.join(format!("{who}.kubeconfig"));
-            std::fs::write(
-                &path,
-                apiserver_double::kubeconfig_with_token(&api.url(), &format!("{who}-{salt}")),
-            )
-            .expect("write a kubeconfig");
-            path
-        };
-        let (admin, kubelet) = (kubeconfig("admin"), kubeconfig("kubelet"));
-        FleetLab {
-            port_base,
-            dir: dir.to_path_buf(),
-            admin: client_from(&admin).await,
-            kubelet: client_from(&kubelet).await,
-            salt,
-            plane: Plane::Double { api },
+        for (file, who) in [("kubeconfig", "admin"), ("kubelet.kubeconfig", "kubelet")] {
+            let text =
+                apiserver_double::kubeconfig_with_token(&api.url(), &format!("{who}-{salt}"));
+            std::fs::write(dir.join(file), text).expect("write a kubeconfig");
         }
+        (salt, Plane::Double { api })
     }
 
     /// Stops the lab's processes (also when a run panics), keeping its state.
@@ -253,27 +240,12 @@ impl FleetLab {
         }
     }
 
-    /// A kubeconfig for daemon `kind` of node `i`, written under the lab.
+    /// A kubeconfig for daemon `kind` of node `i`, written under the lab: the admin's with the
+    /// daemon's token.
     pub fn kubeconfig(&self, kind: Kind, i: usize) -> PathBuf {
+        let admin = std::fs::read_to_string(self.dir.join("kubeconfig")).expect("admin kubeconfig");
         let token = format!("{}-n{i}-{}", kind.user(), self.salt);
-        let text = match &self.plane {
-            Plane::Double { api } => apiserver_double::kubeconfig_with_token(&api.url(), &token),
-            Plane::Real { .. } => {
-                let admin =
-                    std::fs::read_to_string(self.dir.join("kubeconfig")).expect("admin kubeconfig");
-                admin
-                    .lines()
-                    .map(|l| {
-                        if l.trim_start().starts_with("token:") {
-                            format!("    token: {token}")
-                        } else {
-                            l.to_string()
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            }
-        };
+        let text = admin.replace(&format!("admin-{}", self.salt), &token);
         let path = self.dir.join(format!("{}-n{i}.kubeconfig", kind.user()));
         std::fs::write(&path, text).expect("write kubeconfig");
         path
