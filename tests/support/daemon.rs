@@ -108,21 +108,9 @@ impl Daemon {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, lines) = watch::channel(0usize);
         let sink = log.clone();
-        // KRUISED_TEST_DAEMON_LOG=<file>: every daemon's log also goes there, for debugging
-        let mut copy = std::env::var_os("KRUISED_TEST_DAEMON_LOG").and_then(|p| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .ok()
-        });
         tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = reader.next_line().await {
-                if let Some(f) = copy.as_mut() {
-                    use std::io::Write;
-                    let _ = writeln!(f, "{line}");
-                }
                 let n = {
                     let mut l = sink.lock().unwrap_or_else(|e| e.into_inner());
                     l.push(parse_line(&line));
