@@ -252,15 +252,11 @@ pub async fn change_wave(
     let done = futures::future::join_all(waits).await;
     // what each new container sees, every pod at once (one exec after another took seconds a wave)
     let seen = futures::future::join_all(done.iter().map(|(p, _)| async move {
-        let mut seen = [String::new(), String::new()];
-        for (i, c) in CONTAINERS.iter().enumerate() {
-            seen[i] = echo(
-                &scene.lab,
-                status_of(p, c).container_id.as_deref().unwrap_or_default(),
-            )
-            .await;
-        }
-        seen
+        let id = |c: &str| status_of(p, c).container_id.clone().unwrap_or_default();
+        [
+            echo(&scene.lab, &id(CONTAINERS[0])).await,
+            echo(&scene.lab, &id(CONTAINERS[1])).await,
+        ]
     }))
     .await;
     let mut out = Vec::new();
@@ -268,10 +264,7 @@ pub async fn change_wave(
         out.push(ChangeResult {
             took,
             restarts: CONTAINERS.map(|c| status_of(&p, c).restart_count),
-            hooks: [
-                hooks.count(&name, CONTAINERS[0]) - hooks_before[0],
-                hooks.count(&name, CONTAINERS[1]) - hooks_before[1],
-            ],
+            hooks: [0, 1].map(|i| hooks.count(&name, CONTAINERS[i]) - hooks_before[i]),
             seen,
             pod: name,
         });
