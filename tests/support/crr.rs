@@ -9,31 +9,19 @@ use kruised::k8s::keys;
 
 /// A request being built; [`Request::json`] gives the object to create.
 #[derive(Clone, Debug)]
-pub struct Request {
-    name: String,
-    namespace: String,
-    node: String,
-    pod_name: String,
-    pod_uid: String,
-    containers: Vec<Value>,
-    strategy: Value,
-    active_deadline: Option<i64>,
-}
+pub struct Request(Value);
 
 impl Request {
     /// A request `namespace/name` on `node` for the pod `pod_name` whose UID is `pod_uid` (a
     /// forged one, when the test says so), with no container yet and kruise's default strategy.
     pub fn new(name: &str, namespace: &str, node: &str, pod_name: &str, pod_uid: &str) -> Self {
-        Request {
-            name: name.into(),
-            namespace: namespace.into(),
-            node: node.into(),
-            pod_name: pod_name.into(),
-            pod_uid: pod_uid.into(),
-            containers: Vec::new(),
-            strategy: json!({}),
-            active_deadline: None,
-        }
+        Request(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": name, "namespace": namespace, "labels": {
+                keys::CRR_NODE_NAME_LABEL: node, keys::CRR_ACTIVE_LABEL: "true",
+                keys::CRR_POD_UID_LABEL: pod_uid}},
+            "spec": {"podName": pod_name, "containers": [], "strategy": {}}
+        }))
     }
 
     /// Recreates the container `name`, running as `container_id` (the kubelet's ID,
@@ -53,44 +41,35 @@ impl Request {
         if let Some(hook) = pre_stop {
             c["preStop"] = hook;
         }
-        self.containers.push(c);
+        if let Some(containers) = self.0["spec"]["containers"].as_array_mut() {
+            containers.push(c);
+        }
         self
     }
 
     /// The whole `spec.strategy`.
     #[must_use]
     pub fn strategy(mut self, strategy: Value) -> Self {
-        self.strategy = strategy;
+        self.0["spec"]["strategy"] = strategy;
         self
     }
 
     /// `spec.strategy.terminationGracePeriodSeconds`.
     #[must_use]
     pub fn grace(mut self, seconds: i64) -> Self {
-        self.strategy["terminationGracePeriodSeconds"] = json!(seconds);
+        self.0["spec"]["strategy"]["terminationGracePeriodSeconds"] = json!(seconds);
         self
     }
 
     /// `spec.activeDeadlineSeconds`.
     #[must_use]
     pub fn active_deadline(mut self, seconds: i64) -> Self {
-        self.active_deadline = Some(seconds);
+        self.0["spec"]["activeDeadlineSeconds"] = json!(seconds);
         self
     }
 
     /// The object to create.
     pub fn json(&self) -> Value {
-        let mut spec = json!({"podName": self.pod_name, "containers": self.containers,
-                              "strategy": self.strategy});
-        if let Some(d) = self.active_deadline {
-            spec["activeDeadlineSeconds"] = json!(d);
-        }
-        json!({
-            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-            "metadata": {"name": self.name, "namespace": self.namespace, "labels": {
-                keys::CRR_NODE_NAME_LABEL: self.node, keys::CRR_ACTIVE_LABEL: "true",
-                keys::CRR_POD_UID_LABEL: self.pod_uid}},
-            "spec": spec
-        })
+        self.0.clone()
     }
 }
