@@ -208,41 +208,27 @@ pub async fn poll<S: fmt::Debug, F: Future<Output = S>>(
         .unwrap_or_else(|m| m.fail())
 }
 
-/// Waits until the stored object `resource` `namespace/name`, parsed as `T`, satisfies `cond`;
-/// returns it. A failure shows the object as it was stored last (parsed or not).
-pub async fn object<T: DeserializeOwned>(
-    api: &Handle,
-    limit: Duration,
-    (resource, namespace, name): (&str, &str, &str),
-    what: &str,
-    mut cond: impl FnMut(&T) -> bool,
-) -> T {
-    let parse = |o: &Option<Value>| {
-        o.as_ref()
-            .and_then(|o| serde_json::from_value::<T>(o.clone()).ok())
-    };
-    let seen = store(
-        api,
-        limit,
-        &format!("{what} ({resource} {namespace}/{name})"),
-        |v| v.get(resource, namespace, name),
-        |o| parse(o).is_some_and(|t| cond(&t)),
-    )
-    .await;
-    parse(&seen).expect("parsed when it was seen")
-}
-
-/// Waits until the recreate request `namespace/name` satisfies `cond`; returns it.
+/// Waits until the recreate request `namespace/name` satisfies `cond`; returns it. A failure
+/// shows the object as it was stored last (parsed or not).
 pub async fn crr(
     api: &Handle,
     limit: Duration,
     namespace: &str,
     name: &str,
     what: &str,
-    cond: impl FnMut(&ContainerRecreateRequest) -> bool,
+    mut cond: impl FnMut(&ContainerRecreateRequest) -> bool,
 ) -> ContainerRecreateRequest {
-    let key = ("containerrecreaterequests", namespace, name);
-    object(api, limit, key, what, cond).await
+    let parse =
+        |o: &Option<Value>| serde_json::from_value::<ContainerRecreateRequest>(o.clone()?).ok();
+    let seen = store(
+        api,
+        limit,
+        &format!("{what} (recreate request {namespace}/{name})"),
+        |v| v.get("containerrecreaterequests", namespace, name),
+        |o| parse(o).is_some_and(|r| cond(&r)),
+    )
+    .await;
+    parse(&seen).expect("parsed when it was seen")
 }
 
 /// Waits until the recreate request `namespace/name` is in `phase`; returns it.
@@ -397,11 +383,8 @@ pub async fn try_kube<K>(
 where
     K: Clone + fmt::Debug + DeserializeOwned + kube::Resource + Send + Sync + 'static,
 {
-    match try_kube_maybe(api, limit, name, what, cond).await {
-        Ok(Some(obj)) => Ok(obj),
-        Ok(None) => Err(missed(&format!("{what} ({name})"), limit, Some(None))),
-        Err(m) => Err(m),
-    }
+    let found = try_kube_maybe(api, limit, name, what, cond).await?;
+    found.ok_or_else(|| missed(&format!("{what} ({name})"), limit, Some(None)))
 }
 
 /// [`try_kube`] for a condition that may hold of no object (`None`: not there, as when waiting
