@@ -138,15 +138,13 @@ pub async fn apply_yaml(client: &Client, yaml: &str) {
 
 /// Applies one object (server-side apply, forced).
 pub async fn apply_object(client: &Client, obj: Value) {
-    let (group, version) = match obj["apiVersion"].as_str().expect("apiVersion") {
-        v if v.contains('/') => {
-            let (g, v) = v.split_once('/').expect("group/version");
-            (g.to_string(), v.to_string())
-        }
-        v => (String::new(), v.to_string()),
-    };
+    let gv: kube::core::GroupVersion = obj["apiVersion"]
+        .as_str()
+        .expect("apiVersion")
+        .parse()
+        .expect("apiVersion");
     let kind = obj["kind"].as_str().expect("kind").to_string();
-    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+    let gvk = gv.with_kind(&kind);
     let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
         .await
         .unwrap_or_else(|e| panic!("discover {gvk:?}: {e}"));
@@ -243,9 +241,7 @@ impl TestNamespace {
         // the controller-manager creates the default ServiceAccount the pods need
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
         let there = |sa: Option<&ServiceAccount>| sa.is_some();
-        wait::try_kube(&accounts, LIMIT, "default", "the ServiceAccount", there)
-            .await
-            .unwrap_or_else(|m| m.fail());
+        wait_for(&accounts, "default", "the ServiceAccount", there).await;
         TestNamespace {
             name,
             client: client.clone(),

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use apiserver_double::ApiServer;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::controller::Context;
@@ -114,12 +113,8 @@ impl Drop for PullNode {
 impl PullNode {
     /// Starts the double and the puller over the runtime at `endpoint`.
     pub async fn start(settings: Settings, endpoint: Endpoint) -> PullNode {
-        let api = ApiServer::start("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
+        let crate::Plane { api, dir } = crate::Plane::start().await;
         let kubeconfig = dir.path().join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig).unwrap();
         let ep = endpoint.to_string();
         let cli = Cli::try_parse_from([
             "kruised",
@@ -251,12 +246,7 @@ impl PullNode {
 
     /// The references the puller sent to `PullImage`, in order of their return.
     pub fn pulls(&self) -> Vec<String> {
-        self.pulls
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|p| p.image.clone())
-            .collect()
+        self.pull_calls().into_iter().map(|p| p.image).collect()
     }
 
     /// The puller's `PullImage` calls with their times.
