@@ -88,19 +88,6 @@ pub enum Mark {
     Double(BTreeMap<(String, String, String), u64>),
 }
 
-/// A random number for the tokens' salt.
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(std::process::id().into());
-    h.finish()
-}
-
-/// The nodes whose daemons the lab has identities for (`FLEET_LAB_MAX_NODES`).
-fn max_nodes() -> usize {
-    crate::env_or("FLEET_LAB_MAX_NODES", 500)
-}
-
 /// What the lab's Kubernetes binaries are: `KRUISED_KUBE_ASSETS` holding kube-apiserver, etcd
 /// and kubectl.
 fn kube_assets() -> Option<PathBuf> {
@@ -174,7 +161,8 @@ impl FleetLab {
     async fn start_double(dir: &Path) -> (String, Plane) {
         use apiserver_double::{Config, KindInfo, UserInfo};
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let salt = format!("{:016x}", rand_u64());
+        // the double in this process guards nothing: a salt only tells its tokens apart
+        let salt = format!("{:016x}", std::process::id());
         let mut tokens = BTreeMap::new();
         tokens.insert(
             format!("admin-{salt}"),
@@ -184,7 +172,8 @@ impl FleetLab {
             format!("kubelet-{salt}"),
             UserInfo::new("fleet-kubelet", &["system:masters"]),
         );
-        for i in 0..max_nodes() {
+        // the nodes whose daemons the lab has identities for
+        for i in 0..crate::env_or("FLEET_LAB_MAX_NODES", 500) {
             for kind in [Kind::Kruised, Kind::KruiseDaemon] {
                 let group = format!("fleet:{}", kind.user());
                 tokens.insert(
