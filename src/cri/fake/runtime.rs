@@ -428,8 +428,7 @@ impl RuntimeRpc for Svc {
         let cond = |t: &str| proto::RuntimeCondition {
             r#type: t.to_string(),
             status: true,
-            reason: String::new(),
-            message: String::new(),
+            ..Default::default()
         };
         Ok(Response::new(proto::StatusResponse {
             status: Some(proto::RuntimeStatus {
