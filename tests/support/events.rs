@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kruised::cri::{ContainerEvent, ContainerEventKind, CriError, KubeletService, RuntimeService};
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::kubelet::{ContainerSpec, Kubelet, RunningPod};
 use super::within;
@@ -14,15 +15,9 @@ use super::within;
 /// A followed event stream.
 pub struct Events {
     rx: mpsc::UnboundedReceiver<Result<ContainerEvent, CriError>>,
-    task: tokio::task::JoinHandle<()>,
+    _task: AbortOnDropHandle<()>,
     /// The last event through, for a wait's failure.
     last: Option<ContainerEvent>,
-}
-
-impl Drop for Events {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl Events {
@@ -38,16 +33,16 @@ impl Events {
     ) -> Result<Events, Option<CriError>> {
         let mut stream = kubelet.runtime().container_events();
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
+        let task = AbortOnDropHandle::new(tokio::spawn(async move {
             while let Some(item) = stream.next().await {
                 if tx.send(item).is_err() {
                     return;
                 }
             }
-        });
+        }));
         let mut events = Events {
             rx,
-            task,
+            _task: task,
             last: None,
         };
         let probe = ContainerSpec::sleeper("events-probe", &pod.spec.containers[0].image);

@@ -27,6 +27,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::cluster::client_from;
 use crate::kubelet::Kubelet;
@@ -394,7 +395,7 @@ pub struct SimNode {
     pub varrun_relayed: PathBuf,
     /// Its runtime.
     pub cri: FakeRuntime,
-    relay: tokio::task::JoinHandle<()>,
+    _relay: AbortOnDropHandle<()>,
 }
 
 impl SimNode {
@@ -409,8 +410,8 @@ impl SimNode {
             .expect("start the node's runtime");
         let varrun_relayed = root.join(&name).join("varrun-relayed");
         std::fs::create_dir_all(varrun_relayed.join("containerd")).expect("node dir");
-        let relay =
-            crate::authority::relay(&varrun_relayed.join("containerd/containerd.sock"), &socket);
+        let relayed = varrun_relayed.join("containerd/containerd.sock");
+        let relay = AbortOnDropHandle::new(crate::authority::relay(&relayed, &socket));
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(lab.admin.clone());
         let node = json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}});
@@ -423,7 +424,7 @@ impl SimNode {
             varrun,
             varrun_relayed,
             cri,
-            relay,
+            _relay: relay,
         }
     }
 
@@ -439,17 +440,11 @@ impl SimNode {
     }
 }
 
-impl Drop for SimNode {
-    fn drop(&mut self) {
-        self.relay.abort();
-    }
-}
-
 /// The kubelets of every node, in one task: one watch of the fleet's pods, a sync of every
 /// pod on each change and every `period` (the PLEG's relist), status written when it changed.
 pub struct Kubelets {
     store: Store<Pod>,
-    task: tokio::task::JoinHandle<()>,
+    _task: AbortOnDropHandle<()>,
 }
 
 impl Kubelets {
@@ -464,18 +459,15 @@ impl Kubelets {
         let mut kubelets = NodeKubelets::new(pods, kubelets.collect());
         let store = kubelets.store();
         let task = tokio::spawn(async move { kubelets.run(period).await });
-        Kubelets { store, task }
+        Kubelets {
+            store,
+            _task: AbortOnDropHandle::new(task),
+        }
     }
 
     /// The pods as the kubelets last saw them.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.store.state()
-    }
-}
-
-impl Drop for Kubelets {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -20,7 +20,7 @@ use kruised::k8s::{client, watch as kwatch};
 use kruised::{Cli, Command};
 use kube::Api;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::wait;
@@ -100,14 +100,9 @@ pub struct PullNode {
     /// A kubeconfig for the double.
     pub kubeconfig: PathBuf,
     pulls: Arc<Mutex<Vec<PullCall>>>,
-    cancel: CancellationToken,
+    /// Stops the puller with the node.
+    _cancel: DropGuard,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for PullNode {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
 }
 
 impl PullNode {
@@ -213,7 +208,7 @@ impl PullNode {
             runtime: remote,
             kubeconfig,
             pulls,
-            cancel,
+            _cancel: cancel.drop_guard(),
             _dir: dir,
         }
     }
