@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use std::sync::{Arc, Mutex};
-
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -18,8 +16,8 @@ use crate::wait;
 /// the daemon), and kept for the test to read and wait on.
 pub struct Daemon {
     child: Child,
-    log: Arc<Mutex<Vec<serde_json::Value>>>,
-    lines: watch::Receiver<usize>,
+    /// Its log lines so far (the sender gone once the process's log ended).
+    log: watch::Receiver<Vec<serde_json::Value>>,
     /// The admin server's address.
     pub admin: SocketAddr,
 }
@@ -105,32 +103,20 @@ impl Daemon {
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("start kruised");
         let stderr = child.stderr.take().expect("stderr is piped");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, lines) = watch::channel(0usize);
-        let sink = log.clone();
+        let (tx, log) = watch::channel(Vec::new());
         tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = reader.next_line().await {
-                let n = {
-                    let mut l = sink.lock().unwrap_or_else(|e| e.into_inner());
-                    l.push(parse_line(&line));
-                    l.len()
-                };
-                tx.send_replace(n);
+                tx.send_modify(|log| log.push(parse_line(&line)));
             }
             // closing the channel tells waiters the process ended
         });
-        Daemon {
-            child,
-            log,
-            lines,
-            admin,
-        }
+        Daemon { child, log, admin }
     }
 
     /// Every log line so far.
     pub fn log(&self) -> Vec<serde_json::Value> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.log.borrow().clone()
     }
 
     /// The log so far as the daemon wrote it, a JSON line each: for a failing test's message.
@@ -177,9 +163,8 @@ impl Daemon {
         look: impl Fn(&[serde_json::Value]) -> S,
         done: impl FnMut(&S) -> bool,
     ) -> S {
-        let log = &self.log;
-        let look = |_: &usize| look(&log.lock().unwrap_or_else(|e| e.into_inner()));
-        let found = wait::try_watch(&mut self.lines, limit, what, look, done).await;
+        let look = |log: &Vec<serde_json::Value>| look(log);
+        let found = wait::try_watch(&mut self.log, limit, what, look, done).await;
         found.unwrap_or_else(|m| m.fail_with(format_args!("log:\n{}", self.log_text())))
     }
 
@@ -240,7 +225,7 @@ impl Daemon {
                 )
             })
             .expect("wait for kruised");
-        let mut lines = self.lines.clone();
+        let mut lines = self.log.clone();
         // the reader ends at EOF, which follows the exit
         let _ = tokio::time::timeout(limit, async { while lines.changed().await.is_ok() {} }).await;
         status

@@ -8,12 +8,13 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::wait;
 
@@ -42,9 +43,8 @@ pub struct Stats {
 /// A running proxy; stops when dropped.
 pub struct Proxy {
     pub addr: SocketAddr,
-    stats: Arc<Mutex<Stats>>,
-    changed: watch::Receiver<u64>,
-    task: tokio::task::JoinHandle<()>,
+    stats: watch::Receiver<Stats>,
+    _task: AbortOnDropHandle<()>,
 }
 
 impl Proxy {
@@ -60,23 +60,20 @@ impl Proxy {
                 .map(|(name, a)| (name.to_string(), *a))
                 .collect(),
         );
-        let stats = Arc::new(Mutex::new(Stats::default()));
-        let (tx, changed) = watch::channel(0u64);
+        let (tx, stats) = watch::channel(Stats::default());
         let tx = Arc::new(tx);
-        let shared = stats.clone();
-        let task = tokio::spawn(async move {
+        let task = AbortOnDropHandle::new(tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (hosts, stats, tx) = (hosts.clone(), shared.clone(), tx.clone());
+                let (hosts, tx) = (hosts.clone(), tx.clone());
                 tokio::spawn(async move {
-                    let _ = serve(client, &hosts, &stats, &tx).await;
+                    let _ = serve(client, &hosts, &tx).await;
                 });
             }
-        });
+        }));
         Proxy {
             addr,
             stats,
-            changed,
-            task,
+            _task: task,
         }
     }
 
@@ -86,40 +83,26 @@ impl Proxy {
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.stats.borrow().clone()
     }
 
     /// Waits until `cond` holds of the stats, at most `limit`; panics naming `what` otherwise.
     pub async fn wait_until(&mut self, what: &str, limit: Duration, cond: impl Fn(&Stats) -> bool) {
-        let stats = &self.stats;
-        let look = |_: &u64| stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let what = format!("the proxy to see {what}");
-        let seen = wait::try_watch(&mut self.changed, limit, &what, look, cond).await;
+        let seen = wait::try_watch(&mut self.stats, limit, &what, Stats::clone, cond).await;
         seen.unwrap_or_else(|m| m.fail());
     }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn record(stats: &Mutex<Stats>, tx: &watch::Sender<u64>, f: impl FnOnce(&mut Stats)) {
-    f(&mut stats.lock().unwrap_or_else(|e| e.into_inner()));
-    tx.send_modify(|n| *n += 1);
 }
 
 async fn serve(
     mut client: TcpStream,
     hosts: &HashMap<String, SocketAddr>,
-    stats: &Mutex<Stats>,
-    tx: &watch::Sender<u64>,
+    stats: &watch::Sender<Stats>,
 ) -> std::io::Result<()> {
     let mut first = [0u8; 1];
     client.read_exact(&mut first).await?;
     if first[0] == 5 {
-        return socks5(client, hosts, stats, tx).await;
+        return socks5(client, hosts, stats).await;
     }
     // an HTTP head: read up to its blank line
     let mut buf = first.to_vec();
@@ -159,7 +142,7 @@ async fn serve(
         client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await?;
-        record(stats, tx, |s| {
+        stats.send_modify(|s| {
             s.tunnels += 1;
             s.targets.push(target);
             s.proxy_authorization.extend(auth);
@@ -182,7 +165,7 @@ async fn serve(
         format!("{authority}:80")
     };
     let mut upstream = dial(&authority, hosts).await?;
-    record(stats, tx, |s| {
+    stats.send_modify(|s| {
         s.forwarded += 1;
         s.targets.push(authority);
         s.proxy_authorization.extend(auth);
@@ -213,8 +196,7 @@ async fn splice(mut a: TcpStream, mut b: TcpStream) {
 async fn socks5(
     mut client: TcpStream,
     hosts: &HashMap<String, SocketAddr>,
-    stats: &Mutex<Stats>,
-    tx: &watch::Sender<u64>,
+    stats: &watch::Sender<Stats>,
 ) -> std::io::Result<()> {
     let n = client.read_u8().await?;
     let mut methods = vec![0u8; usize::from(n)];
@@ -262,7 +244,7 @@ async fn socks5(
         return Ok(());
     };
     client.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0]).await?;
-    record(stats, tx, |s| {
+    stats.send_modify(|s| {
         s.tunnels += 1;
         s.targets.push(target);
         s.socks_credentials.extend(credentials);
@@ -284,7 +266,7 @@ async fn read_short(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<String>
 /// [`API_NAME`], `localhost` and `127.0.0.1`; stops when dropped.
 pub struct TlsFront {
     pub addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
+    _task: AbortOnDropHandle<()>,
 }
 
 impl TlsFront {
@@ -300,7 +282,7 @@ impl TlsFront {
             .await
             .expect("bind the TLS front");
         let addr = listener.local_addr().expect("TLS front address");
-        let task = tokio::spawn(async move {
+        let task = AbortOnDropHandle::new(tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
@@ -313,14 +295,8 @@ impl TlsFront {
                     let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
                 });
             }
-        });
-        TlsFront { addr, task }
-    }
-}
-
-impl Drop for TlsFront {
-    fn drop(&mut self) {
-        self.task.abort();
+        }));
+        TlsFront { addr, _task: task }
     }
 }
 
