@@ -21,7 +21,6 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Client, Resource, ResourceExt};
-use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
@@ -506,8 +505,7 @@ pub fn all_running(p: Option<&Pod>) -> bool {
 
 /// The pod's `runtime-containers-meta`, parsed.
 pub fn meta(p: &Pod) -> Option<keys::RuntimeContainerMetaSet> {
-    let annotations: BTreeMap<String, String> = p.annotations().clone();
-    keys::parse_runtime_containers_meta(&annotations)
+    keys::parse_runtime_containers_meta(p.annotations())
         .ok()
         .flatten()
 }
