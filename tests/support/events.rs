@@ -78,25 +78,16 @@ impl Events {
     ) -> Result<bool, Option<CriError>> {
         let found = tokio::time::timeout(limit, async {
             loop {
-                match self.rx.recv().await {
-                    Some(Ok(e)) => {
-                        let found = matches(&e);
-                        self.last = Some(e);
-                        if found {
-                            return Ok(());
-                        }
-                    }
-                    Some(Err(e)) => return Err(Some(e)),
-                    None => return Err(None),
+                let e = self.rx.recv().await.ok_or(None)?.map_err(Some)?;
+                let found = matches(&e);
+                self.last = Some(e);
+                if found {
+                    return Ok::<(), Option<CriError>>(());
                 }
             }
         })
         .await;
-        match found {
-            Ok(Ok(())) => Ok(true),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Ok(false),
-        }
+        found.map_or(Ok(false), |r| r.map(|()| true))
     }
 
     /// Waits for an event that `matches`, failing the test with `what` and the last event that

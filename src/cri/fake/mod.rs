@@ -192,10 +192,8 @@ impl FakeRuntime {
     ) -> Result<(), tokio::time::error::Elapsed> {
         let mut rx = self.shared.changed.subscribe();
         tokio::time::timeout(limit, async {
-            loop {
-                if cond(&self.state()) {
-                    return;
-                }
+            // the state's lock is let go before waiting for the next change
+            while !cond(&self.state()) {
                 if rx.changed().await.is_err() {
                     return;
                 }
