@@ -596,9 +596,8 @@ pub async fn wait_ready(
     limit: Duration,
 ) -> Vec<Duration> {
     let mut ready: Vec<Option<Duration>> = vec![None; daemons.len()];
-    let deadline = started + limit;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    while ready.iter().any(Option::is_none) {
+    while let Some(waiting) = ready.iter().position(Option::is_none) {
         tick.tick().await;
         if let Some(d) = daemons.iter_mut().find_map(|d| d.exited().then_some(d)) {
             panic!(
@@ -609,15 +608,11 @@ pub async fn wait_ready(
             );
         }
         assert!(
-            Instant::now() < deadline,
-            "{} of {} daemons not ready after {limit:?} (logs: {:?})",
+            started.elapsed() < limit,
+            "{} of {} daemons not ready after {limit:?} (the first one's log: {})",
             ready.iter().filter(|r| r.is_none()).count(),
             daemons.len(),
-            daemons
-                .iter()
-                .zip(&ready)
-                .find(|(_, r)| r.is_none())
-                .map(|(d, _)| d.log.clone())
+            daemons[waiting].log.display()
         );
         let checks = futures::future::join_all(
             daemons
@@ -627,8 +622,8 @@ pub async fn wait_ready(
         )
         .await;
         for (r, up) in ready.iter_mut().zip(checks) {
-            if up && r.is_none() {
-                *r = Some(started.elapsed());
+            if up {
+                r.get_or_insert(started.elapsed());
             }
         }
     }
