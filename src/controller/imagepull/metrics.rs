@@ -284,6 +284,14 @@ mod tests {
         let m = Metrics::register(&mut registry);
         m.pulled(Source::NodeImage, Outcome::Succeeded);
         m.pulled(Source::NextBatch, Outcome::Present);
+        m.pulled(Source::InPlace, Outcome::Shared);
+        m.in_place(
+            2,
+            Skipped {
+                invalid: 1,
+                ..Skipped::default()
+            },
+        );
         m.pull_took(Source::NodeImage, true, Duration::from_millis(200));
         m.image_fs(Some(1024), None);
         m.phases(2, 1, 0, 0);
@@ -306,6 +314,9 @@ mod tests {
             "kruised_imagepull_next_batch_images 4",
             r#"kruised_imagepull_next_batch_skipped{reason="over_pod_bound"} 996"#,
             r#"kruised_imagepull_next_batch_skipped{reason="not_kruise_owned"} 0"#,
+            r#"kruised_imagepull_pulls_total{source="in_place",result="shared"} 1"#,
+            "kruised_imagepull_in_place_images 2",
+            r#"kruised_imagepull_in_place_skipped{reason="invalid"} 1"#,
         ] {
             assert!(out.contains(want), "{want} missing from\n{out}");
         }

@@ -14,6 +14,7 @@
 //! | [`credprovider`] | kubelet credential provider plugins (`--plugin-config-file`) |
 //! | [`disk`] | free space of the image filesystem |
 //! | [`settings`] | the puller's tunables |
+//! | [`slots`] | the pull slots, in-place pulls served first |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
 //! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
@@ -47,6 +48,7 @@ pub mod pull;
 pub mod reference;
 pub mod secrets;
 pub mod settings;
+pub mod slots;
 pub mod state;
 pub mod status;
 pub mod task;
@@ -55,7 +57,7 @@ use std::sync::Arc;
 
 use kube::Api;
 use prometheus_client::registry::Registry;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::controller::context::Context;
@@ -129,7 +131,7 @@ pub fn run<I, C>(
     let tools = Arc::new(task::PullTools {
         puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
         credentials,
-        slots: settings.max_workers.map(|n| Arc::new(Semaphore::new(n))),
+        slots: settings.max_workers.map(slots::Slots::new),
         settings: settings.clone(),
         metrics,
         events,

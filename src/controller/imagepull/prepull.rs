@@ -41,6 +41,7 @@ use super::metrics::{Outcome, Source};
 use super::pull::PullSpec;
 use super::reference::Reference;
 use super::secrets::Credentials;
+use super::slots::Priority;
 use super::task::{PullTools, disk_refusal, find_image, pull_sandbox};
 use crate::cri::ImageService;
 use crate::k8s::crd::{NodeImage, ReferenceObject, SandboxConfig};
@@ -217,9 +218,6 @@ pub fn node_image_entries(
 /// Why an image was not pre-pulled (logged; retried with backoff).
 #[derive(Debug, thiserror::Error)]
 pub(super) enum PrePullError {
-    /// The daemon is stopping.
-    #[error("shutting down")]
-    ShuttingDown,
     /// The runtime did not list its images.
     #[error("listing the runtime's images: {0}")]
     List(#[from] crate::cri::CriError),
@@ -292,13 +290,13 @@ where
         namespace,
         source,
     } = target;
+    // an in-place update's image is on a pod's critical path: first to a freed slot
+    let priority = match source {
+        Source::InPlace => Priority::Urgent,
+        _ => Priority::Normal,
+    };
     let _permit = match &tools.slots {
-        Some(s) => Some(
-            s.clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| PrePullError::ShuttingDown)?,
-        ),
+        Some(s) => Some(s.acquire(priority).await),
         None => None,
     };
     let runtime = tools.puller.runtime();
