@@ -4,8 +4,8 @@
 //! images of the later batches in the pod's `apps.kruise.io/inplace-update-state`
 //! `nextContainerImages`. This loop pulls those images in the background so each batch finds its
 //! image on the node. Anyone who can annotate a pod can write that annotation, so the loop
-//! trusts it no further than the kubelet trusts a pod spec (docs/security.md, "The next-batch
-//! pre-pull"):
+//! trusts it no further than the kubelet trusts a pod spec (docs/security.md, "The in-place and
+//! next-batch pulls"):
 //!
 //! - which images: [`plan`] (pods controlled by a kruise workload only, a bounded annotation, at
 //!   most [`plan::MAX_IMAGES_PER_POD`] per pod and [`plan::MAX_IMAGES_PER_NODE`] on the node);

@@ -54,8 +54,11 @@ fn plan_of(pods: &[Value]) -> Plan {
     plan(&typed(pods), limits())
 }
 
-/// `(pull key, namespace, [(pod, why)])` of each wanted image.
-fn wanted(p: &Plan) -> Vec<(String, String, Vec<(String, Why)>)> {
+/// One wanted image: pull key, namespace, `(pod, why)` of the pods asking.
+type Wanted = (String, String, Vec<(String, Why)>);
+
+/// Each wanted image.
+fn wanted(p: &Plan) -> Vec<Wanted> {
     p.wanted
         .iter()
         .map(|((k, ns), w)| {
@@ -65,7 +68,7 @@ fn wanted(p: &Plan) -> Vec<(String, String, Vec<(String, Why)>)> {
         .collect()
 }
 
-fn one(key: &str, ns: &str, pods: &[(&str, Why)]) -> (String, String, Vec<(String, Why)>) {
+fn one(key: &str, ns: &str, pods: &[(&str, Why)]) -> Wanted {
     let pods = pods.iter().map(|(n, y)| (n.to_string(), *y)).collect();
     (key.to_string(), ns.to_string(), pods)
 }
@@ -122,7 +125,7 @@ fn the_grace_annotation_asks_for_its_images_before_the_spec_changes() {
     let text = grace(&[("main", "r.io/app:v2"), ("log", "r.io/log:v1")]);
     let old = with_grace(base.clone(), keys::INPLACE_UPDATE_GRACE_OLD, &text);
     assert_eq!(
-        wanted(&plan_of(&[old.clone()])),
+        wanted(&plan_of(std::slice::from_ref(&old))),
         [one("r.io/app:v2", "t", &[("web-0", Why::Grace)])],
         "an unchanged container's image asks for nothing"
     );
