@@ -11,7 +11,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use crate::pull_support::{LIMIT, NODE, PullNode, fast};
-use crate::support::kubelet::status::{Report, set_containers};
+use crate::support::kubelet::status::{Report, set_containers, update_container};
 use crate::support::wait;
 use kruised::controller::imagepull::Settings;
 use kruised::cri::fake::{FakeRuntime, FakeState};
@@ -295,4 +295,75 @@ async fn the_in_place_pull_is_off_with_its_feature_gate() {
     node.pulled("r.io/next:v2", 1, "the next batch's image pulled")
         .await;
     assert_eq!(pulls_of(&node.cri.state(), "r.io/app:v2"), 0);
+}
+
+#[tokio::test]
+async fn a_pull_for_an_update_rolled_back_in_its_grace_period_is_stopped() {
+    let node = Node::start(fast()).await;
+    // long enough that the pull is still running when the update is rolled back
+    node.cri.delay("PullImage.body", Duration::from_secs(60));
+    node.create(pod(
+        "default",
+        "web-0",
+        &[("main", "r.io/app:v1", "r.io/app:v1")],
+        true,
+    ));
+    node.modify("default", "web-0", |p| {
+        set_grace(p, &[("main", "r.io/app:v2")])
+    });
+    node.pulled("r.io/app:v2", 1, "the next image's pull started")
+        .await;
+    // a new revision: kruise-manager drops the grace spec; no pod names v2 any more
+    node.modify("default", "web-0", |p| {
+        p["metadata"]["annotations"]
+            .as_object_mut()
+            .map(|a| a.remove("apps.kruise.io/inplace-update-grace"));
+    });
+    node.create(pod(
+        "default",
+        "web-1",
+        &[("main", "r.io/s:v1", "r.io/s:v1")],
+        true,
+    ));
+    node.modify("default", "web-1", |p| set_image(p, 0, "r.io/s:v2"));
+    node.pulled("r.io/s:v2", 1, "a later pod's pull started")
+        .await;
+    // asked for again, v2 is pulled anew: the first pull was stopped, not joined
+    node.modify("default", "web-0", |p| {
+        set_grace(p, &[("main", "r.io/app:v2")])
+    });
+    node.pulled("r.io/app:v2", 2, "the next image pulled anew")
+        .await;
+}
+
+#[tokio::test]
+async fn a_running_pull_goes_on_when_the_kubelet_takes_the_container_over() {
+    let node = Node::start(fast()).await;
+    node.cri.delay("PullImage.body", Duration::from_secs(1));
+    node.create(pod(
+        "default",
+        "web-0",
+        &[("main", "r.io/app:v1", "r.io/app:v1")],
+        true,
+    ));
+    node.modify("default", "web-0", |p| set_image(p, 0, "r.io/app:v2"));
+    node.pulled("r.io/app:v2", 1, "the next image's pull started")
+        .await;
+    // the kubelet killed the old container and reports the new one waiting for its image: no
+    // pod asks for v2 any more, but the pod still names it
+    node.modify("default", "web-0", |p| {
+        update_container(p, "main", |s| {
+            s["image"] = json!("r.io/app:v2");
+            s["state"] = json!({"waiting": {"reason": "ContainerCreating"}});
+        });
+    });
+    wait::cri(
+        &node.cri,
+        LIMIT,
+        "the pull finished",
+        |st| st.find_image("r.io/app:v2").is_some(),
+        |done| *done,
+    )
+    .await;
+    assert_eq!(pulls_of(&node.cri.state(), "r.io/app:v2"), 1);
 }
