@@ -132,7 +132,9 @@ pub async fn run<I, C>(
             }
             match tried.get_mut(key) {
                 Some(Tried::Done { pods }) => {
-                    // pods that asked after the image came: it is there for them too
+                    // pods that asked after the image came: it is there for them too (those
+                    // no longer asking are dropped: the set stays within the pods asking)
+                    pods.retain(|p| want.pods.contains_key(p));
                     let new: Vec<&String> =
                         want.pods.keys().filter(|p| !pods.contains(*p)).collect();
                     if !new.is_empty() {
