@@ -138,7 +138,7 @@ pub async fn run<I, C>(
                     let new: Vec<&String> =
                         want.pods.keys().filter(|p| !pods.contains(*p)).collect();
                     if !new.is_empty() {
-                        image_present(want, &new, Ensured::Present, Duration::ZERO);
+                        image_present(&tools, want, &new, Ensured::Present, Duration::ZERO);
                         pods.extend(new.into_iter().cloned());
                     }
                     continue;
@@ -180,7 +180,7 @@ pub async fn run<I, C>(
             () = cancel.cancelled() => return,
             r = changes.recv() => if let Err(broadcast::error::RecvError::Closed) = r { return },
             Some(done) = attempts.next(), if !attempts.is_empty() => {
-                finish(done, &plan, &mut running, &mut tried);
+                finish(&tools, done, &plan, &mut running, &mut tried);
             }
             () = async {
                 match retry_at {
@@ -227,7 +227,8 @@ where
 }
 
 /// Records how an attempt ended.
-fn finish(
+fn finish<I, C>(
+    tools: &PullTools<I, C>,
     done: Finished,
     plan: &Plan,
     running: &mut BTreeMap<WantKey, Running>,
@@ -246,12 +247,22 @@ fn finish(
     }
     running.remove(&key);
     let Some(result) = result else { return };
-    // the pods asking now, else those that asked when it started
-    let want = plan.wanted.get(&key).unwrap_or(&want);
+    // the pods asking now and those that asked when it started (the kubelet may have taken
+    // some over since)
+    let want = match plan.wanted.get(&key) {
+        Some(now) => {
+            let mut merged = now.clone();
+            for (pod, why) in want.pods {
+                merged.pods.entry(pod).or_insert(why);
+            }
+            merged
+        }
+        None => want,
+    };
     match result {
         Ok(how) => {
             let pods: Vec<&String> = want.pods.keys().collect();
-            image_present(want, &pods, how, took);
+            image_present(tools, &want, &pods, how, took);
             tried.insert(
                 key,
                 Tried::Done {
@@ -282,8 +293,14 @@ fn finish(
 /// from the start of the attempt, the slot wait included), or found present.
 ///
 /// The one place where a critical-path pull ends for the pods that asked: a per-pod timeline's
-/// "image present" step belongs here.
-fn image_present(want: &Want, pods: &[&String], how: Ensured, took: Duration) {
+/// "image present" step belongs here (`tools` is the puller's context; now is the moment).
+fn image_present<I, C>(
+    _tools: &PullTools<I, C>,
+    want: &Want,
+    pods: &[&String],
+    how: Ensured,
+    took: Duration,
+) {
     let how = match how {
         Ensured::Pulled => "pulled",
         Ensured::Present => "already present",
