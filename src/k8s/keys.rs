@@ -70,7 +70,8 @@ pub const INPLACE_UPDATE_STATE: &str = "apps.kruise.io/inplace-update-state";
 /// The pre-1.0 name of [`INPLACE_UPDATE_STATE`], still read (the current name wins).
 pub const INPLACE_UPDATE_STATE_OLD: &str = "inplace-update-state";
 /// Pod annotation written by the manager: JSON `UpdateSpec` to apply when the in-place update
-/// grace period ends (the daemon does not read it).
+/// grace period ends; the daemon reads its `containerImages` to pull them early
+/// (`controller::imagepull::inplace`).
 pub const INPLACE_UPDATE_GRACE: &str = "apps.kruise.io/inplace-update-grace";
 /// The pre-1.0 name of [`INPLACE_UPDATE_GRACE`].
 pub const INPLACE_UPDATE_GRACE_OLD: &str = "inplace-update-grace";

@@ -235,6 +235,30 @@ async fn readiness_flips_to_ready_only_after_the_first_list() {
     cancel.cancel();
 }
 
+#[tokio::test]
+async fn every_task_waiting_for_the_first_list_wakes_when_it_is_in() {
+    let (server, client, _dir) = double().await;
+    server.create("pods", pod("a", "n1")).unwrap();
+    // the first list fails: both tasks wait before the cache is synced (kube's ready signal
+    // alone woke only the last of them)
+    server.fail_next(1, 500, Some("list"), Some("pods"));
+    let (readiness, cancel, tracker) = watch_tasks();
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    let waiter = |pods: kwatch::Watched<Pod>| tokio::spawn(async move { pods.wait_synced().await });
+    let (first, second) = (waiter(pods.clone()), waiter(pods.clone()));
+    support::within(LIMIT, "both waiting tasks woken", async {
+        first.await.unwrap();
+        second.await.unwrap();
+    })
+    .await;
+    assert_eq!(
+        pods.state().len(),
+        1,
+        "synced means the cache holds the list"
+    );
+    cancel.cancel();
+}
+
 /// A watch of the node's pods that renews every `timeout` (both bounds) with `margin`.
 fn watch_pods_renewing(
     client: &kube::Client,

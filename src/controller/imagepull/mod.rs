@@ -14,7 +14,9 @@
 //! | [`credprovider`] | kubelet credential provider plugins (`--plugin-config-file`) |
 //! | [`disk`] | free space of the image filesystem |
 //! | [`settings`] | the puller's tunables |
+//! | [`slots`] | the pull slots, in-place pulls served first |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
+//! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
 //!
 //! Differences from kruise-daemon, all deliberate:
@@ -29,7 +31,8 @@
 //!   silently); credential strings are scrubbed from every message; a failed credential
 //!   provider is named in messages and events, what it wrote goes to the log only;
 //! - identical concurrent pulls are merged; a removed tag cancels its pull;
-//! - the disk check ([`disk`]) and the next-batch pre-pull ([`prepull`]) are kruised's own;
+//! - the disk check ([`disk`]), the next-batch pre-pull ([`prepull`]) and the in-place pull
+//!   ([`inplace`]) are kruised's own;
 //! - the success event reads "elapsedTime" (kruise: "ecalpsedTime"), and both events also go to
 //!   the tag's owners (kruise sends only the failure there); the activeDeadlineSeconds message
 //!   keeps the last pull error.
@@ -37,6 +40,7 @@
 pub mod controller;
 pub mod credprovider;
 pub mod disk;
+pub mod inplace;
 pub mod keyring;
 pub mod metrics;
 pub mod prepull;
@@ -44,6 +48,7 @@ pub mod pull;
 pub mod reference;
 pub mod secrets;
 pub mod settings;
+pub mod slots;
 pub mod state;
 pub mod status;
 pub mod task;
@@ -52,7 +57,7 @@ use std::sync::Arc;
 
 use kube::Api;
 use prometheus_client::registry::Registry;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::controller::context::Context;
@@ -71,7 +76,8 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
 }
 
 /// Starts the image puller with `settings`: once the runtime is found, the NodeImage controller
-/// and (if enabled and pods are watched) the next-batch pre-puller, on the daemon's tasks.
+/// and (if enabled and pods are watched) the in-place pull and the next-batch pre-puller, on the
+/// daemon's tasks.
 pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
     let metrics = metrics::Metrics::register(registry);
     let ctx = ctx.clone();
@@ -109,7 +115,8 @@ pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
     );
 }
 
-/// Spawns the controller and the pre-puller over `runtime` and `credentials`.
+/// Spawns the controller, the in-place pull and the pre-puller over `runtime` and
+/// `credentials`.
 pub fn run<I, C>(
     ctx: &Context,
     runtime: I,
@@ -124,7 +131,7 @@ pub fn run<I, C>(
     let tools = Arc::new(task::PullTools {
         puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
         credentials,
-        slots: settings.max_workers.map(|n| Arc::new(Semaphore::new(n))),
+        slots: settings.max_workers.map(slots::Slots::new),
         settings: settings.clone(),
         metrics,
         events,
@@ -144,6 +151,7 @@ pub fn run<I, C>(
         max_workers = ?settings.max_workers,
         image_fs_min_free = settings.image_fs_min_free,
         next_batch = settings.prepull_next_batch && ctx.pods.is_some(),
+        in_place = settings.prepull_in_place_update && ctx.pods.is_some(),
         "image puller started"
     );
     ctx.spawn(
@@ -152,6 +160,21 @@ pub fn run<I, C>(
             .run(ctx.cancel.clone())
             .instrument(tracing::info_span!("nodeimage", name = %node)),
     );
+    // in-place pulls under way: the next batch waits for them as for NodeImage work
+    let (in_place_tx, in_place_busy) = watch::channel(0usize);
+    if let (true, Some(pods)) = (settings.prepull_in_place_update, ctx.pods.clone()) {
+        ctx.spawn(
+            "in-place pull",
+            inplace::run(
+                tools.clone(),
+                pods,
+                ctx.node_images.clone(),
+                in_place_tx,
+                ctx.cancel.clone(),
+            )
+            .instrument(tracing::info_span!("in_place")),
+        );
+    }
     if let (true, Some(pods)) = (settings.prepull_next_batch, ctx.pods.clone()) {
         ctx.spawn(
             "next-batch pre-pull",
@@ -160,6 +183,7 @@ pub fn run<I, C>(
                 pods,
                 ctx.node_images.clone(),
                 busy,
+                in_place_busy,
                 ctx.cancel.clone(),
             )
             .instrument(tracing::info_span!("next_batch")),

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +35,7 @@ use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
 use super::secrets::Credentials;
 use super::settings::Settings;
+use super::slots::{Priority, Slots};
 use super::state;
 use crate::cri::{CriError, Image, ImageService, PullSandbox};
 use crate::k8s::crd::{ImageTagSpec, ImageTagStatus, ReferenceObject, SandboxConfig};
@@ -57,7 +58,7 @@ pub struct PullTools<I, C> {
     /// Pull secrets.
     pub credentials: Arc<C>,
     /// Pull slots (`--max-workers-for-pull-image`); `None`: unlimited.
-    pub slots: Option<Arc<Semaphore>>,
+    pub slots: Option<Arc<Slots>>,
     /// Tunables.
     pub settings: Settings,
     /// Metrics.
@@ -211,11 +212,7 @@ pub async fn run<I, C>(
     let _permit = match &tools.slots {
         Some(slots) => tokio::select! {
             () = cancel.cancelled() => return,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => Some(p),
-                // closed only at shutdown
-                Err(_) => return,
-            },
+            p = slots.acquire(Priority::Normal) => Some(p),
         },
         None => None,
     };

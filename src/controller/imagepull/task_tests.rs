@@ -19,12 +19,12 @@ pub(in crate::controller::imagepull) struct MockState {
     pub(in crate::controller::imagepull) images: Vec<Image>,
     pub(in crate::controller::imagepull) pulls: Vec<PullRequest>,
     in_flight: usize,
-    max_in_flight: usize,
+    pub(in crate::controller::imagepull) max_in_flight: usize,
     /// image -> error message of every pull of it
     fail: HashMap<String, String>,
     /// username -> error message (credentials that the registry refuses)
     refuse_user: HashMap<String, String>,
-    pull_delay: Duration,
+    pub(in crate::controller::imagepull) pull_delay: Duration,
     list_calls: usize,
     pub(in crate::controller::imagepull) fs_calls: usize,
     /// the runtime is away: every call fails as unreachable
@@ -163,7 +163,9 @@ fn tools_of(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<PullTools<M
     Arc::new(PullTools {
         puller: Puller::new(mock.clone(), tracker.clone(), Metrics::unregistered()),
         credentials: Arc::new(Fixed(creds)),
-        slots: settings.max_workers.map(|n| Arc::new(Semaphore::new(n))),
+        slots: settings
+            .max_workers
+            .map(crate::controller::imagepull::slots::Slots::new),
         settings,
         metrics: Metrics::unregistered(),
         events: None,
