@@ -139,12 +139,21 @@ pub fn skipped_counts(skipped: &[Skip]) -> Skipped {
     c
 }
 
+/// The kinds of `apps.kruise.io` that own pods and update them in place (CloneSet, Advanced
+/// StatefulSet, Advanced DaemonSet): the workloads that write `nextContainerImages` and the
+/// grace annotation.
+pub const KRUISE_WORKLOAD_KINDS: [&str; 3] = ["CloneSet", "StatefulSet", "DaemonSet"];
+
 /// Whether the pod's controller is a kruise workload: an owner reference with `controller:
-/// true` whose apiVersion's group is `apps.kruise.io` (CloneSet, Advanced StatefulSet and
-/// DaemonSet, the workloads that write `nextContainerImages`).
+/// true` whose apiVersion's group is `apps.kruise.io` and whose kind is one of
+/// [`KRUISE_WORKLOAD_KINDS`]. Any other kind of the group (a ContainerRecreateRequest, a
+/// PodProbeMarker: objects a tenant makes) is not a workload: a bare pod it "owns" is not
+/// taken for one.
 pub fn kruise_controlled(pod: &Pod) -> bool {
     pod.owner_references().iter().any(|o| {
-        o.controller == Some(true) && o.api_version.split('/').next() == Some(keys::KRUISE_GROUP)
+        o.controller == Some(true)
+            && o.api_version.split('/').next() == Some(keys::KRUISE_GROUP)
+            && KRUISE_WORKLOAD_KINDS.contains(&o.kind.as_str())
     })
 }
 
@@ -294,6 +303,33 @@ mod tests {
             .keys()
             .map(|(k, ns)| (k.as_str(), ns.as_str()))
             .collect()
+    }
+
+    #[test]
+    fn a_bare_pod_owned_by_a_tenants_recreate_request_or_probe_marker_is_no_workloads_pod() {
+        // issue 43, row 8: any owner in apps.kruise.io passed, so a tenant's bare pod "owned"
+        // by its own ContainerRecreateRequest had its next batch pre-pulled
+        for (kind, workload) in [
+            ("CloneSet", true),
+            ("StatefulSet", true),
+            ("DaemonSet", true),
+            ("ContainerRecreateRequest", false),
+            ("PodProbeMarker", false),
+            ("ImagePullJob", false),
+        ] {
+            let mut p = pod("tenant", "bare", 1, Some(&next(&[("c", "busybox:2")])));
+            if let Some(o) = p
+                .metadata
+                .owner_references
+                .as_mut()
+                .and_then(|o| o.first_mut())
+            {
+                o.kind = kind.into();
+            }
+            assert_eq!(kruise_controlled(&p), workload, "{kind}");
+            let wanted = plan([&p], Limits::default()).wanted.len();
+            assert_eq!(wanted, usize::from(workload), "{kind}");
+        }
     }
 
     #[test]
