@@ -12,6 +12,11 @@
 //! once, counted and logged at most once a minute), hyper's buffers (a request head larger than
 //! 16 KiB gets 431), the time to send a head (also between kept-alive requests), a connection's
 //! age, and the `/metrics` renderings at once.
+//!
+//! `/debug/inplace-updates/<namespace>/<pod>` serves a pod's in-place update timelines (what
+//! `kruised explain` shows) to the node itself only: a peer that is not loopback gets 403, so a
+//! tenant's pod learns nothing of other pods from it. The answer is read from memory (no API or
+//! runtime call), two timelines at most: nothing a client sends makes the daemon do more.
 
 use std::convert::Infallible;
 use std::fmt::{self, Write as _};
@@ -50,6 +55,24 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 pub const READYZ_PATH: &str = "/readyz";
 /// Prometheus scrape endpoint.
 pub const METRICS_PATH: &str = "/metrics";
+/// A pod's in-place update timelines: `<this>/<namespace>/<name>`, loopback peers only.
+pub const TIMELINES_PATH: &str = "/debug/inplace-updates/";
+
+/// A pod's in-place update timelines as JSON, by namespace and name (`None`: the pod is not
+/// known): the daemon's timelines, which this module cannot name (it sits below the
+/// controllers).
+#[derive(Clone)]
+pub struct TimelineSource(pub Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>);
+
+impl fmt::Debug for TimelineSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TimelineSource")
+    }
+}
+
+/// The peer address of a connection, as its requests carry it (an extension).
+#[derive(Clone, Copy, Debug)]
+struct Peer(std::net::IpAddr);
 
 /// Content type of `/metrics` (prometheus-client's text encoder writes OpenMetrics).
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -73,6 +96,8 @@ pub struct AdminState {
     /// The root registry from [`crate::metrics::new_registry`]; `/metrics` adds the admin
     /// server's own metrics and the process metrics itself.
     pub registry: Arc<Registry>,
+    /// Backs [`TIMELINES_PATH`]; `None`: 404.
+    pub timelines: Option<TimelineSource>,
 }
 
 /// Answers admin requests for one server: its [`AdminState`], plus the bound on `/metrics`
@@ -99,16 +124,20 @@ impl Handler {
     /// (`?verbose` lists every condition even when ready) and [`METRICS_PATH`]; other paths get
     /// 404, other methods 405. The request body is ignored.
     async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
-        enum Route {
+        enum Route<'a> {
             Healthz,
             Readyz,
             Metrics,
+            Timelines(&'a str),
         }
         let route = match req.uri().path() {
             HEALTHZ_PATH => Route::Healthz,
             READYZ_PATH => Route::Readyz,
             METRICS_PATH => Route::Metrics,
-            _ => return text(StatusCode::NOT_FOUND, "404 page not found\n"),
+            path => match path.strip_prefix(TIMELINES_PATH) {
+                Some(pod) => Route::Timelines(pod),
+                None => return text(StatusCode::NOT_FOUND, "404 page not found\n"),
+            },
         };
         if req.method() != Method::GET && req.method() != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
@@ -121,6 +150,10 @@ impl Handler {
             Route::Healthz => healthz(&self.state.liveness),
             Route::Readyz => readyz(&self.state.readiness, is_verbose(req.uri())),
             Route::Metrics => self.metrics().await,
+            Route::Timelines(pod) => {
+                let peer = req.extensions().get::<Peer>().map(|p| p.0);
+                timelines(self.state.timelines.as_ref(), peer, pod)
+            }
         }
     }
 
@@ -221,6 +254,48 @@ fn readyz(readiness: &Readiness, verbose: bool) -> Response<Full<Bytes>> {
     } else {
         body.push_str("readyz check failed\n");
         text(StatusCode::SERVICE_UNAVAILABLE, body)
+    }
+}
+
+/// A pod's timelines (`pod`: `<namespace>/<name>`) for a loopback `peer`.
+fn timelines(
+    source: Option<&TimelineSource>,
+    peer: Option<std::net::IpAddr>,
+    pod: &str,
+) -> Response<Full<Bytes>> {
+    if !peer.is_some_and(|p| p.to_canonical().is_loopback()) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "in-place update timelines are served to the node itself only (loopback)\n",
+        );
+    }
+    // a namespace and a name as the API allows them (DNS subdomain: lower case, digits, '-', '.')
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    let Some((namespace, name)) = pod.split_once('/').filter(|(ns, n)| valid(ns) && valid(n))
+    else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("expected {TIMELINES_PATH}<namespace>/<name>\n"),
+        );
+    };
+    match source.and_then(|s| (s.0)(namespace, name)) {
+        Some(json) => {
+            let mut response = Response::new(Full::new(Bytes::from(json)));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("no in-place update timeline of {namespace}/{name} on this node\n"),
+        ),
     }
 }
 
@@ -395,9 +470,11 @@ async fn serve_connection<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin,
 {
+    let peer = Peer(slot.peer());
     let _slot = slot;
-    let service = service_fn(move |req| {
+    let service = service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let handler = handler.clone();
+        req.extensions_mut().insert(peer);
         async move { Ok::<_, Infallible>(handler.handle(req).await) }
     });
     let mut builder = http1::Builder::new();

@@ -190,12 +190,16 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
     };
     // client-go's work queue families under client-go's names, on the unprefixed root
     let queues = crate::controller::queue::QueueMetrics::register(&mut registry);
-    crate::controller::start(&ctx, metrics::kruised(&mut registry), &queues);
+    let timelines = crate::controller::start(&ctx, metrics::kruised(&mut registry), &queues);
 
     let admin_state = AdminState {
         readiness: readiness.clone(),
         liveness: liveness.clone(),
         registry: Arc::new(registry),
+        timelines: Some(admin::TimelineSource(Arc::new(move |namespace, name| {
+            let view = timelines.view(namespace, name)?;
+            serde_json::to_string(&view).ok()
+        }))),
     };
     tracker.spawn(
         admin::serve(listener, admin_state, cancel.clone())

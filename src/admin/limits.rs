@@ -123,6 +123,13 @@ pub(crate) struct Slot {
     peer: IpAddr,
 }
 
+impl Slot {
+    /// The peer address the slot was taken for.
+    pub(crate) fn peer(&self) -> IpAddr {
+        self.peer
+    }
+}
+
 impl Slots {
     /// Slots for `limits`, reporting the open count on `open_gauge`.
     pub(crate) fn new(limits: &Limits, open_gauge: Gauge) -> Self {

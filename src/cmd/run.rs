@@ -77,6 +77,13 @@ pub struct RunArgs {
     /// default is 5; kruised's is 4).
     #[arg(long, allow_negative_numbers = true)]
     pub containermeta_workers: Option<i64>,
+    /// An in-place update whose pod stays unready longer than this (from `InPlaceUpdateReady`
+    /// False to `Ready` again) gets a Warning event `InPlaceUpdateSlow` on the pod with its
+    /// timeline; `0s` turns the event off. The default is the longest a default pod's update
+    /// takes without a pull: the default termination grace (30 s) plus a start and a few
+    /// default readiness probe periods (10 s).
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub slow_in_place_update_threshold: Duration,
     /// How to reach the container runtime.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -327,6 +334,8 @@ impl RunArgs {
             drain_timeout: self.drain_timeout,
             env_restart_delay: self.env_restart_delay,
             containermeta_workers,
+            slow_in_place_update: Some(self.slow_in_place_update_threshold)
+                .filter(|d| !d.is_zero()),
             credential_providers: CredentialProviders {
                 config_file: self.plugin_config_file.clone(),
                 bin_dir: self.plugin_bin_dir.clone(),

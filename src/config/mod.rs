@@ -108,6 +108,9 @@ pub struct DaemonConfig {
     pub env_restart_delay: RestartDelay,
     /// Pods container meta reconciles at once.
     pub containermeta_workers: usize,
+    /// An in-place update whose unready window is longer gets an event on its pod; `None`:
+    /// never (`--slow-in-place-update-threshold 0s`).
+    pub slow_in_place_update: Option<Duration>,
     /// The kubelet's credential provider plugins, where they are.
     pub credential_providers: CredentialProviders,
     /// kruise-daemon flags given that mean nothing here, and stray arguments (logged once).

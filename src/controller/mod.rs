@@ -14,6 +14,7 @@
 //! | `provenance.rs` | the record of each stop on its pod |
 //! | `queue.rs` | the work queue |
 //! | `text.rs` | program text made fit for logs, events and statuses |
+//! | `timeline/` | the timelines of in-place updates on the node (observation only) |
 
 pub mod containermeta;
 pub mod containers;
@@ -29,6 +30,7 @@ pub mod queue;
 pub mod recreate;
 pub mod target;
 pub mod text;
+pub mod timeline;
 
 use prometheus_client::registry::Registry;
 
@@ -37,10 +39,16 @@ pub use self::context::Context;
 /// Starts every enabled controller on the daemon's tasks: their metrics on `registry`
 /// (kruised's, `kruised_` prefixed), their queues' on `queues` (client-go's work queue families,
 /// which the caller registered on its unprefixed root: [`queue::QueueMetrics::register`]).
-pub fn start(ctx: &Context, registry: &mut Registry, queues: &queue::QueueMetrics) {
+/// Returns the in-place update timelines, for the admin endpoint.
+pub fn start(
+    ctx: &Context,
+    registry: &mut Registry,
+    queues: &queue::QueueMetrics,
+) -> timeline::Timelines {
     #[cfg(feature = "test-util")]
     failpoint::announce();
     let stops = provenance::Book::register(registry);
+    let timelines = timeline::start(ctx, registry.sub_registry_with_prefix("inplace_update"));
     containermeta::start(
         ctx,
         registry.sub_registry_with_prefix("containermeta"),
@@ -55,4 +63,5 @@ pub fn start(ctx: &Context, registry: &mut Registry, queues: &queue::QueueMetric
         &stops,
     );
     podprobe::start(ctx, registry.sub_registry_with_prefix("podprobe"));
+    timelines
 }

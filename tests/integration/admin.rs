@@ -64,6 +64,7 @@ fn state_with(registry: Registry) -> AdminState {
         readiness: Readiness::new(),
         liveness: Liveness::new(),
         registry: Arc::new(registry),
+        timelines: None,
     }
 }
 
