@@ -631,3 +631,74 @@ async fn a_metrics_body_far_larger_than_the_buffers_is_served_whole() {
     assert!(body.ends_with("# EOF\n"), "the body's end");
     server.stop().await;
 }
+
+/// A state whose timelines know `default/web-0` only.
+fn with_timelines() -> AdminState {
+    AdminState {
+        timelines: Some(TimelineSource(Arc::new(|ns, name| {
+            (ns == "default" && name == "web-0").then(|| "{\"updates\":[]}".to_string())
+        }))),
+        ..state()
+    }
+}
+
+#[test]
+fn the_timelines_are_served_to_loopback_peers_only() {
+    let path = "default/web-0";
+    let source = with_timelines().timelines;
+    for loopback in [
+        "127.0.0.1".parse().expect("an address"),
+        "::1".parse().expect("an address"),
+        "::ffff:127.0.0.1".parse().expect("an address"),
+    ] {
+        assert_eq!(
+            timelines(source.as_ref(), Some(loopback), path).status(),
+            StatusCode::OK,
+            "{loopback}"
+        );
+    }
+    for other in [Some("10.0.0.7".parse().expect("an address")), None] {
+        assert_eq!(
+            timelines(source.as_ref(), other, path).status(),
+            StatusCode::FORBIDDEN,
+            "{other:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_request_without_its_peer_gets_no_timeline_and_bad_names_are_refused() {
+    // through the handler, as a connection would call it but with no peer recorded: refused
+    let (status, _, body) = call(
+        &with_timelines(),
+        Method::GET,
+        "/debug/inplace-updates/default/web-0",
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let local = Some("127.0.0.1".parse().expect("an address"));
+    let source = with_timelines().timelines;
+    for bad in [
+        "default",
+        "default/",
+        "/web-0",
+        "Default/web-0",
+        "default/web 0",
+        "a/b/c",
+    ] {
+        assert_eq!(
+            timelines(source.as_ref(), local, bad).status(),
+            StatusCode::BAD_REQUEST,
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        timelines(source.as_ref(), local, "default/web-1").status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        timelines(None, local, "default/web-0").status(),
+        StatusCode::NOT_FOUND,
+        "a daemon without timelines"
+    );
+}

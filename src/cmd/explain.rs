@@ -6,6 +6,11 @@
 //! ([`crate::controller::provenance`]) matched to the restarts the kubelet counted, so that one
 //! kruised did not make shows as such (a crash, an OOM kill, the kubelet).
 //!
+//! Then the pod's in-place update timelines ([`crate::controller::timeline`]): the running
+//! daemon's, asked of its admin server on loopback (`--daemon-addr`); when no daemon answers,
+//! it says so and shows what the runtime and the pod tell of the last update (read back: the
+//! manager's update time, the old container's end and the new one's start, `Ready`).
+//!
 //! What it sees and decides is the daemon's: containermeta's observe step and plan
 //! ([`containermeta::observe_as_started`], [`containermeta::plan`]), taken as a daemon that
 //! just started takes them, so the two cannot disagree.
@@ -27,6 +32,7 @@ use crate::controller::containermeta::{
 };
 use crate::controller::containers::newest_by_name;
 use crate::controller::provenance::{self, NOT_BY_KRUISED, Restart};
+use crate::controller::timeline::view::{self, PodTimelines, StepView, TimelineView};
 use crate::cri::{ContainerState, RemoteRuntime, RuntimeService, Runtimes};
 use crate::hash::env::expected_env_hash;
 use crate::hash::kubelet::{format_hash, hash_container, hash_container_legacy};
@@ -46,6 +52,10 @@ pub struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
+    /// The running daemon's admin server (its `--addr`), asked on loopback for the pod's
+    /// in-place update timelines.
+    #[arg(long, default_value = "127.0.0.1:10221")]
+    pub daemon_addr: std::net::SocketAddr,
 }
 
 /// What the daemon sees and decides for one container.
@@ -250,6 +260,8 @@ pub struct PodView {
     pub in_place_update_state: Option<String>,
     /// Per container.
     pub containers: Vec<ContainerView>,
+    /// The in-place update timelines: the daemon's, or read back from the runtime and the pod.
+    pub in_place_updates: Option<PodTimelines>,
 }
 
 fn step_text(step: &RestartStep) -> String {
@@ -367,6 +379,214 @@ pub async fn explain_pod(pod: &Pod, runtimes: &Runtimes) -> PodView {
         in_place_update_pending: decide::in_place_update_pending(pod),
         in_place_update_state: state_raw,
         containers: views,
+        in_place_updates: None,
+    }
+}
+
+// === in-place update timelines ===
+
+/// How long explain waits for the daemon's answer.
+const DAEMON_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+/// The largest answer taken from it (two timelines are a few KiB).
+const DAEMON_ANSWER_LIMIT: u64 = 1024 * 1024;
+
+/// Why the daemon gave no timelines.
+#[derive(Debug, thiserror::Error)]
+enum DaemonError {
+    #[error("no daemon answered at {addr}: {error}")]
+    Unreachable {
+        addr: std::net::SocketAddr,
+        error: String,
+    },
+    #[error("the daemon at {addr} answered {status}: {body}")]
+    Refused {
+        addr: std::net::SocketAddr,
+        status: u16,
+        body: String,
+    },
+}
+
+/// A plain HTTP/1.1 GET of `path` on `addr`: the status and the body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    (&mut stream)
+        .take(DAEMON_ANSWER_LIMIT)
+        .read_to_end(&mut raw)
+        .await?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("not an HTTP answer"))?;
+    Ok((status, body.to_string()))
+}
+
+/// The daemon's timelines of pod `namespace/name`: `Ok(None)` when it knows no update of it.
+async fn daemon_timelines(
+    addr: std::net::SocketAddr,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<PodTimelines>, DaemonError> {
+    let path = format!("/debug/inplace-updates/{namespace}/{name}");
+    let unreachable = |error: String| DaemonError::Unreachable { addr, error };
+    let (status, body) = tokio::time::timeout(DAEMON_WAIT, http_get(addr, &path))
+        .await
+        .map_err(|_| unreachable(format!("no answer within {DAEMON_WAIT:?}")))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    match status {
+        200 => serde_json::from_str(&body)
+            .map(Some)
+            .map_err(|e| DaemonError::Refused {
+                addr,
+                status,
+                body: format!("not a timeline: {e}"),
+            }),
+        404 if body.starts_with("no in-place update timeline") => Ok(None),
+        _ => Err(DaemonError::Refused {
+            addr,
+            status,
+            body: crate::controller::text::bounded_text(body.trim().as_bytes(), 200),
+        }),
+    }
+}
+
+/// The pod's last in-place update as the runtime and the pod tell it, without the daemon:
+/// from the manager's update time (the state annotation, to the second) to `Ready` again,
+/// with the end of the old container and the start of the new one of each container the
+/// runtime recreated since.
+pub async fn read_back(
+    pod: &Pod,
+    runtime: &RemoteRuntime,
+    containers: &[crate::cri::Container],
+) -> Option<TimelineView> {
+    let state = keys::parse_inplace_update_state(pod.annotations())
+        .ok()
+        .flatten()?;
+    let updated = state.update_timestamp?.0;
+    let seen_at = i64::try_from(updated.as_nanosecond()).ok()?;
+    let mut changed = Vec::new();
+    let (mut stopped, mut started, mut created) = (Vec::new(), Vec::new(), Vec::new());
+    for spec in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        let mut of_name: Vec<&crate::cri::Container> = containers
+            .iter()
+            .filter(|c| c.metadata.name == spec.name)
+            .collect();
+        of_name.sort_by_key(|c| std::cmp::Reverse((c.metadata.attempt, c.created_at)));
+        let (Some(new), Some(old)) = (of_name.first(), of_name.get(1)) else {
+            continue;
+        };
+        if new.created_at < seen_at {
+            continue;
+        }
+        let new_status = runtime.container_status(&new.id, false).await.ok();
+        let old_status = runtime.container_status(&old.id, false).await.ok();
+        stopped.push(old_status.map(|s| s.finished_at).filter(|t| *t > 0));
+        started.push(new_status.map(|s| s.started_at).filter(|t| *t > 0));
+        created.push(Some(new.created_at));
+        changed.push(view::ContainerView {
+            name: spec.name.clone(),
+            image: spec.image.clone().unwrap_or_default(),
+            old_container: Some(old.id.clone()),
+            new_container: Some(new.id.clone()),
+        });
+    }
+    // every container's, the last
+    let last = |times: &[Option<i64>]| -> Option<i64> {
+        if times.is_empty() {
+            return None;
+        }
+        times
+            .iter()
+            .try_fold(i64::MIN, |acc, t| Some(acc.max((*t)?)))
+    };
+    let ready = pod
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .and_then(|t| i64::try_from(t.0.as_nanosecond()).ok())
+        .filter(|t| *t >= seen_at)
+        // to the second: not before the start it follows
+        .map(|t| last(&started).map_or(t, |s| t.max(s)));
+    let after = |t: Option<i64>| {
+        t.map(|t| {
+            let d = std::time::Duration::from_nanos(u64::try_from(t - seen_at).unwrap_or(0));
+            (d.as_secs_f64() * 1000.0).round() / 1000.0
+        })
+    };
+    let step = |name: &str, t: Option<i64>, source: Option<&str>| StepView {
+        step: name.to_string(),
+        at: t.map(view::rfc3339),
+        after_seconds: after(t),
+        source: t.and(source).map(str::to_string),
+    };
+    let steps = vec![
+        step(
+            "image_present",
+            last(&created),
+            Some("new container created: at the latest"),
+        ),
+        step("container_stopped", last(&stopped), None),
+        step("container_started", last(&started), None),
+        step(
+            "ready",
+            ready,
+            Some("the kubelet's Ready, to the second, not before the start"),
+        ),
+    ];
+    Some(TimelineView {
+        state: "read back".to_string(),
+        seen_by: "the manager's update time (to the second)".to_string(),
+        seen_at: view::rfc3339(seen_at),
+        joined_late: false,
+        containers: changed,
+        steps,
+        unready_seconds: after(ready),
+    })
+}
+
+/// The timelines explain shows: the daemon's; else, saying why, what it reads back.
+async fn timelines_of(addr: std::net::SocketAddr, pod: &Pod, runtimes: &Runtimes) -> PodTimelines {
+    let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    let id = format!("{namespace}/{name}");
+    match daemon_timelines(addr, &namespace, &name).await {
+        Ok(Some(mut t)) => {
+            t.source = format!("from the daemon at {addr}");
+            t
+        }
+        Ok(None) => PodTimelines {
+            pod: id,
+            source: format!("the daemon at {addr} has seen no in-place update of this pod"),
+            updates: Vec::new(),
+        },
+        Err(e) => {
+            let (runtime, _) = match runtimes.for_containers(decide::container_ids(pod)) {
+                Ok((rt, name)) => (rt.clone(), name),
+                Err(_) => (
+                    runtimes.primary().clone(),
+                    runtimes.primary_version().runtime_name.clone(),
+                ),
+            };
+            let uid = pod.uid().unwrap_or_default();
+            let containers = crate::controller::containers::containers_of_pod(&runtime, &uid)
+                .await
+                .unwrap_or_default();
+            PodTimelines {
+                pod: id,
+                source: format!("{e}; read back from the runtime and the pod"),
+                updates: read_back(pod, &runtime, &containers)
+                    .await
+                    .into_iter()
+                    .collect(),
+            }
+        }
     }
 }
 
@@ -405,6 +625,9 @@ pub fn render(v: &PodView) -> String {
         for r in &c.restarts {
             out.push_str(&format!("    {}\n", restart_line(r)));
         }
+    }
+    if let Some(t) = &v.in_place_updates {
+        out.push_str(&view::render(t));
     }
     out
 }
@@ -457,7 +680,8 @@ pub(crate) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("pod {ns}/{name}: {e}"))?;
     let rt = args.runtime.resolve()?;
     let runtimes = rt.discover().await?;
-    let view = explain_pod(&pod, &runtimes).await;
+    let mut view = explain_pod(&pod, &runtimes).await;
+    view.in_place_updates = Some(timelines_of(args.daemon_addr, &pod, &runtimes).await);
     match args.output {
         OutputFormat::Table => print!("{}", render(&view)),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&view)?),

@@ -42,3 +42,4 @@ mod settle;
 mod silent_api;
 mod swap;
 mod test_tree;
+mod timeline;

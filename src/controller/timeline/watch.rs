@@ -184,9 +184,8 @@ impl Watcher {
             warning: true,
             reason: SLOW_REASON.to_string(),
             note: format!(
-                "in-place update unready for {:.1}s (threshold {}s): {summary}",
-                window.as_secs_f64(),
-                slow.as_secs()
+                "in-place update unready for {:.1}s (threshold {slow:?}): {summary}",
+                window.as_secs_f64()
             ),
             action: "InPlaceUpdate".to_string(),
         });
