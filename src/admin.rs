@@ -62,7 +62,10 @@ pub const TIMELINES_PATH: &str = "/debug/inplace-updates/";
 /// known): the daemon's timelines, which this module cannot name (it sits below the
 /// controllers).
 #[derive(Clone)]
-pub struct TimelineSource(pub Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>);
+pub struct TimelineSource(pub Arc<TimelineLookup>);
+
+/// What a [`TimelineSource`] calls: namespace and name to JSON.
+pub type TimelineLookup = dyn Fn(&str, &str) -> Option<String> + Send + Sync;
 
 impl fmt::Debug for TimelineSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

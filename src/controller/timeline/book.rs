@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::facts::{PodFacts, bounded_image};
-use super::timeline::{Ns, PodTrack, PresentBy, RuntimeContainer, Update};
+use super::track::{Ns, PodTrack, PresentBy, RuntimeContainer, Update};
 use super::view::{PodTimelines, TimelineView};
 
 /// A pod as the book keys it.

@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::timeline::{End, Step, Update};
+use super::track::{End, Step, Update};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StepLabel {
@@ -112,5 +112,43 @@ impl Metrics {
     /// Counts an event about a slow update.
     pub fn slow_event(&self) {
         self.slow_events.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::timeline::track::example;
+
+    fn encoded(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).expect("encodes");
+        out
+    }
+
+    #[test]
+    fn a_finished_update_is_measured_and_one_joined_late_or_superseded_only_counted() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.ended(&example(false));
+        m.ended(&example(true));
+        let mut superseded = example(false);
+        superseded.end = superseded.end.map(|(_, at)| (End::Superseded, at));
+        m.ended(&superseded);
+        let text = encoded(&registry);
+        for line in [
+            "step_seconds_count{step=\"image_present\"} 1",
+            "step_seconds_sum{step=\"image_present\"} 1.0",
+            "step_seconds_sum{step=\"container_stopped\"} 2.0",
+            "step_seconds_sum{step=\"container_started\"} 3.0",
+            "step_seconds_sum{step=\"ready\"} 4.0",
+            "step_seconds_sum{step=\"meta_written\"} 5.0",
+            "unready_seconds_sum{seen_by=\"gate\"} 4.0",
+            "unready_seconds_count{seen_by=\"gate\"} 1",
+            "timelines_total{seen_by=\"gate\",result=\"finished\"} 2",
+            "timelines_total{seen_by=\"gate\",result=\"superseded\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `mod.rs` | this map, and [`start`] |
 //! | `facts.rs` | what one version of a pod says of an update, pure |
-//! | `timeline.rs` | one pod's updates and their steps, pure: any order, duplicates, a restart |
+//! | `track.rs` | one pod's updates and their steps, pure: any order, duplicates, a restart |
 //! | `book.rs` | the node's timelines, one per pod, and their handle [`Timelines`] (the puller's entry point: [`Timelines::image_present`]) |
 //! | `view.rs` | a timeline as JSON (the admin endpoint, explain) and as text |
 //! | `watch.rs` | the task: the pod watch, the runtime, the sweep, the event |
@@ -23,7 +23,7 @@
 mod book;
 mod facts;
 mod metrics;
-mod timeline;
+mod track;
 pub mod view;
 mod watch;
 

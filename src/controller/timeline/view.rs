@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::timeline::{End, Ns, PresentBy, Step, Update};
+use super::track::{End, Ns, PresentBy, Step, Update};
 
 /// A pod's timelines: the update in flight, then the last one that ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -170,4 +170,38 @@ pub fn render(t: &PodTimelines) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::timeline::track::example;
+
+    #[test]
+    fn a_timeline_shows_each_step_after_the_update_seen_and_its_window() {
+        let t = PodTimelines {
+            pod: "default/web-0".into(),
+            source: "from the daemon at 127.0.0.1:10221".into(),
+            updates: vec![TimelineView::of(&example(false))],
+        };
+        let text = render(&t);
+        assert_eq!(
+            text,
+            "\nIn-place updates (from the daemon at 127.0.0.1:10221)\n\
+             \x20 finished: seen by gate at 2027-01-15T08:00:00.000Z\n\
+             \x20   container main: app:v2  c1 -> c2\n\
+             \x20   image present         +1.000s  2027-01-15T08:00:01.000Z (pulled by kruised)\n\
+             \x20   container stopped     +2.000s  2027-01-15T08:00:02.000Z\n\
+             \x20   container started     +3.000s  2027-01-15T08:00:03.000Z\n\
+             \x20   ready                 +4.000s  2027-01-15T08:00:04.000Z\n\
+             \x20   meta written          +5.000s  2027-01-15T08:00:05.000Z\n\
+             \x20   unready window     4.000s\n"
+        );
+        // and back from JSON, as explain reads the daemon's answer
+        let json = serde_json::to_string(&t).expect("serialises");
+        assert_eq!(
+            serde_json::from_str::<PodTimelines>(&json).expect("parses"),
+            t
+        );
+    }
 }

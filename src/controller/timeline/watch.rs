@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::book::{PodKey, Timelines};
 use super::facts::PodFacts;
 use super::metrics::Metrics;
-use super::timeline::{End, RuntimeContainer, Step, Update};
+use super::track::{End, RuntimeContainer, Step, Update};
 use crate::controller::containermeta::decide;
 use crate::controller::containers::containers_of_pod;
 use crate::cri::{
@@ -167,7 +167,13 @@ impl Watcher {
             return;
         };
         let summary = summary(u);
-        tracing::info!(pod = %key, result = how.as_str(), seen_by = u.seen_by.as_str(), joined_late = u.joined_late, "in-place update {}: {summary}", how.as_str());
+        // a superseded or abandoned update is what a pod's author can make at will: not
+        // worth a line of the log each
+        if matches!(how, End::Finished | End::Unfinished) {
+            tracing::info!(pod = %key, result = how.as_str(), seen_by = u.seen_by.as_str(), joined_late = u.joined_late, "in-place update {}: {summary}", how.as_str());
+        } else {
+            tracing::debug!(pod = %key, result = how.as_str(), seen_by = u.seen_by.as_str(), "in-place update {}: {summary}", how.as_str());
+        }
         let (Some(slow), Some(window)) = (self.slow, u.unready()) else {
             return;
         };
@@ -257,4 +263,19 @@ async fn runtime_containers(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::timeline::track::example;
+
+    #[test]
+    fn the_event_and_log_line_give_each_step_after_the_update_seen() {
+        assert_eq!(
+            summary(&example(false)),
+            "seen by gate; image present +1.0s (pulled by kruised), container stopped +2.0s, \
+             container started +3.0s, ready +4.0s, meta written +5.0s"
+        );
+    }
 }

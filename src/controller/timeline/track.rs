@@ -509,12 +509,12 @@ impl PodTrack {
         let Some(baseline) = &self.baseline else {
             // first sight: an update under way is joined late; otherwise this is the baseline
             if f.gate_false || f.grace.is_some() {
-                self.current = Some(Update::new(now, SeenBy::Gate, true, f));
-                if f.grace.is_some() && !f.gate_false {
-                    if let Some(u) = &mut self.current {
-                        u.seen_by = SeenBy::GraceAnnotation;
-                    }
-                }
+                let seen_by = if f.gate_false {
+                    SeenBy::Gate
+                } else {
+                    SeenBy::GraceAnnotation
+                };
+                self.current = Some(Update::new(now, seen_by, true, f));
             }
             self.baseline = Some(f.spec.clone());
             return;
@@ -630,6 +630,36 @@ impl PodTrack {
             }
             self.early.push((image.to_string(), at));
         }
+    }
+}
+
+/// A finished update of one container, for the tests of the files that show and measure
+/// updates: seen at 0, its image present at 1 s, stopped 2 s, started 3 s, ready 4 s, meta 5 s.
+#[cfg(test)]
+pub fn example(joined_late: bool) -> Update {
+    const S: Ns = 1_000_000_000;
+    let t0 = 1_800_000_000 * S;
+    Update {
+        seen_at: t0,
+        seen_by: SeenBy::Gate,
+        joined_late,
+        gate_false_at: Some(t0),
+        target: None,
+        containers: vec![Tracked {
+            name: "main".into(),
+            image: "app:v2".into(),
+            image_changed: true,
+            old_id: Some("c1".into()),
+            new_id: Some("c2".into()),
+            present: Some((t0 + S, PresentBy::Puller)),
+            stopped: Some(t0 + 2 * S),
+            started: Some(t0 + 3 * S),
+            image_checked: true,
+        }],
+        ids_at_seen: BTreeMap::new(),
+        ready: Some(t0 + 4 * S),
+        meta_written: Some(t0 + 5 * S),
+        end: Some((End::Finished, t0 + 5 * S)),
     }
 }
 
