@@ -572,6 +572,9 @@ async fn explain(node: &FakeNode) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // the in-place update timelines are the daemon's (whichever answers on loopback), not
+    // the runtime's
+    v.as_object_mut().unwrap().remove("inPlaceUpdates");
     let prefix = node.kubelet_id("");
     for c in v["containers"].as_array_mut().unwrap() {
         let id = c.as_object_mut().unwrap().remove("containerId").unwrap();
