@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::daemon::{Daemon, http_get};
+use crate::support::kubelet::KubeletTiming;
 use crate::support::manager::scene::{LIMIT, Scene, WORKLOAD};
 use crate::support::manager::{Template, Timing};
-use crate::support::node::NODE;
+use crate::support::node::{FakeNode, NODE};
 use crate::support::wait;
 
 const SLOW_REASON: &str = "InPlaceUpdateSlow";
@@ -58,6 +59,20 @@ async fn explain(s: &Scene, daemon: std::net::SocketAddr, format: &str) -> Strin
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// Waits until the daemon's `/metrics` has `line` (an update is measured just after its
+/// timeline shows it ended); returns them.
+async fn metrics_with(d: &Daemon, line: &str) -> String {
+    let (_, metrics) = wait::poll(
+        LIMIT,
+        Duration::from_millis(50),
+        &format!("{line} in /metrics"),
+        || http_get(d.admin, "/metrics"),
+        |(code, body): &(u16, String)| *code == 200 && body.contains(line),
+    )
+    .await;
+    metrics
 }
 
 fn step<'a>(update: &'a Value, name: &str) -> &'a Value {
@@ -124,8 +139,11 @@ async fn an_in_place_image_update_is_timed_step_by_step_in_metrics_explain_and_n
     assert!(update["unreadySeconds"].as_f64().is_some(), "{update:#}");
 
     // the histograms, one update each
-    let (code, metrics) = http_get(d.admin, "/metrics").await;
-    assert_eq!(code, 200);
+    let metrics = metrics_with(
+        &d,
+        "kruised_inplace_update_timelines_total{seen_by=\"gate\",result=\"finished\"} 1",
+    )
+    .await;
     for line in [
         "kruised_inplace_update_step_seconds_count{step=\"image_present\"} 1",
         "kruised_inplace_update_step_seconds_count{step=\"container_stopped\"} 1",
@@ -218,11 +236,7 @@ async fn an_update_whose_unready_window_passes_the_threshold_is_told_in_one_even
             && note.contains("container started +"),
         "{note}"
     );
-    let (_, metrics) = http_get(d.admin, "/metrics").await;
-    assert!(
-        metrics.contains("kruised_inplace_update_slow_events_total 1"),
-        "{metrics}"
-    );
+    metrics_with(&d, "kruised_inplace_update_slow_events_total 1").await;
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }
@@ -253,6 +267,98 @@ async fn the_timeline_endpoint_refuses_a_malformed_pod_and_says_when_it_knows_no
     .await;
     let timelines: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(timelines["updates"], json!([]));
+    d.terminate();
+    assert!(d.wait_exit(LIMIT).await.success());
+}
+
+/// The manager's grace period by hand (the manager double has none yet): the annotation with
+/// the coming image, then the spec with it and the annotation gone, as kruise's
+/// `finishGracePeriod` writes them.
+#[tokio::test]
+async fn an_update_announced_by_the_grace_annotation_is_seen_by_it_and_a_bare_pod_has_no_timeline()
+{
+    let mut node = FakeNode::start().await;
+    let main = json!([{"name": "main", "image": "busybox:v1"}]);
+    node.add_pod("web-0", main.clone(), json!({}), true);
+    node.add_owned_pod("bare", main, json!({}), true, json!([]));
+    // the new image is on the node already
+    node.cri.state().add_image("busybox:v2");
+    let node = std::sync::Arc::new(node);
+    let _kubelet = KubeletTiming::at_once(node.clone());
+    let args = node.daemon_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut d = Daemon::start(NODE, &args);
+    d.wait_for_log("daemon ready", LIMIT).await;
+    // known once the daemon has seen it
+    wait::poll(
+        LIMIT,
+        Duration::from_millis(50),
+        "web-0 known to the daemon's timelines",
+        || http_get(d.admin, "/debug/inplace-updates/default/web-0"),
+        |(code, _): &(u16, String)| *code == 200,
+    )
+    .await;
+
+    let grace =
+        "{\"revision\":\"r2\",\"containerImages\":{\"main\":\"busybox:v2\"},\"graceSeconds\":15}";
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["metadata"]["annotations"]["apps.kruise.io/inplace-update-grace"] = json!(grace)
+        })
+        .expect("the grace annotation written");
+    let (_, body) = wait::poll(
+        LIMIT,
+        Duration::from_millis(50),
+        "web-0's update seen by the grace annotation, its image found on the node",
+        || http_get(d.admin, "/debug/inplace-updates/default/web-0"),
+        |(_, body): &(u16, String)| {
+            body.contains("\"seenBy\":\"grace-annotation\"")
+                && body.contains("\"source\":\"already on the node\"")
+        },
+    )
+    .await;
+    let shown: Value = serde_json::from_str(&body).expect("JSON");
+    let update = &shown["updates"][0];
+    assert_eq!(update["state"], "in progress");
+    assert_eq!(update["containers"][0]["image"], "busybox:v2");
+    let present = step(update, "image_present");
+    assert_eq!(
+        present["source"], "already on the node",
+        "the runtime had it when the annotation came: {update:#}"
+    );
+    assert_eq!(step(update, "ready")["at"], Value::Null);
+
+    // the grace period over: the spec, the annotation gone
+    node.api
+        .modify("pods", "default", "web-0", |p| {
+            p["spec"]["containers"][0]["image"] = json!("busybox:v2");
+            p["metadata"]["annotations"]
+                .as_object_mut()
+                .expect("annotations")
+                .remove("apps.kruise.io/inplace-update-grace");
+        })
+        .expect("the spec patched");
+    let timelines = finished_timeline(&d).await;
+    let update = &timelines["updates"][0];
+    assert_eq!(update["seenBy"], "grace-annotation", "{update:#}");
+    assert_eq!(step(update, "image_present")["afterSeconds"], 0.0);
+    for name in [
+        "container_stopped",
+        "container_started",
+        "ready",
+        "meta_written",
+    ] {
+        assert!(step(update, name)["at"].is_string(), "{name}: {update:#}");
+    }
+    metrics_with(
+        &d,
+        "kruised_inplace_update_timelines_total{seen_by=\"grace-annotation\",result=\"finished\"} 1",
+    )
+    .await;
+
+    // a pod no kruise workload controls: no timeline
+    let (code, body) = http_get(d.admin, "/debug/inplace-updates/default/bare").await;
+    assert_eq!(code, 404, "{body}");
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 }
