@@ -55,7 +55,17 @@ pub fn start(
         queues,
         &stops,
     );
-    imagepull::start(ctx, registry.sub_registry_with_prefix("imagepull"));
+    let present: imagepull::PresentHook = {
+        let timelines = timelines.clone();
+        std::sync::Arc::new(move |namespace: &str, name: &str, image: &str, at: i64| {
+            timelines.image_present(namespace, name, image, at);
+        })
+    };
+    imagepull::start(
+        ctx,
+        registry.sub_registry_with_prefix("imagepull"),
+        Some(present),
+    );
     recreate::start(
         ctx,
         registry.sub_registry_with_prefix("recreate"),

@@ -202,6 +202,7 @@ impl PullNode {
             settings,
             Metrics::unregistered(),
             Some(ctx.event_sink(imagepull::EVENT_COMPONENT)),
+            None,
         );
         PullNode {
             api,

@@ -295,7 +295,7 @@ fn finish<I, C>(
 /// The one place where a critical-path pull ends for the pods that asked: a per-pod timeline's
 /// "image present" step belongs here (`tools` is the puller's context; now is the moment).
 fn image_present<I, C>(
-    _tools: &PullTools<I, C>,
+    tools: &PullTools<I, C>,
     want: &Want,
     pods: &[&String],
     how: Ensured,
@@ -314,6 +314,12 @@ fn image_present<I, C>(
         ..want.clone()
     };
     tracing::info!(image = %want.image, pods = %asked.describe_pods(LOG_PODS), how, ?took, "in-place update: the pod's next image is on the node");
+    if let Some(told) = &tools.present {
+        let at = crate::cri::clock::now_ns();
+        for pod in asked.pods.keys() {
+            told(&want.namespace, pod, &want.image, at);
+        }
+    }
 }
 
 /// Sets the metrics of `plan` and logs what it leaves out that the last one did not: an

@@ -66,19 +66,25 @@ use crate::k8s::crd::NodeImage;
 use crate::k8s::write::EventSink;
 
 pub use self::settings::Settings;
+pub use self::task::PresentHook;
 
 /// The component name of the puller's events (kruise-daemon's, so existing filters keep working).
 pub const EVENT_COMPONENT: &str = "kruise-daemon-imagepuller";
 
 /// Starts the image puller with the daemon's settings.
-pub fn start(ctx: &Context, registry: &mut Registry) {
-    start_with(ctx, registry, Settings::from_config(&ctx.config));
+pub fn start(ctx: &Context, registry: &mut Registry, present: Option<task::PresentHook>) {
+    start_with(ctx, registry, Settings::from_config(&ctx.config), present);
 }
 
 /// Starts the image puller with `settings`: once the runtime is found, the NodeImage controller
 /// and (if enabled and pods are watched) the in-place pull and the next-batch pre-puller, on the
 /// daemon's tasks.
-pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
+pub fn start_with(
+    ctx: &Context,
+    registry: &mut Registry,
+    settings: Settings,
+    present: Option<task::PresentHook>,
+) {
     let metrics = metrics::Metrics::register(registry);
     let ctx = ctx.clone();
     let span = tracing::info_span!("imagepull", node = %ctx.config.node_name);
@@ -109,7 +115,7 @@ pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
                 secrets::SecretStore::new(ctx.client.clone(), &ctx.config.config_namespace)
                     .with_plugins(plugins),
             );
-            run(&ctx, runtime, credentials, settings, metrics, Some(events));
+            run(&ctx, runtime, credentials, settings, metrics, Some(events), present);
         }
         .instrument(span),
     );
@@ -124,6 +130,7 @@ pub fn run<I, C>(
     settings: Settings,
     metrics: metrics::Metrics,
     events: Option<EventSink>,
+    present: Option<task::PresentHook>,
 ) where
     I: ImageService + Clone + 'static,
     C: secrets::Credentials,
@@ -137,6 +144,7 @@ pub fn run<I, C>(
         events,
         free_space: disk::free_bytes,
         tracker: ctx.tracker.clone(),
+        present,
     });
     let (busy_tx, busy) = watch::channel(0usize);
     let node = &ctx.config.node_name;

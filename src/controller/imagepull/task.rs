@@ -69,7 +69,15 @@ pub struct PullTools<I, C> {
     pub free_space: fn(&Path) -> Option<u64>,
     /// Where tasks run.
     pub tracker: tokio_util::task::TaskTracker,
+    /// Told when an in-place update's new image is on the node for a pod; `None`: nobody.
+    pub present: Option<PresentHook>,
 }
+
+/// Told that an in-place update's new image is on the node for a pod: its namespace, its name,
+/// the image, and since when (ns since the epoch, the runtime's clock). The in-place update
+/// timelines' "image present" step (`controller::timeline`), kept a callback so the puller
+/// does not depend on them.
+pub type PresentHook = Arc<dyn Fn(&str, &str, &str, i64) + Send + Sync>;
 
 /// One tag to pull.
 #[derive(Clone, Debug)]

@@ -171,6 +171,7 @@ fn tools_of(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<PullTools<M
         events: None,
         free_space: |_| Some(100 << 30),
         tracker,
+        present: None,
     })
 }
 
@@ -457,6 +458,7 @@ async fn below_the_disk_floor_the_tag_fails_at_once_without_pulling() {
         events: None,
         free_space: |_| Some(10 << 20),
         tracker,
+        present: None,
     });
     let s = finish(&tools, job("r.io/app", "v1")).await;
     assert_eq!(s.phase, ImagePullPhase::Failed);

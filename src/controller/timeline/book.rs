@@ -104,11 +104,15 @@ impl Timelines {
             .collect()
     }
 
-    /// The puller's word: `image` is on the node for pod `pod_uid`'s update since `at` (the
-    /// runtime's clock, `cri::clock::now_ns`). A word for a pod the node does not hold is
-    /// dropped; one for an update not seen yet is kept for it (a few per pod).
-    pub fn image_present(&self, pod_uid: &str, image: &str, at: Ns) {
-        if let Some(e) = self.lock().get_mut(pod_uid) {
+    /// The puller's word: `image` is on the node for the update of pod `name` of `namespace`
+    /// since `at` (the runtime's clock, `cri::clock::now_ns`). A word for a pod the node does
+    /// not hold is dropped; one for an update not seen yet is kept for it (a few per pod).
+    pub fn image_present(&self, namespace: &str, name: &str, image: &str, at: Ns) {
+        let mut pods = self.lock();
+        let entry = pods
+            .values_mut()
+            .find(|e| e.namespace == namespace && e.name == name);
+        if let Some(e) = entry {
             e.track
                 .image_present(&bounded_image(image), at, PresentBy::Puller);
         }
@@ -192,7 +196,7 @@ mod tests {
         assert_eq!(view.updates.len(), 1);
         assert_eq!(view.updates[0].state, "in progress");
         assert_eq!(view.updates[0].seen_by, "image-change");
-        book.image_present("someone-else", "app:v2", 3);
+        book.image_present("default", "someone-else", "app:v2", 3);
         assert_eq!(
             book.len(),
             1,

@@ -34,6 +34,7 @@ fn tools(mock: &Mock, slots: Option<Arc<Slots>>) -> Arc<PullTools<Mock, Anonymou
         events: None,
         free_space: |_| None,
         tracker,
+        present: None,
     })
 }
 
@@ -133,4 +134,45 @@ async fn an_in_place_pull_takes_a_freed_slot_before_next_batch_and_nodeimage_wor
     let order: Vec<String> = mock.st().pulls.iter().map(|p| p.image.clone()).collect();
     assert_eq!(order, ["r.io/app:v2", "r.io/next:v2"]);
     assert_eq!(mock.st().max_in_flight, 1, "one slot, one pull at a time");
+}
+
+#[test]
+fn an_image_on_the_node_is_told_to_the_timelines_for_each_pod_that_asked() {
+    let told: Arc<std::sync::Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let mut with_hook = Arc::into_inner(tools(&Mock::default(), None)).expect("one owner");
+    with_hook.present = Some({
+        let told = told.clone();
+        Arc::new(move |ns: &str, pod: &str, image: &str, _at: i64| {
+            let mut t = told
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            t.push((ns.into(), pod.into(), image.into()));
+        })
+    });
+    let want = Want {
+        image: "app:v2".into(),
+        reference: reference("app:v2"),
+        namespace: "t".into(),
+        pods: [
+            ("web-0".to_string(), plan::Why::Grace),
+            ("web-1".to_string(), plan::Why::SpecChange),
+        ]
+        .into(),
+    };
+    let (web0, gone) = ("web-0".to_string(), "gone".to_string());
+    image_present(
+        &with_hook,
+        &want,
+        &[&web0, &gone],
+        Ensured::Pulled,
+        Duration::from_secs(9),
+    );
+    let told = told
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert_eq!(
+        *told,
+        vec![("t".into(), "web-0".into(), "app:v2".into())],
+        "only pods that asked, each once"
+    );
 }

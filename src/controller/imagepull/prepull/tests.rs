@@ -60,6 +60,7 @@ fn tools<C: Credentials>(
         events: None,
         free_space: free,
         tracker,
+        present: None,
     }
 }
 
