@@ -109,7 +109,6 @@ const LOG_LIMIT: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct RequestLog {
     counts: BTreeMap<(String, String), usize>,
-    users: BTreeMap<String, usize>,
     /// By `(user, verb, resource)`, every request however long the run (an audit log's sums).
     by_user: BTreeMap<(String, String, String), u64>,
     /// Requests recorded in all.
@@ -127,7 +126,6 @@ impl RequestLog {
                 .or_default() += 1;
         }
         if let Some(user) = &rec.user {
-            *self.users.entry(user.clone()).or_default() += 1;
             *self
                 .by_user
                 .entry((user.clone(), rec.verb.clone(), rec.resource.clone()))
@@ -158,7 +156,8 @@ impl RequestLog {
 
     /// Requests counted for `user` (authentication on), refused ones included.
     pub fn user_count(&self, user: &str) -> usize {
-        self.users.get(user).copied().unwrap_or(0)
+        let of_user = self.by_user.iter().filter(|((u, ..), _)| u == user);
+        of_user.map(|(_, n)| *n as usize).sum()
     }
 
     /// The requests refused with `401` or `403`, oldest first (the first 10 000, however many

@@ -3,7 +3,7 @@
 //! Add a kind by pushing a [`KindInfo`] onto [`Config::kinds`](crate::Config::kinds):
 //! [`KindInfo::custom`] gives CRD semantics (status subresource, generation,
 //! resourceVersion required on update, strategic merge refused), [`KindInfo::core`]
-//! gives built-in semantics that can be adjusted with the builder methods.
+//! built-in semantics, adjusted by setting the fields.
 
 use std::sync::Arc;
 
@@ -123,12 +123,6 @@ impl KindInfo {
         }
     }
 
-    /// Enable or disable the `/status` subresource.
-    pub fn with_status_subresource(mut self, on: bool) -> Self {
-        self.status_subresource = on;
-        self
-    }
-
     /// Add a supported field selector key read from a dotted `path`.
     pub fn with_field(mut self, key: &str, path: &str, default: &str) -> Self {
         self.fields.push(FieldKey {
@@ -142,24 +136,6 @@ impl KindInfo {
     /// Add field selector keys read from the path of the same name, `""` when absent.
     pub fn with_fields(self, keys: &[&str]) -> Self {
         keys.iter().fold(self, |k, key| k.with_field(key, key, ""))
-    }
-
-    /// Set what HTTP create does with `.status`.
-    pub fn with_status_on_create(mut self, s: StatusOnCreate) -> Self {
-        self.status_on_create = s;
-        self
-    }
-
-    /// Let PUT on a missing object create it.
-    pub fn with_create_on_update(mut self) -> Self {
-        self.allow_create_on_update = true;
-        self
-    }
-
-    /// Make DELETE answer with the deleted object instead of a `Status`.
-    pub fn with_delete_returning_object(mut self) -> Self {
-        self.delete_returns_object = true;
-        self
     }
 
     pub fn with_short_names(mut self, names: &[&str]) -> Self {
@@ -176,21 +152,13 @@ impl KindInfo {
         }
     }
 
-    /// `pods` or `nodeimages.apps.kruise.io`, as used in error messages.
-    pub fn qualified_resource(&self) -> String {
+    /// `name` (the plural or the kind) with the group, as error messages name it: `pods`,
+    /// `NodeImage.apps.kruise.io`.
+    pub fn qualified(&self, name: &str) -> String {
         if self.group.is_empty() {
-            self.plural.clone()
+            name.to_string()
         } else {
-            format!("{}.{}", self.plural, self.group)
-        }
-    }
-
-    /// `Pod` or `NodeImage.apps.kruise.io`, as used in `Invalid` messages.
-    pub fn qualified_kind(&self) -> String {
-        if self.group.is_empty() {
-            self.kind.clone()
-        } else {
-            format!("{}.{}", self.kind, self.group)
+            format!("{name}.{}", self.group)
         }
     }
 
@@ -220,50 +188,53 @@ pub fn default_kinds_v1alpha1_only() -> Vec<KindInfo> {
 }
 
 fn core_kinds() -> Vec<KindInfo> {
+    let core = |plural, kind, namespaced, short_names: &[&str]| {
+        KindInfo::core("", "v1", plural, kind, namespaced).with_short_names(short_names)
+    };
+    // pods and namespaces: a `/status`, a phase set on create, the object answered on DELETE
+    let phased = |k: KindInfo, phase: &str| KindInfo {
+        status_subresource: true,
+        status_on_create: StatusOnCreate::Replace(json!({"phase": phase})),
+        delete_returns_object: true,
+        ..k
+    };
     let rbac =
         |plural, kind, namespaced| KindInfo::core(RBAC_GROUP, "v1", plural, kind, namespaced);
     vec![
         KindInfo {
             tracks_generation: true,
-            ..KindInfo::core("", "v1", "pods", "Pod", true)
+            ..phased(core("pods", "Pod", true, &["po"]), "Pending")
         }
-        .with_status_subresource(true)
-        .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Pending"})))
-        .with_delete_returning_object()
         .with_fields(&["spec.nodeName", "spec.restartPolicy", "spec.schedulerName"])
         .with_fields(&["spec.serviceAccountName", "status.phase", "status.podIP"])
         .with_fields(&["status.nominatedNodeName"])
-        .with_field("spec.hostNetwork", "spec.hostNetwork", "false")
-        .with_short_names(&["po"]),
-        KindInfo::core("", "v1", "events", "Event", true)
-            .with_create_on_update()
-            .with_fields(&["involvedObject.kind", "involvedObject.namespace"])
-            .with_fields(&["involvedObject.name", "involvedObject.uid"])
-            .with_fields(&[
-                "involvedObject.apiVersion",
-                "involvedObject.resourceVersion",
-            ])
-            .with_fields(&["involvedObject.fieldPath", "reason", "reportingComponent"])
-            .with_field("source", "source.component", "")
-            .with_fields(&["type"])
-            .with_short_names(&["ev"]),
-        KindInfo::core("", "v1", "secrets", "Secret", true).with_fields(&["type"]),
-        KindInfo::core("", "v1", "serviceaccounts", "ServiceAccount", true)
-            .with_short_names(&["sa"]),
-        KindInfo::core("", "v1", "namespaces", "Namespace", false)
-            .with_status_subresource(true)
-            .with_status_on_create(StatusOnCreate::Replace(json!({"phase": "Active"})))
-            .with_delete_returning_object()
-            .with_fields(&["status.phase"])
-            .with_short_names(&["ns"]),
-        KindInfo::core("", "v1", "nodes", "Node", false)
-            .with_status_subresource(true)
-            .with_field("spec.unschedulable", "spec.unschedulable", "false")
-            .with_short_names(&["no"]),
+        .with_field("spec.hostNetwork", "spec.hostNetwork", "false"),
+        KindInfo {
+            allow_create_on_update: true,
+            ..core("events", "Event", true, &["ev"])
+        }
+        .with_fields(&["involvedObject.kind", "involvedObject.namespace"])
+        .with_fields(&["involvedObject.name", "involvedObject.uid"])
+        .with_fields(&[
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+        ])
+        .with_fields(&["involvedObject.fieldPath", "reason", "reportingComponent"])
+        .with_field("source", "source.component", "")
+        .with_fields(&["type"]),
+        core("secrets", "Secret", true, &[]).with_fields(&["type"]),
+        core("serviceaccounts", "ServiceAccount", true, &["sa"]),
+        phased(core("namespaces", "Namespace", false, &["ns"]), "Active")
+            .with_fields(&["status.phase"]),
+        KindInfo {
+            status_subresource: true,
+            ..core("nodes", "Node", false, &["no"])
+        }
+        .with_field("spec.unschedulable", "spec.unschedulable", "false"),
         KindInfo {
             conversion: Some(Conversion::EventsV1),
+            allow_create_on_update: true,
             ..KindInfo::core("events.k8s.io", "v1", "events", "Event", true)
-                .with_create_on_update()
                 .with_fields(&["regarding.kind", "regarding.namespace", "regarding.name"])
                 .with_fields(&["regarding.uid", "reason", "reportingController", "type"])
                 .with_short_names(&["ev"])
@@ -275,10 +246,10 @@ fn core_kinds() -> Vec<KindInfo> {
         // no defaulting, no validation, no controller: no pods, no ControllerRevisions
         KindInfo {
             tracks_generation: true,
+            status_subresource: true,
             ..KindInfo::core("apps", "v1", "daemonsets", "DaemonSet", true)
-        }
-        .with_status_subresource(true)
-        .with_short_names(&["ds"]),
+                .with_short_names(&["ds"])
+        },
         // RBAC (`rbac.authorization.k8s.io/v1`): what the authorizer reads when RBAC is on
         // (`Config::rbac`), served whether it is on or not, as on a real server
         rbac("clusterroles", "ClusterRole", false),
@@ -297,6 +268,7 @@ type KruiseCrd = (&'static str, &'static str, bool, Names, Names);
 type Names = &'static [&'static str];
 
 const BOTH: &[&str] = &["v1beta1", "v1alpha1"];
+const ALPHA: &[&str] = &["v1alpha1"];
 const KRUISE: &[KruiseCrd] = &[
     ("nodeimages", "NodeImage", false, &[], BOTH),
     (
@@ -307,14 +279,8 @@ const KRUISE: &[KruiseCrd] = &[
         BOTH,
     ),
     ("imagepulljobs", "ImagePullJob", true, &[], BOTH),
-    ("nodepodprobes", "NodePodProbe", false, &[], &["v1alpha1"]),
-    (
-        "podprobemarkers",
-        "PodProbeMarker",
-        true,
-        &[],
-        &["v1alpha1"],
-    ),
+    ("nodepodprobes", "NodePodProbe", false, &[], ALPHA),
+    ("podprobemarkers", "PodProbeMarker", true, &[], ALPHA),
 ];
 
 fn kruise_kind(&(plural, kind, namespaced, short_names, _): &KruiseCrd, version: &str) -> KindInfo {

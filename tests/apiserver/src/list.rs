@@ -83,12 +83,12 @@ pub(crate) fn list(
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
-    Ok(json!({
-        "kind": format!("{}List", kind.kind),
-        "apiVersion": kind.api_version(),
-        "metadata": metadata,
-        "items": out,
-    }))
+    Ok(list_of(kind, metadata, out))
+}
+
+fn list_of(kind: &KindInfo, metadata: Value, items: Vec<Value>) -> Value {
+    let (kind_list, api_version) = (format!("{}List", kind.kind), kind.api_version());
+    json!({"kind": kind_list, "apiVersion": api_version, "metadata": metadata, "items": items})
 }
 
 /// DELETE on a collection: delete every matching object, return them as a list.
@@ -110,10 +110,9 @@ pub(crate) fn delete_collection(
         let (v, _) = ops::delete(st, kidx, item_ns, name, &Preconditions::default(), dry_run)?;
         items.push(v);
     }
-    Ok(json!({
-        "kind": format!("{}List", kind.kind),
-        "apiVersion": kind.api_version(),
-        "metadata": {"resourceVersion": st.rv.to_string()},
-        "items": items,
-    }))
+    Ok(list_of(
+        kind,
+        json!({"resourceVersion": st.rv.to_string()}),
+        items,
+    ))
 }

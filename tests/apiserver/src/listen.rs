@@ -105,11 +105,6 @@ pub(crate) struct Serving {
     pub open: Arc<AtomicUsize>,
 }
 
-/// Builds the TLS acceptor of `tls`, if any (before the server starts: bad settings fail it).
-pub(crate) fn acceptor(tls: Option<&Tls>) -> io::Result<Option<tokio_rustls::TlsAcceptor>> {
-    tls.map(Tls::acceptor).transpose()
-}
-
 /// Accepts connections on `listener` until shutdown, and obeys `commands`.
 pub(crate) async fn accept_loop(
     listener: TcpListener,

@@ -143,17 +143,26 @@ fn check_type(kind: &KindInfo, body: &mut Value, origin: Origin) -> Result<(), A
     Ok(())
 }
 
-/// Prune an HTTP request body like the real server's decoding: with the
-/// kind's schema (custom resources), else only unknown `metadata` fields.
-/// Dropped fields become `Warning` headers.
-fn prune_request(st: &mut State, kind: &KindInfo, obj: &mut Value, origin: Origin) {
-    if origin != Origin::Http {
-        return;
+/// A request body as stored: its type checked ([`check_type`]), an HTTP one pruned like the
+/// real server's decoding (with the kind's schema, else only unknown `metadata` fields; dropped
+/// fields become `Warning` headers), in the storage version.
+fn decode(
+    st: &mut State,
+    (kind, storage_kind): (&KindInfo, &KindInfo),
+    mut body: Value,
+    origin: Origin,
+) -> Result<Value, ApiError> {
+    check_type(kind, &mut body, origin)?;
+    if origin == Origin::Http {
+        match &kind.schema {
+            Some(schema) => schema.normalize(&mut body, Some(&mut st.warnings)),
+            None => crate::schema::prune_object_meta(&mut body, &mut st.warnings),
+        }
     }
-    match &kind.schema {
-        Some(schema) => schema.normalize(obj, Some(&mut st.warnings)),
-        None => crate::schema::prune_object_meta(obj, &mut st.warnings),
-    }
+    let mut obj = to_storage(kind, body);
+    obj["kind"] = json!(storage_kind.kind);
+    obj["apiVersion"] = json!(storage_kind.api_version());
+    Ok(obj)
 }
 
 /// 422 for an HTTP write whose result does not satisfy the kind's schema
@@ -175,10 +184,16 @@ fn check_schema(
     Err(ApiError::invalid(kind, name, &causes))
 }
 
-/// Core `v1` events must be in their object's namespace (or `default` for
-/// cluster-scoped objects), like the real server's event validation.
-fn check_event(kind: &KindInfo, name: &str, ns: &str, obj: &Value) -> Result<(), ApiError> {
-    if !is_core(kind, "events") {
+/// Labels and annotations valid, and a core `v1` event written over HTTP in its object's
+/// namespace (or `default` for cluster-scoped objects), like the real server's validation.
+fn check_meta(w: &admission::Write<'_>, obj: &Value, origin: Origin) -> Result<(), ApiError> {
+    let meta = obj.get("metadata").and_then(Value::as_object);
+    let causes = meta.map(util::validate_meta).unwrap_or_default();
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(w.kind, w.name, &causes));
+    }
+    let (kind, name, ns) = (w.storage_kind, w.name, w.namespace);
+    if origin != Origin::Http || w.kind.conversion.is_some() || !is_core(kind, "events") {
         return Ok(());
     }
     let involved = obj
@@ -241,35 +256,20 @@ fn name_problem(kind: &KindInfo, name: &str) -> Option<String> {
     ))
 }
 
-fn check_meta(kind: &KindInfo, name: &str, obj: &Value) -> Result<(), ApiError> {
-    let Some(meta) = obj.get("metadata").and_then(Value::as_object) else {
-        return Ok(());
-    };
-    let causes = util::validate_meta(meta);
-    if causes.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::invalid(kind, name, &causes))
-}
-
 /// Create an object. `url_ns` is the namespace segment of the request path.
 pub(crate) fn create(
     st: &mut State,
     kidx: usize,
     url_ns: Option<&str>,
-    mut body: Value,
+    body: Value,
     origin: Origin,
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let kinds = st.kinds.clone();
     let kind = kinds.get(kidx);
     let sidx = kinds.storage_of(kidx);
-    check_type(kind, &mut body, origin)?;
-    prune_request(st, kind, &mut body, origin);
-    let mut obj = to_storage(kind, body);
     let storage_kind = kinds.get(sidx);
-    obj["kind"] = json!(storage_kind.kind);
-    obj["apiVersion"] = json!(storage_kind.api_version());
+    let mut obj = decode(st, (kind, storage_kind), body, origin)?;
 
     let ns = match namespace_of(kind, url_ns, &obj)? {
         Some(ns) => ns,
@@ -299,11 +299,15 @@ pub(crate) fn create(
         let why = "resourceVersion should not be set on objects to be created";
         return Err(ApiError::new(500, "", why));
     }
-    check_meta(kind, &name, &obj)?;
-    if origin == Origin::Http && kind.conversion.is_none() {
-        check_event(storage_kind, &name, &ns, &obj)?;
-    }
-
+    let write = admission::Write {
+        kind,
+        storage_kind,
+        operation: admission::Operation::Create,
+        namespace: &ns,
+        name: &name,
+        dry_run,
+    };
+    check_meta(&write, &obj, origin)?;
     if kind.namespaced && st.require_namespaces && !st.namespace_exists(&ns) {
         match origin {
             Origin::Http => return Err(ApiError::namespace_not_found(&ns)),
@@ -315,14 +319,6 @@ pub(crate) fn create(
             }
         }
     }
-    let write = admission::Write {
-        kind,
-        storage_kind,
-        operation: admission::Operation::Create,
-        namespace: &ns,
-        name: &name,
-        dry_run,
-    };
     if origin == Origin::Http {
         obj = admission::mutate(st, &write, obj, None)?;
     }
@@ -480,7 +476,7 @@ pub(crate) fn update(
     kidx: usize,
     url_ns: Option<&str>,
     url_name: Option<&str>,
-    mut body: Value,
+    body: Value,
     sub: Sub,
     origin: Origin,
     dry_run: bool,
@@ -490,11 +486,7 @@ pub(crate) fn update(
     let kind = kinds.get(kidx);
     let sidx = kinds.storage_of(kidx);
     let storage_kind = kinds.get(sidx);
-    check_type(kind, &mut body, origin)?;
-    prune_request(st, kind, &mut body, origin);
-    let mut new = to_storage(kind, body);
-    new["kind"] = json!(storage_kind.kind);
-    new["apiVersion"] = json!(storage_kind.api_version());
+    let mut new = decode(st, (kind, storage_kind), body, origin)?;
 
     let body_name = non_empty(meta_str(&new, "name")).map(str::to_string);
     let name = match (url_name, body_name) {
@@ -606,10 +598,7 @@ pub(crate) fn update(
             return Err(invalid(kind, &name, "metadata.finalizers", why));
         }
     }
-    check_meta(kind, &name, &next)?;
-    if origin == Origin::Http && kind.conversion.is_none() {
-        check_event(storage_kind, &name, &ns, &next)?;
-    }
+    check_meta(&write, &next, origin)?;
     check_schema(kind, &name, &next, Some(&old), origin)?;
     if admitted {
         admission::validate(st, &write, &next, Some(&old))?;
@@ -694,7 +683,7 @@ pub(crate) fn patch(
             }
         }
     }
-    let (origin, require_rv) = (Origin::Http, false);
+    // unconditional unless the patch itself carried a resourceVersion
     update(
         st,
         kidx,
@@ -702,9 +691,9 @@ pub(crate) fn patch(
         Some(name),
         served,
         sub,
-        origin,
+        Origin::Http,
         dry_run,
-        require_rv,
+        false,
     )
 }
 

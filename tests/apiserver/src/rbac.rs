@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{AUTHENTICATED, Attributes, MASTERS, UNAUTHENTICATED, UserInfo, forbidden};
 use crate::kinds::RBAC_GROUP;
-use crate::ops::{self, Origin};
+use crate::ops::{self, Origin, meta_str, non_empty};
 use crate::status::ApiError;
 use crate::store::State;
 
@@ -248,20 +248,9 @@ pub(crate) fn apply_manifests(st: &mut State, text: &str) -> Result<Vec<Value>, 
     let mut applied = Vec::new();
     for (kidx, doc) in planned {
         let kind = st.kinds.get(kidx).clone();
-        let ns = if kind.namespaced {
-            doc.pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .unwrap_or("default")
-                .to_string()
-        } else {
-            String::new()
-        };
-        let name = doc
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let ns = non_empty(meta_str(&doc, "namespace")).unwrap_or("default");
+        let ns = if kind.namespaced { ns } else { "" }.to_string();
+        let name = meta_str(&doc, "name").unwrap_or("").to_string();
         let existing = st
             .get(st.kinds.storage_of(kidx), &ns, &name)
             .map(|o| crate::kinds::from_storage(&kind, o));

@@ -152,37 +152,6 @@ fn split_unescaped(s: &str, sep: char) -> Vec<String> {
     parts
 }
 
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(n) = chars.next() {
-                out.push(n);
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Find the first unescaped operator in a term: `(byte index, op, negated)`.
-fn find_op(term: &str) -> Option<(usize, usize, bool)> {
-    let bytes = term.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => i += 2,
-            b'!' if bytes.get(i + 1) == Some(&b'=') => return Some((i, 2, true)),
-            b'=' if bytes.get(i + 1) == Some(&b'=') => return Some((i, 2, false)),
-            b'=' => return Some((i, 1, false)),
-            _ => i += 1,
-        }
-    }
-    None
-}
-
 impl FieldSelector {
     /// Parse a `fieldSelector` query value.
     pub fn parse(s: &str) -> Result<Self, String> {
@@ -191,11 +160,27 @@ impl FieldSelector {
             return Ok(FieldSelector { reqs });
         }
         for term in split_unescaped(s, ',') {
-            let (at, len, neg) = find_op(&term)
-                .ok_or_else(|| format!("invalid selector: '{s}'; can't understand '{term}'"))?;
-            let key = term[..at].trim().to_string();
-            let value = unescape(&term[at + len..]);
-            reqs.push((key, neg, value));
+            // the key (escapes kept) up to the first unescaped `=`, `==` or `!=`; the value
+            // after it with its escapes undone
+            let (mut key, mut neg, mut value) = (String::new(), None, String::new());
+            let mut chars = term.chars().peekable();
+            while let Some(c) = chars.next() {
+                let into = if neg.is_some() { &mut value } else { &mut key };
+                match c {
+                    '\\' if neg.is_none() => {
+                        key.extend([Some(c), chars.next()].into_iter().flatten())
+                    }
+                    '\\' => value.extend(chars.next()),
+                    '=' | '!' if neg.is_none() && (c == '=' || chars.peek() == Some(&'=')) => {
+                        chars.next_if_eq(&'=');
+                        neg = Some(c == '!');
+                    }
+                    _ => into.push(c),
+                }
+            }
+            let neg =
+                neg.ok_or_else(|| format!("invalid selector: '{s}'; can't understand '{term}'"))?;
+            reqs.push((key.trim().to_string(), neg, value));
         }
         Ok(FieldSelector { reqs })
     }

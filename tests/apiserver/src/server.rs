@@ -136,7 +136,8 @@ impl ApiServer {
 
     /// Serve with explicit settings.
     pub async fn start_with(config: Config) -> io::Result<Handle> {
-        let tls = crate::listen::acceptor(config.tls.as_ref())?;
+        // bad TLS settings fail the start
+        let tls = config.tls.as_ref().map(Tls::acceptor).transpose()?;
         let listener = TcpListener::bind(config.addr).await?;
         let addr = listener.local_addr()?;
         let kinds = Arc::new(Kinds::new(config.kinds.clone()));

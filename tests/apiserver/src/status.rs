@@ -54,7 +54,7 @@ impl ApiError {
 
     /// `404 NotFound`: `pods "x" not found`.
     pub fn not_found(kind: &KindInfo, name: &str) -> Self {
-        let what = format!("{} \"{name}\" not found", kind.qualified_resource());
+        let what = format!("{} \"{name}\" not found", kind.qualified(&kind.plural));
         ApiError::about(kind, name, 404, "NotFound", what)
     }
 
@@ -78,7 +78,7 @@ impl ApiError {
 
     /// `409 AlreadyExists`.
     pub fn already_exists(kind: &KindInfo, name: &str) -> Self {
-        let what = format!("{} \"{name}\" already exists", kind.qualified_resource());
+        let what = format!("{} \"{name}\" already exists", kind.qualified(&kind.plural));
         ApiError::about(kind, name, 409, "AlreadyExists", what)
     }
 
@@ -91,7 +91,7 @@ impl ApiError {
 
     /// `409 Conflict` with a custom explanation after the colon.
     pub fn conflict_with(kind: &KindInfo, name: &str, why: &str) -> Self {
-        let on = kind.qualified_resource();
+        let on = kind.qualified(&kind.plural);
         let what = format!("Operation cannot be fulfilled on {on} \"{name}\": {why}");
         ApiError::about(kind, name, 409, "Conflict", what)
     }
@@ -120,7 +120,10 @@ impl ApiError {
                 }))
                 .collect::<Vec<_>>()
         );
-        let what = format!("{} \"{name}\" is invalid: {message}", kind.qualified_kind());
+        let what = format!(
+            "{} \"{name}\" is invalid: {message}",
+            kind.qualified(&kind.kind)
+        );
         ApiError::new(422, "Invalid", what).with_details(details)
     }
 
@@ -209,9 +212,9 @@ pub(crate) fn details(fields: &[(&str, &str)]) -> Value {
 }
 
 pub(crate) fn resource_details(kind: &KindInfo, name: &str) -> Value {
-    let mut d = json!({"name": name, "kind": kind.plural});
-    if !kind.group.is_empty() {
-        d["group"] = json!(kind.group);
-    }
-    d
+    details(&[
+        ("name", name),
+        ("kind", &kind.plural),
+        ("group", &kind.group),
+    ])
 }

@@ -289,17 +289,8 @@ impl StoreView<'_> {
         let Some(idx) = kinds.resolve(resource) else {
             return Vec::new();
         };
-        self.state
-            .objects(kinds.storage_of(idx))
-            .filter(|o| {
-                namespace.is_none_or(|ns| {
-                    o.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        == ns
-                })
-            })
-            .map(|o| from_storage(kinds.get(idx), o))
-            .collect()
+        let objects = self.state.objects(kinds.storage_of(idx));
+        let in_ns = objects.filter(|o| namespace.is_none_or(|ns| key_of(o).0 == ns));
+        in_ns.map(|o| from_storage(kinds.get(idx), o)).collect()
     }
 }
