@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::selectors::FieldSelector;
 use crate::status::ApiError;
-use crate::util::{path_segment_problem, percent_decode};
+use crate::util::{path_segment_problem, segments};
 
 /// The group of every authenticated user.
 pub const AUTHENTICATED: &str = "system:authenticated";
@@ -152,72 +152,100 @@ fn go_true(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
+/// A resource path as kube-apiserver's `RequestInfoFactory.NewRequestInfo` splits it
+/// (k8s.io/apiserver `pkg/endpoints/request/requestinfo.go`): `/api/<version>` or
+/// `/apis/<group>/<version>`, then `watch/` (the old watch paths), `namespaces/<ns>/` unless
+/// `status` or `finalize` follows, then the resource, its name and subresource.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ResourcePath {
+    pub group: String,
+    pub version: String,
+    pub watch: bool,
+    /// The namespace of a `namespaces/<ns>/<resource>` path.
+    pub namespace: Option<String>,
+    /// Empty after a bare `watch`, which the real server answers with an error.
+    pub resource: String,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    /// Segments after the subresource.
+    pub extra: bool,
+}
+
+impl ResourcePath {
+    /// `None` for a non-resource path (discovery documents, `/version`, `/healthz`).
+    pub(crate) fn parse(path: &str) -> Option<ResourcePath> {
+        let segs = segments(path);
+        let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+        let (group, version, rest) = match segs.as_slice() {
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return None,
+        };
+        let (watch, rest) = match rest {
+            [] => return None,
+            ["watch", rest @ ..] => (true, rest),
+            rest => (false, rest),
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", ns, rest @ ..]
+                if rest
+                    .first()
+                    .is_some_and(|r| !matches!(*r, "status" | "finalize")) =>
+            {
+                (Some(ns.to_string()), rest)
+            }
+            rest => (None, rest),
+        };
+        let at = |i: usize| rest.get(i).map(|s| s.to_string());
+        Some(ResourcePath {
+            group: group.to_string(),
+            version: version.to_string(),
+            watch,
+            namespace,
+            resource: at(0).unwrap_or_default(),
+            name: at(1),
+            subresource: at(2),
+            extra: rest.len() > 3,
+        })
+    }
+}
+
 /// The attributes of a request, derived as kube-apiserver's `RequestInfoFactory.NewRequestInfo`
-/// does (k8s.io/apiserver `pkg/endpoints/request/requestinfo.go`).
+/// does.
 pub(crate) fn attributes(method: &str, path: &str, query: &[(String, String)]) -> Attributes {
     let mut info = Attributes {
         path: path.to_string(),
         verb: method.to_lowercase(),
         ..Attributes::default()
     };
-    let parts: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(percent_decode)
-        .collect();
-    if parts.len() < 3 || !matches!(parts[0].as_str(), "api" | "apis") {
+    let Some(p) = ResourcePath::parse(path) else {
+        return info;
+    };
+    (info.resource_request, info.group, info.version) = (true, p.group, p.version);
+    if p.resource.is_empty() {
+        // the real server answers a bare `watch/` with an error; nothing is allowed
         return info;
     }
-    let mut rest: &[String] = &parts[1..];
-    if parts[0] == "apis" {
-        if rest.len() < 3 {
-            return info;
-        }
-        info.group = rest[0].clone();
-        rest = &rest[1..];
+    info.verb = match method {
+        _ if p.watch => "watch",
+        "POST" => "create",
+        "GET" | "HEAD" => "get",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "",
     }
-    info.resource_request = true;
-    info.version = rest[0].clone();
-    rest = &rest[1..];
-    if rest[0] == "watch" {
-        if rest.len() < 2 {
-            // the real server answers this malformed path with an error; nothing is allowed
-            return info;
-        }
-        info.verb = "watch".into();
-        rest = &rest[1..];
-    } else {
-        info.verb = match method {
-            "POST" => "create",
-            "GET" | "HEAD" => "get",
-            "PUT" => "update",
-            "PATCH" => "patch",
-            "DELETE" => "delete",
-            _ => "",
-        }
-        .into();
-    }
-    if rest[0] == "namespaces" && rest.len() > 1 {
-        info.namespace = rest[1].clone();
-        if rest.len() > 2 && !matches!(rest[2].as_str(), "status" | "finalize") {
-            rest = &rest[2..];
-        }
-    }
-    if rest.len() >= 3 {
-        info.subresource = rest[2].clone();
-    }
-    if rest.len() >= 2 {
-        info.name = rest[1].clone();
-    }
-    info.resource = rest[0].clone();
+    .into();
+    let name = p.name.unwrap_or_default();
+    // `namespaces/<name>` is in the namespace `<name>`
+    let own = (p.resource == "namespaces").then(|| name.clone());
+    info.namespace = p.namespace.or(own).unwrap_or_default();
+    (info.resource, info.name) = (p.resource, name);
+    info.subresource = p.subresource.unwrap_or_default();
     if info.name.is_empty() && info.verb == "get" {
         let param = |k: &str| query.iter().find(|(key, _)| key == k).map(|(_, v)| v);
-        info.verb = if param("watch").is_some_and(|v| go_true(v)) {
-            "watch".into()
-        } else {
-            "list".into()
-        };
+        let watch = param("watch").is_some_and(|v| go_true(v));
+        info.verb = if watch { "watch" } else { "list" }.into();
         // the value a field selector requires `metadata.name` to equal (`RequiresExactMatch`)
         let selector = param("fieldSelector").and_then(|s| FieldSelector::parse(s).ok());
         if let Some(name) = selector.as_ref().and_then(|s| s.required("metadata.name"))

@@ -14,7 +14,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::auth::{self, UserInfo};
+use crate::auth::{self, ResourcePath, UserInfo};
 use crate::control::{self, Control, RequestRecord};
 use crate::discovery;
 use crate::kinds::{KindInfo, Kinds};
@@ -25,7 +25,7 @@ use crate::selectors::Selectors;
 use crate::server::Shared;
 use crate::status::ApiError;
 use crate::store::{State, Store};
-use crate::util::{parse_query, percent_decode};
+use crate::util::{parse_query, segments};
 use crate::watch::{self, Start, WatchRequest};
 
 /// Response body type for every response (watch bodies may abort with an error).
@@ -101,10 +101,7 @@ impl Params {
 #[derive(Clone, Debug)]
 struct ResTarget {
     kidx: usize,
-    ns: Option<String>,
-    name: Option<String>,
-    sub: Option<String>,
-    watch_path: bool,
+    path: ResourcePath,
 }
 
 #[derive(Clone, Debug)]
@@ -119,56 +116,24 @@ enum Target {
     Unknown,
 }
 
-fn resource_target(kinds: &Kinds, group: &str, version: &str, rest: &[&str]) -> Option<ResTarget> {
-    let (watch_path, rest) = match rest {
-        ["watch", r @ ..] => (true, r),
-        r => (false, r),
-    };
-    let named = |kidx: usize, ns: Option<&str>, tail: &[&str]| -> Option<ResTarget> {
-        let (name, sub) = match tail {
-            [] => (None, None),
-            [name] => (Some(*name), None),
-            [name, sub] => (Some(*name), Some(*sub)),
-            _ => return None,
-        };
-        Some(ResTarget {
-            kidx,
-            ns: ns.map(str::to_string),
-            name: name.map(str::to_string),
-            sub: sub.map(str::to_string),
-            watch_path,
-        })
-    };
-    match rest {
-        ["namespaces", ns, plural, tail @ ..]
-            if !(group.is_empty()
-                && tail.is_empty()
-                && matches!(*plural, "status" | "finalize")) =>
-        {
-            let kidx = kinds.find(group, version, plural)?;
-            kinds.get(kidx).namespaced.then_some(())?;
-            named(kidx, Some(ns), tail)
-        }
-        [plural, tail @ ..] => {
-            let kidx = kinds.find(group, version, plural)?;
-            if kinds.get(kidx).namespaced && !tail.is_empty() {
-                return None;
-            }
-            named(kidx, None, tail)
-        }
-        [] => None,
-    }
+/// The served resource `path` names: a namespaced kind's objects by `namespaces/<ns>/`, a
+/// cluster-scoped kind's without.
+fn resource_target(kinds: &Kinds, path: ResourcePath) -> Option<ResTarget> {
+    let kidx = kinds.find(&path.group, &path.version, &path.resource)?;
+    let namespaced = kinds.get(kidx).namespaced;
+    let in_ns = path.namespace.is_some();
+    let named_without_ns = namespaced && !in_ns && path.name.is_some();
+    (!path.extra && (namespaced || !in_ns) && !named_without_ns).then_some(ResTarget { kidx, path })
 }
 
 fn route(kinds: &Kinds, path: &str) -> Target {
-    let owned: Vec<String> = path
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(percent_decode)
-        .collect();
-    let segs: Vec<&str> = owned.iter().map(String::as_str).collect();
-    let res = |t: Option<ResTarget>| t.map(Target::Resource).unwrap_or(Target::Unknown);
-    match segs.as_slice() {
+    let segs = segments(path);
+    match segs
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["version"] => Target::Version,
         ["healthz"] | ["readyz"] | ["livez"] => Target::Health,
         ["api"] => Target::ApiVersions,
@@ -176,15 +141,15 @@ fn route(kinds: &Kinds, path: &str) -> Target {
         ["apis", g] => Target::Group(g.to_string()),
         ["api", "v1"] => Target::ResourceList(String::new(), "v1".into()),
         ["apis", g, v] => Target::ResourceList(g.to_string(), v.to_string()),
-        ["api", "v1", rest @ ..] => res(resource_target(kinds, "", "v1", rest)),
-        ["apis", g, v, rest @ ..] => res(resource_target(kinds, g, v, rest)),
-        _ => Target::Unknown,
+        _ => ResourcePath::parse(path)
+            .and_then(|p| resource_target(kinds, p))
+            .map_or(Target::Unknown, Target::Resource),
     }
 }
 
 fn verb_of(method: &str, t: &ResTarget, params: &Params) -> String {
-    let watch = t.watch_path || params.flag("watch");
-    match (method, t.name.is_some()) {
+    let watch = t.path.watch || params.flag("watch");
+    match (method, t.path.name.is_some()) {
         ("GET", _) if watch => "watch",
         ("GET", false) => "list",
         ("GET", true) => "get",
@@ -244,10 +209,11 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         let plural = &shared.kinds.get(t.kidx).plural;
         record.verb = verb_of(&method, t, &params);
         record.resource = t
-            .sub
+            .path
+            .subresource
             .as_ref()
             .map_or(plural.clone(), |s| format!("{plural}/{s}"));
-        (record.namespace, record.name) = (t.ns.clone(), t.name.clone());
+        (record.namespace, record.name) = (t.path.namespace.clone(), t.path.name.clone());
     }
     let (verb, resource) = (record.verb.clone(), record.resource.clone());
     tracing::debug!(%method, %path, query = %record.query, %verb, %resource, "request");
@@ -392,17 +358,17 @@ async fn resource(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let kind = shared.kinds.get(t.kidx).clone();
-    let sub = match t.sub.as_deref() {
+    let sub = match t.path.subresource.as_deref() {
         None => Sub::Main,
         Some("status") if kind.status_subresource => Sub::Status,
         Some(_) => return Err(ApiError::no_such_resource()),
     };
-    let watch = t.watch_path || params.flag("watch");
-    let ns = t.ns.as_deref();
+    let watch = t.path.watch || params.flag("watch");
+    let ns = t.path.namespace.as_deref();
     let kidx = t.kidx;
     let dry_run = params.dry_run();
     let store = &shared.store;
-    match (method, t.name.as_deref()) {
+    match (method, t.path.name.as_deref()) {
         ("GET", _) if watch => start_watch(shared, &kind, &t, params).await,
         ("GET", None) => {
             let sel = params.selectors(&kind)?;
@@ -578,8 +544,8 @@ async fn start_watch(
     };
     let req = WatchRequest {
         kidx: t.kidx,
-        namespace: t.ns.clone(),
-        name: t.name.clone(),
+        namespace: t.path.namespace.clone(),
+        name: t.path.name.clone(),
         selectors,
         start,
         bookmarks,

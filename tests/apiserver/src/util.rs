@@ -43,6 +43,14 @@ pub fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
+/// The percent-decoded segments of a URL path.
+pub fn segments(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect()
+}
+
 /// Split a query string into decoded `(key, value)` pairs (`+` is a space).
 pub fn parse_query(q: &str) -> Vec<(String, String)> {
     form_urlencoded::parse(q.as_bytes()).into_owned().collect()
