@@ -154,12 +154,6 @@ impl RequestLog {
         self.log.iter()
     }
 
-    /// Requests counted for `user` (authentication on), refused ones included.
-    pub fn user_count(&self, user: &str) -> usize {
-        let of_user = self.by_user.iter().filter(|((u, ..), _)| u == user);
-        of_user.map(|(_, n)| *n as usize).sum()
-    }
-
     /// The requests refused with `401` or `403`, oldest first (the first 10 000, however many
     /// requests came after).
     pub fn refused(&self) -> &[RequestRecord] {
@@ -440,7 +434,9 @@ impl Control {
     /// Requests counted for `user` (authentication on), e.g.
     /// `"system:serviceaccount:kruise-system:kruised"`.
     pub fn request_count_by_user(&self, user: &str) -> usize {
-        self.lock_requests().user_count(user)
+        let log = self.lock_requests();
+        let of_user = log.by_user.iter().filter(|((u, ..), _)| u == user);
+        of_user.map(|(_, n)| *n as usize).sum()
     }
 
     /// Requests so far by `(user, verb, resource)` (authentication on), refused ones included,

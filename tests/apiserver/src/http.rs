@@ -307,10 +307,18 @@ fn go_json_type(v: &Value) -> &'static str {
     }
 }
 
-/// `422` for invalid list/watch options, worded like the real server.
-fn list_options_invalid(causes: &[(&str, &str, String)]) -> ApiError {
+/// `422` for invalid list/watch options, worded like the real server: `resourceVersionMatch`
+/// forbidden `why`, and `unsupported` a value it cannot have.
+fn list_options_invalid(why: Option<&str>, unsupported: Option<&str>) -> ApiError {
+    let field = "resourceVersionMatch";
+    let forbidden = why.map(|why| (field, "FieldValueForbidden", format!("Forbidden: {why}")));
+    let unsupported = unsupported.map(|m| {
+        let why = format!("Unsupported value: \"{m}\": supported values: \"NotOlderThan\"");
+        (field, "FieldValueNotSupported", why)
+    });
+    let causes: Vec<_> = forbidden.into_iter().chain(unsupported).collect();
     let lo = KindInfo::core("meta.k8s.io", "v1", "listoptions", "ListOptions", false);
-    ApiError::invalid(&lo, "", causes)
+    ApiError::invalid(&lo, "", &causes)
 }
 
 fn parse_rv(v: Option<&str>) -> Result<Option<u64>, ApiError> {
@@ -381,10 +389,8 @@ async fn resource(
             }
             let rv_match = params.get("resourceVersionMatch").filter(|m| !m.is_empty());
             if rv_match.is_some() && rv_param.is_none() {
-                let why = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is \
-                           provided";
-                let cause = ("resourceVersionMatch", "FieldValueForbidden", why.into());
-                return Err(list_options_invalid(&[cause]));
+                let why = "resourceVersionMatch is forbidden unless resourceVersion is provided";
+                return Err(list_options_invalid(Some(why), None));
             }
             if cont.is_none()
                 && let Some(rv) = parse_rv(rv_param)?
@@ -504,29 +510,18 @@ async fn start_watch(
         .get("sendInitialEvents")
         .map(|v| v == "true" || v == "1");
     let rv_match = params.get("resourceVersionMatch").filter(|m| !m.is_empty());
-    let mut causes = Vec::new();
-    match (send_initial, rv_match) {
-        (None, Some(_)) => causes.push((
-            "resourceVersionMatch",
-            "FieldValueForbidden",
-            "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_string(),
-        )),
-        (Some(_), None) => causes.push((
-            "resourceVersionMatch",
-            "FieldValueForbidden",
-            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".to_string(),
-        )),
-        _ => {}
-    }
-    if let Some(m) = rv_match.filter(|m| *m != "NotOlderThan") {
-        causes.push((
-            "resourceVersionMatch",
-            "FieldValueNotSupported",
-            format!("Unsupported value: \"{m}\": supported values: \"NotOlderThan\""),
-        ));
-    }
-    if !causes.is_empty() {
-        return Err(list_options_invalid(&causes));
+    let forbidden = match (send_initial, rv_match) {
+        (None, Some(_)) => {
+            Some("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+        }
+        (Some(_), None) => {
+            Some("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
+        }
+        _ => None,
+    };
+    let unsupported = rv_match.filter(|m| *m != "NotOlderThan");
+    if forbidden.is_some() || unsupported.is_some() {
+        return Err(list_options_invalid(forbidden, unsupported));
     }
     let timeout = params
         .get("timeoutSeconds")
@@ -553,7 +548,7 @@ async fn start_watch(
     };
     let (tx, rx) = mpsc::channel::<watch::Chunk>(64);
     let guard = watch::OpenGuard::new(shared.open_watches.clone());
-    tokio::spawn(watch::run(shared.watch_ctx(), req, tx, guard));
+    tokio::spawn(watch::run(shared.clone(), req, tx, guard));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk.map(Frame::data), rx))
     });

@@ -171,20 +171,18 @@ impl KindInfo {
 }
 
 /// The kinds served by default: core pods, events, secrets, namespaces, nodes,
-/// serviceaccounts, `events.k8s.io/v1` events, `apps/v1` DaemonSets, RBAC's four kinds and OpenKruise's custom resources as the real
-/// cluster serves them with kruise's CRDs installed ([`kruise_kinds`]).
+/// serviceaccounts, `events.k8s.io/v1` events, `apps/v1` DaemonSets, RBAC's four kinds and
+/// OpenKruise's custom resources as the real cluster serves them with kruise's CRDs installed
+/// ([`kruise_kinds`]).
 pub fn default_kinds() -> Vec<KindInfo> {
-    let mut kinds = core_kinds();
-    kinds.extend(kruise_kinds());
-    kinds
+    [core_kinds(), kruise_kinds()].concat()
 }
 
 /// [`default_kinds`] with the kruise resources served at `v1alpha1` only (a
 /// kruise before 1.9 or a CRD without `v1beta1`), each stored as `v1alpha1`.
 pub fn default_kinds_v1alpha1_only() -> Vec<KindInfo> {
-    let mut kinds = core_kinds();
-    kinds.extend(kruise_kinds_v1alpha1_only());
-    kinds
+    let alpha = KRUISE.iter().map(|crd| kruise_kind(crd, "v1alpha1"));
+    core_kinds().into_iter().chain(alpha).collect()
 }
 
 fn core_kinds() -> Vec<KindInfo> {
@@ -308,14 +306,6 @@ pub fn kruise_kinds() -> Vec<KindInfo> {
         }
     }
     out
-}
-
-/// OpenKruise's custom resources at `v1alpha1` only, stored as `v1alpha1`.
-pub fn kruise_kinds_v1alpha1_only() -> Vec<KindInfo> {
-    KRUISE
-        .iter()
-        .map(|crd| kruise_kind(crd, "v1alpha1"))
-        .collect()
 }
 
 /// The registered kinds, with lookups by path and by name.

@@ -116,7 +116,7 @@ pub use control::{Control, Fault, RequestLog, RequestRecord, WaitTimeout};
 pub use hold::Hold;
 pub use kinds::{
     Conversion, FieldKey, KindInfo, StatusOnCreate, default_kinds, default_kinds_v1alpha1_only,
-    kruise_kinds, kruise_kinds_v1alpha1_only,
+    kruise_kinds,
 };
 pub use listen::{TEST_CA_PEM, Tls};
 pub use patch::{ListStrategy, PatchType, merge_key, strategic_merge};

@@ -16,7 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::control::Control;
@@ -110,10 +110,9 @@ pub(crate) async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    mut shutdown: watch::Receiver<bool>,
     mut commands: mpsc::UnboundedReceiver<ServeCommand>,
-    open: Arc<AtomicUsize>,
 ) {
+    let mut shutdown = shared.shutdown_rx.clone();
     let mut listener = Some(listener);
     let mut conns = JoinSet::new();
     loop {
@@ -153,7 +152,7 @@ pub(crate) async fn accept_loop(
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!(error = %e, "TCP_NODELAY refused");
                     }
-                    let counted = OpenGuard::new(open.clone());
+                    let counted = OpenGuard::new(shared.serving.open.clone());
                     conns.spawn(serve(stream, shared.clone(), tls.clone(), counted));
                 }
                 Err(e) => tracing::warn!(error = %e, "accept failed"),

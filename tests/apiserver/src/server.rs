@@ -21,7 +21,6 @@ use crate::kinds::{KindInfo, Kinds, default_kinds};
 use crate::listen::{Serving, Tls};
 use crate::ops::{self, Origin};
 use crate::store::{State, Store};
-use crate::watch::WatchCtx;
 
 /// Server settings. `Config::default()` serves the default kinds on `127.0.0.1:0`.
 #[derive(Clone, Debug)]
@@ -103,22 +102,9 @@ pub(crate) struct Shared {
     pub shutdown_rx: watch::Receiver<bool>,
     pub open_watches: Arc<AtomicUsize>,
     pub auth: RwLock<AuthState>,
-    pub holds: Arc<Mutex<Holds>>,
+    pub holds: Mutex<Holds>,
     /// The accept loop's commands (stop and start serving) and open connections.
     pub serving: Serving,
-}
-
-impl Shared {
-    pub(crate) fn watch_ctx(&self) -> WatchCtx {
-        WatchCtx {
-            store: self.store.clone(),
-            drop_rx: self.drop_tx.subscribe(),
-            shutdown_rx: self.shutdown_rx.clone(),
-            bookmark_interval: self.config.bookmark_interval,
-            timeout_scale: self.config.watch_timeout_scale,
-            holds: self.holds.clone(),
-        }
-    }
 }
 
 /// Entry point: `ApiServer::start(addr)` or `ApiServer::start_with(config)`.
@@ -162,7 +148,6 @@ impl ApiServer {
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (commands_tx, commands) = mpsc::unbounded_channel();
-        let open_connections = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             store: Arc::new(Store::new(state)),
             kinds,
@@ -172,22 +157,20 @@ impl ApiServer {
             requests: Mutex::new(RequestLog::default()),
             requests_tx: watch::channel(0).0,
             drop_tx: watch::channel(0).0,
-            shutdown_rx: shutdown_rx.clone(),
+            shutdown_rx,
             open_watches: Arc::new(AtomicUsize::new(0)),
             auth,
-            holds: Arc::new(Mutex::new(Holds::default())),
+            holds: Mutex::new(Holds::default()),
             serving: Serving {
                 commands: commands_tx,
-                open: open_connections.clone(),
+                open: Arc::new(AtomicUsize::new(0)),
             },
         });
         let task = tokio::spawn(crate::listen::accept_loop(
             listener,
             shared.clone(),
             tls,
-            shutdown_rx,
             commands,
-            open_connections,
         ));
         tracing::info!(%addr, "apiserver double listening");
         Ok(Handle {

@@ -21,20 +21,21 @@
 //! (a pod's has `spec: {containers: null}, status: {}`).
 
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::hold::{self, Holds};
+use crate::hold;
 use crate::kinds::{KindInfo, from_storage};
 use crate::selectors::Selectors;
+use crate::server::Shared;
 use crate::status::ApiError;
-use crate::store::{EventType, HistEvent, Store, set_rv};
+use crate::store::{EventType, HistEvent, set_rv};
 
 /// Where a watch starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,19 +56,6 @@ pub(crate) struct WatchRequest {
     pub start: Start,
     pub bookmarks: bool,
     pub timeout: Duration,
-}
-
-/// What every watch task needs from the server.
-#[derive(Clone)]
-pub(crate) struct WatchCtx {
-    pub store: Arc<Store>,
-    pub drop_rx: watch::Receiver<u64>,
-    pub shutdown_rx: watch::Receiver<bool>,
-    pub bookmark_interval: Duration,
-    /// [`Config::watch_timeout_scale`](crate::Config::watch_timeout_scale).
-    pub timeout_scale: f64,
-    /// Watch events held by the test ([`crate::Hold`]).
-    pub holds: Arc<Mutex<Holds>>,
 }
 
 /// How long before the end of a watch the real server sends its last bookmark.
@@ -174,7 +162,9 @@ impl WatchRequest {
     }
 }
 
-/// How long a watch that asked for `timeout` lasts ([`WatchCtx::timeout_scale`]).
+/// How long a watch that asked for `timeout` lasts ([`Config::watch_timeout_scale`]).
+///
+/// [`Config::watch_timeout_scale`]: crate::Config::watch_timeout_scale
 fn scaled(timeout: Duration, scale: f64) -> Duration {
     if !(scale.is_finite() && scale > 0.0) {
         return timeout;
@@ -184,20 +174,20 @@ fn scaled(timeout: Duration, scale: f64) -> Duration {
 
 /// Produce the watch body into `tx` until timeout, drop, shutdown or client exit.
 pub(crate) async fn run(
-    ctx: WatchCtx,
+    shared: Arc<Shared>,
     req: WatchRequest,
     tx: mpsc::Sender<Chunk>,
     guard: OpenGuard,
 ) {
     let _guard = guard;
-    let mut drop_rx = ctx.drop_rx.clone();
-    drop_rx.borrow_and_update();
-    let mut shutdown_rx = ctx.shutdown_rx.clone();
-    let mut rv_rx = ctx.store.subscribe();
+    let store = &shared.store;
+    let mut drop_rx = shared.drop_tx.subscribe();
+    let mut shutdown_rx = shared.shutdown_rx.clone();
+    let mut rv_rx = store.subscribe();
     rv_rx.borrow_and_update();
-    let deadline = Instant::now() + scaled(req.timeout, ctx.timeout_scale);
+    let deadline = Instant::now() + scaled(req.timeout, shared.config.watch_timeout_scale);
 
-    let (kind, sidx) = ctx.store.read(|st| {
+    let (kind, sidx) = store.read(|st| {
         (
             st.kinds.get(req.kidx).clone(),
             st.kinds.storage_of(req.kidx),
@@ -210,7 +200,7 @@ pub(crate) async fn run(
 
     let mut last = match req.start {
         Start::From(rv) => {
-            let compacted = ctx.store.read(|st| st.compacted);
+            let compacted = store.read(|st| st.compacted);
             if compacted > 0 && rv <= compacted {
                 let _ = send(too_old(rv, compacted)).await;
                 return;
@@ -218,7 +208,7 @@ pub(crate) async fn run(
             rv
         }
         Start::Initial => {
-            let (rv, initial) = ctx.store.read(|st| {
+            let (rv, initial) = store.read(|st| {
                 let objs: Vec<Value> = st
                     .objects(sidx)
                     .map(|o| from_storage(&kind, o))
@@ -241,16 +231,18 @@ pub(crate) async fn run(
     // report progress past it.
     let mut reported = last;
 
-    let period = ctx.bookmark_interval.max(Duration::from_millis(10));
+    let period = shared
+        .config
+        .bookmark_interval
+        .max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let pre_deadline = deadline.checked_sub(PRE_TIMEOUT_BOOKMARK);
     let mut pre_deadline_due = pre_deadline.is_some_and(|t| t > Instant::now());
     let mut bookmark_due = false;
     loop {
-        let (events, now_rv, compacted) = ctx
-            .store
-            .read(|st| (st.events_after(last), st.rv, st.compacted));
+        let (events, now_rv, compacted) =
+            store.read(|st| (st.events_after(last), st.rv, st.compacted));
         let Some(events) = events else {
             let _ = send(too_old(last, compacted)).await;
             return;
@@ -258,7 +250,7 @@ pub(crate) async fn run(
         // a held event stops the stream before it, until the test releases it
         let mut held = None;
         for ev in events.iter().filter(|e| e.sidx == sidx) {
-            if let Some(released) = hold::lock(&ctx.holds).watch_event(sidx, ev.rv) {
+            if let Some(released) = hold::lock(&shared.holds).watch_event(sidx, ev.rv) {
                 last = ev.rv - 1;
                 held = Some(released);
                 break;
