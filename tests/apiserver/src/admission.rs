@@ -230,13 +230,7 @@ pub(crate) fn mutate(
         return Ok(obj);
     }
     let mut served = from_storage(w.kind, &obj);
-    if served.get("metadata").is_none_or(|m| !m.is_object()) {
-        served["metadata"] = json!({});
-    }
-    served["metadata"]["name"] = json!(w.name);
-    if w.kind.namespaced {
-        served["metadata"]["namespace"] = json!(w.namespace);
-    }
+    crate::ops::name_in(w.kind, &mut served, w.name, w.namespace);
     let mut request = w.request(st, served, old);
     st.admission.run(&mut request, true)?;
     let mut out = request.object;

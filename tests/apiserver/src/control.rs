@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::admission::{AdmissionRequest, Denial, Hook, Operation};
 use crate::auth::{AuthState, UserInfo};
 use crate::hold::lock;
+use crate::http::Params;
 use crate::ops::{self, Origin, Preconditions};
 use crate::server::Shared;
 use crate::status::ApiError;
@@ -330,7 +331,7 @@ impl Control {
         patch: &Value,
     ) -> Result<Value, ApiError> {
         self.modify(resource, namespace, name, |obj| {
-            crate::patch::merge_patch(obj, patch)
+            json_patch::merge(obj, patch)
         })
     }
 
@@ -531,11 +532,11 @@ pub(crate) fn handle_http(
     control: &Control,
     method: &str,
     path: &str,
-    query: &[(String, String)],
+    params: &Params,
     body: &[u8],
 ) -> (u16, Value) {
     let created = method == "POST" && path.starts_with("/_double/objects/");
-    match control_request(control, method, path, query, body) {
+    match control_request(control, method, path, params, body) {
         Ok(v) => (if created { 201 } else { 200 }, v),
         Err(e) => (e.code, e.to_status()),
     }
@@ -545,15 +546,10 @@ fn control_request(
     control: &Control,
     method: &str,
     path: &str,
-    query: &[(String, String)],
+    params: &Params,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let q = |k: &str| {
-        query
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    };
+    let q = |k: &str| params.get(k);
     let ns = q("namespace").unwrap_or("");
     if (method, path) == ("POST", "/_double/manifests") {
         // YAML, not JSON

@@ -74,10 +74,10 @@ fn error_response(e: &ApiError) -> Response<Body> {
 }
 
 /// Decoded query parameters.
-struct Params(Vec<(String, String)>);
+pub(crate) struct Params(Vec<(String, String)>);
 
 impl Params {
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == key)
@@ -192,7 +192,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         shared: shared.clone(),
     };
     if path == "/_double" || path.starts_with("/_double/") {
-        let (code, v) = control::handle_http(&control, &method, &path, &params.0, &body);
+        let (code, v) = control::handle_http(&control, &method, &path, &params, &body);
         return json_response(code, &v);
     }
     let target = route(&shared.kinds, &path);

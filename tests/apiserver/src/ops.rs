@@ -439,7 +439,7 @@ fn finalizers(obj: &Value) -> Vec<String> {
 
 /// Sets the object's name, and its namespace for a namespaced kind (none otherwise); returns
 /// its metadata.
-fn name_in<'a>(
+pub(crate) fn name_in<'a>(
     kind: &KindInfo,
     obj: &'a mut Value,
     name: &str,
@@ -671,13 +671,13 @@ pub(crate) fn patch(
     let mut served = from_storage(kind, &cur);
     match ptype {
         PatchType::Json => patch::json_patch(&mut served, body)?,
-        PatchType::Merge => patch::merge_patch(&mut served, body),
+        PatchType::Merge => json_patch::merge(&mut served, body),
         PatchType::Strategic => patch::strategic_merge(&mut served, body)?,
         PatchType::Apply => {
             let mut b = body.clone();
             check_type(kind, &mut b, Origin::Http)?;
             if kind.custom {
-                patch::merge_patch(&mut served, &b);
+                json_patch::merge(&mut served, &b);
             } else {
                 patch::strategic_merge(&mut served, &b)?;
             }

@@ -76,11 +76,6 @@ pub fn merge_key(field: &str) -> Option<ListStrategy> {
     })
 }
 
-/// Apply an RFC 7386 merge patch in place.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    json_patch::merge(target, patch);
-}
-
 /// Apply an RFC 6902 JSON patch in place; failures are `422` like the real server.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
