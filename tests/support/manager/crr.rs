@@ -9,8 +9,8 @@ use apiserver_double::{AdmissionRequest, Control, Denial, Operation};
 use serde_json::{Value, json};
 
 use super::{
-    Inner, Res, Wake, condition, deleting, label, now, ns_of, pod_active, rfc3339, secs, since,
-    time_of, uid_of,
+    Inner, Res, Wake, condition, deleting, label, now, ns_of, pod_active, rfc3339, secs, time_of,
+    uid_of,
 };
 
 /// The webhook's name in a denial (kruise's `config/webhook`, `mcontainerrecreaterequest.kb.io`).
@@ -237,16 +237,17 @@ async fn sync(m: &Inner, crr: &Value) -> Wake {
                 .await;
             return Wake::default();
         }
-        let Some(ttl) = secs(&crr["spec"]["ttlSecondsAfterFinished"]) else {
-            return Wake::default();
-        };
+        let (mut wake, ttl) = (
+            Wake::default(),
+            secs(&crr["spec"]["ttlSecondsAfterFinished"]),
+        );
         let done_at = time_of(&status["completionTime"]).unwrap_or_else(now);
-        let left = ttl.saturating_sub(since(done_at));
-        if left.is_zero() {
+        if let Some(ttl) = ttl
+            && wake.passed(ttl, done_at)
+        {
             m.delete("delete after its TTL", Res::Crrs, crr).await;
-            return Wake::default();
         }
-        return Wake::after(left);
+        return wake;
     }
     // :181-185
     let gone = pod
@@ -257,26 +258,19 @@ async fn sync(m: &Inner, crr: &Value) -> Wake {
         return Wake::default();
     }
     let created = time_of(&crr["metadata"]["creationTimestamp"]).unwrap_or_else(now);
-    let age = since(created);
     let phase = status["phase"].as_str().unwrap_or("");
     let mut wake = Wake::default();
     // :190-197: only while the daemon has set no phase
-    if phase.is_empty() {
-        let left = m.timing.crr_response_timeout.saturating_sub(age);
-        if left.is_zero() {
-            complete(m, crr, "daemon has not responded for a long time").await;
-            return Wake::default();
-        }
-        wake.merge(Wake::after(left));
+    if phase.is_empty() && wake.passed(m.timing.crr_response_timeout, created) {
+        complete(m, crr, "daemon has not responded for a long time").await;
+        return Wake::default();
     }
     // :200-207: counted from creation
-    if let Some(ads) = secs(&crr["spec"]["activeDeadlineSeconds"]) {
-        let left = ads.saturating_sub(age);
-        if left.is_zero() {
-            complete(m, crr, "recreating has exceeded the activeDeadlineSeconds").await;
-            return Wake::default();
-        }
-        wake.merge(Wake::after(left));
+    if let Some(ads) = secs(&crr["spec"]["activeDeadlineSeconds"])
+        && wake.passed(ads, created)
+    {
+        complete(m, crr, "recreating has exceeded the activeDeadlineSeconds").await;
+        return Wake::default();
     }
     if phase != "Recreating" {
         return wake;

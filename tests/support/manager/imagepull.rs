@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use apiserver_double::{Control, Operation};
 use serde_json::{Value, json};
 
+use super::nodeimage::default_pull_policy;
 use super::{
     DAEMON_CONFIG_NS, Inner, Res, Wake, array_mut, deleting, jitter, name_of, now, ns_of,
     pod_active, rfc3339, secs, since, time_of, uid_of, version,
@@ -29,25 +30,14 @@ pub(crate) fn register_webhook(control: &Control) {
         &[Operation::Create, Operation::Update],
         |r| {
             let spec = &mut r.object["spec"];
-            if spec["completionPolicy"]["type"]
-                .as_str()
-                .unwrap_or("")
-                .is_empty()
-            {
-                spec["completionPolicy"]["type"] = json!("Always");
-            }
-            if !spec["pullPolicy"].is_object() {
-                spec["pullPolicy"] = json!({});
-            }
-            if spec["pullPolicy"]["timeoutSeconds"].is_null() {
-                spec["pullPolicy"]["timeoutSeconds"] = json!(600);
-            }
-            if spec["pullPolicy"]["backoffLimit"].is_null() {
-                spec["pullPolicy"]["backoffLimit"] = json!(3);
-            }
-            if spec["imagePullPolicy"].as_str().unwrap_or("").is_empty() {
-                spec["imagePullPolicy"] = json!("IfNotPresent");
-            }
+            let fill = |field: &mut Value, default: &str| {
+                if field.as_str().unwrap_or("").is_empty() {
+                    *field = json!(default);
+                }
+            };
+            fill(&mut spec["completionPolicy"]["type"], "Always");
+            fill(&mut spec["imagePullPolicy"], "IfNotPresent");
+            default_pull_policy(&mut spec["pullPolicy"]);
             Ok(())
         },
     );
@@ -100,17 +90,14 @@ async fn sync(m: &Inner, job: &Value) -> Wake {
         if deleting(job) {
             return Wake::default();
         }
-        let Some(ttl) = secs(&job["spec"]["completionPolicy"]["ttlSecondsAfterFinished"]) else {
-            return Wake::default();
-        };
-        let done = time_of(&job["status"]["completionTime"]).unwrap_or_else(now);
-        let left = ttl.saturating_sub(since(done));
-        if left.is_zero() {
+        let (mut wake, done) = (Wake::default(), time_of(&job["status"]["completionTime"]));
+        if let Some(ttl) = secs(&job["spec"]["completionPolicy"]["ttlSecondsAfterFinished"])
+            && wake.passed(ttl, done.unwrap_or_else(now))
+        {
             m.delete("delete the job after its TTL", Res::ImagePullJobs, job)
                 .await;
-            return Wake::default();
         }
-        return Wake::after(left);
+        return wake;
     }
     if !has_finalizer(job, FINALIZER) {
         let j = with_finalizer(job, FINALIZER, true);
@@ -148,38 +135,31 @@ async fn sync(m: &Inner, job: &Value) -> Wake {
     }
 }
 
-/// The NodeImages the job selects, by name order (imagejob_reader.go:69-156).
+/// The NodeImages the job selects, by name order (imagejob_reader.go:69-156): by name, by the
+/// nodes of the pods selected, or by the NodeImages' labels (all without a selector).
 fn select(m: &Inner, job: &Value) -> Vec<Value> {
-    let all = m.list(Res::NodeImages, None);
     let spec = &job["spec"];
-    if let Some(names) = spec["selector"]["names"].as_array() {
-        let names: BTreeSet<&str> = names.iter().filter_map(Value::as_str).collect();
-        return all
-            .into_iter()
-            .filter(|n| names.contains(name_of(n)))
-            .collect();
-    }
-    if spec["podSelector"].is_object() {
-        let nodes: BTreeSet<String> = m
-            .list(Res::Pods, Some(ns_of(job)))
-            .iter()
-            .filter(|p| {
-                pod_active(p) && matches_labels(&spec["podSelector"], &p["metadata"]["labels"])
-            })
-            .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
-            .collect();
-        return all
-            .into_iter()
-            .filter(|n| nodes.contains(name_of(n)))
-            .collect();
-    }
-    if spec["selector"].is_object() {
-        return all
-            .into_iter()
-            .filter(|n| matches_labels(&spec["selector"], &n["metadata"]["labels"]))
-            .collect();
-    }
-    all
+    let nodes: Option<BTreeSet<String>> = if spec["selector"]["names"].is_array() {
+        Some(strings(&spec["selector"]["names"]).into_iter().collect())
+    } else if spec["podSelector"].is_object() {
+        let pods = m.list(Res::Pods, Some(ns_of(job)));
+        let selected = pods.into_iter().filter(|p| {
+            pod_active(p) && matches_labels(&spec["podSelector"], &p["metadata"]["labels"])
+        });
+        Some(
+            selected
+                .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
+                .collect(),
+        )
+    } else {
+        None
+    };
+    let all = m.list(Res::NodeImages, None).into_iter();
+    all.filter(|n| match &nodes {
+        Some(nodes) => nodes.contains(name_of(n)),
+        None => matches_labels(&spec["selector"], &n["metadata"]["labels"]),
+    })
+    .collect()
 }
 
 /// A label selector's `matchLabels` (the double's tests use no expressions).
@@ -251,19 +231,21 @@ fn owned_by(tag: &Value, job: &Value) -> bool {
         .is_some_and(|o| o.iter().any(|r| r["uid"] == uid_of(job)))
 }
 
-fn has_refs(image: &Value, refs: &[Value]) -> bool {
-    let present = image["pullSecrets"].as_array().cloned().unwrap_or_default();
-    refs.iter().all(|r| {
-        present
-            .iter()
-            .any(|p| p["namespace"] == r["namespace"] && p["name"] == r["name"])
-    })
+/// Whether `secrets` (an image's `pullSecrets`) has the secret `r` refers to.
+fn has_ref(secrets: &[Value], r: &Value) -> bool {
+    (secrets.iter()).any(|p| p["namespace"] == r["namespace"] && p["name"] == r["name"])
+}
+
+/// The entry of `tag` in a list of tags (`spec.images.<name>.tags`, `imageStatuses.<name>.tags`).
+fn tag_in<'a>(tags: &'a Value, tag: &str) -> Option<&'a Value> {
+    tags.as_array()?.iter().find(|t| t["tag"] == tag)
 }
 
 /// Whether a NodeImage carries the job's tag and secrets (calculateStatus's "synced").
 fn synced(ni: &Value, job: &Value, name: &str, tag: &str, refs: &[Value]) -> bool {
     let image = &ni["spec"]["images"][name];
-    has_refs(image, refs)
+    let secrets = image["pullSecrets"].as_array().cloned().unwrap_or_default();
+    refs.iter().all(|r| has_ref(&secrets, r))
         && image["tags"]
             .as_array()
             .is_some_and(|t| t.iter().any(|t| t["tag"] == tag && owned_by(t, job)))
@@ -283,14 +265,8 @@ fn status_of(job: &Value, nis: &[Value], name: &str, tag: &str, refs: &[Value]) 
             not_synced.push(node);
             continue;
         }
-        let spec_version = ni["spec"]["images"][name]["tags"]
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["tag"] == tag))
-            .map(version);
-        let st = ni["status"]["imageStatuses"][name]["tags"]
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["tag"] == tag));
-        match st {
+        let spec_version = tag_in(&ni["spec"]["images"][name]["tags"], tag).map(version);
+        match tag_in(&ni["status"]["imageStatuses"][name]["tags"], tag) {
             Some(s) if Some(version(s)) == spec_version && s["phase"] == "Succeeded" => {
                 succeeded += 1;
             }
@@ -381,10 +357,8 @@ async fn sync_node_images(
         if job["spec"]["sandboxConfig"].is_object() {
             image["sandboxConfig"] = job["spec"]["sandboxConfig"].clone();
         }
-        let status_version = ni["status"]["imageStatuses"][name]["tags"]
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["tag"] == tag))
-            .map_or(-1, version);
+        let status_version =
+            tag_in(&ni["status"]["imageStatuses"][name]["tags"], tag).map_or(-1, version);
         let image = &mut ni["spec"]["images"][name];
         let tags = array_mut(&mut image["tags"]);
         match tags.iter_mut().find(|t| t["tag"] == tag) {
@@ -406,10 +380,7 @@ async fn sync_node_images(
         tags.sort_by(|a, b| a["tag"].as_str().cmp(&b["tag"].as_str()));
         let mut secrets = image["pullSecrets"].as_array().cloned().unwrap_or_default();
         for r in refs {
-            if !secrets
-                .iter()
-                .any(|p| p["namespace"] == r["namespace"] && p["name"] == r["name"])
-            {
+            if !has_ref(&secrets, r) {
                 secrets.push(r.clone());
             }
         }

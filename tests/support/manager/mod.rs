@@ -277,6 +277,15 @@ impl Wake {
             (a, b) => a.or(b),
         };
     }
+
+    /// Whether `d` has passed since `t`; if not, look again once it has.
+    pub fn passed(&mut self, d: Duration, t: Timestamp) -> bool {
+        let left = d.saturating_sub(since(t));
+        if !left.is_zero() {
+            self.merge(Wake::after(left));
+        }
+        left.is_zero()
+    }
 }
 
 // === impl Inner ===

@@ -10,8 +10,8 @@ use apiserver_double::{AdmissionRequest, Control, Denial, Operation};
 use serde_json::{Value, json};
 
 use super::{
-    Inner, Res, Wake, array_mut, condition, deleting, label, name_of, now, rfc3339, secs, since,
-    time_of, version,
+    Inner, Res, Wake, array_mut, condition, deleting, label, name_of, now, rfc3339, secs, time_of,
+    version,
 };
 
 /// The mutating webhook's name (kruise's `config/webhook`).
@@ -63,16 +63,7 @@ fn default_tags(r: &mut AdmissionRequest<'_>) -> Result<(), Denial> {
             if tag["createdAt"].is_null() {
                 tag["createdAt"] = json!(t);
             }
-            if !tag["pullPolicy"].is_object() {
-                tag["pullPolicy"] = json!({});
-            }
-            let p = &mut tag["pullPolicy"];
-            if p["timeoutSeconds"].is_null() {
-                p["timeoutSeconds"] = json!(600);
-            }
-            if p["backoffLimit"].is_null() {
-                p["backoffLimit"] = json!(3);
-            }
+            default_pull_policy(&mut tag["pullPolicy"]);
         }
         sort_tags(&mut image["tags"]);
     }
@@ -80,6 +71,19 @@ fn default_tags(r: &mut AdmissionRequest<'_>) -> Result<(), Denial> {
         sort_tags(&mut image["tags"]);
     }
     Ok(())
+}
+
+/// A `pullPolicy`: `{}` when absent, then its timeout (600) and back-off (3) (apis/apps/defaults/
+/// v1beta1.go, for NodeImage tags and ImagePullJobs alike).
+pub(crate) fn default_pull_policy(p: &mut Value) {
+    if !p.is_object() {
+        *p = json!({});
+    }
+    for (field, default) in [("timeoutSeconds", 600), ("backoffLimit", 3)] {
+        if p[field].is_null() {
+            p[field] = json!(default);
+        }
+    }
 }
 
 /// pkg/webhook/nodeimage/validating/nodeimage_create_update_handler.go:47-153; all 400.
@@ -154,12 +158,7 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
                 let ready_at = condition(node, "Ready")
                     .and_then(|c| time_of(&c["lastTransitionTime"]))
                     .unwrap_or_else(now);
-                let left = m
-                    .timing
-                    .node_image_creation_delay
-                    .saturating_sub(since(ready_at));
-                if !left.is_zero() {
-                    wake.merge(Wake::after(left));
+                if !wake.passed(m.timing.node_image_creation_delay, ready_at) {
                     continue;
                 }
                 let ni = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "NodeImage",
@@ -241,14 +240,8 @@ async fn clean_spec(m: &Inner, ni: &Value, wake: &mut Wake) -> bool {
                 .iter()
                 .find(|s| s["tag"] == tag["tag"] && version(s) == version(tag))
                 .and_then(|s| time_of(&s["completionTime"]));
-            if let (Some(ttl), Some(done)) = (ttl, done) {
-                let left = ttl.saturating_sub(since(done));
-                if left.is_zero() {
-                    return false;
-                }
-                wake.merge(Wake::after(left));
-            }
-            true
+            let expired = matches!((ttl, done), (Some(ttl), Some(done)) if wake.passed(ttl, done));
+            !expired
         });
     }
     images.retain(|_, image| image["tags"].as_array().is_some_and(|t| !t.is_empty()));
@@ -283,9 +276,7 @@ async fn fail_silent_tags(m: &Inner, ni: &Value, wake: &mut Wake) {
             };
             let answered = found.is_some_and(|i| version(&list[i]) == version(tag));
             if !answered {
-                let left = timeout.saturating_sub(since(created));
-                if !left.is_zero() {
-                    wake.merge(Wake::after(left));
+                if !wake.passed(timeout, created) {
                     continue;
                 }
                 let s = failed("node has not responded for a long time");
@@ -301,12 +292,9 @@ async fn fail_silent_tags(m: &Inner, ni: &Value, wake: &mut Wake) {
             if list[i]["completionTime"].is_null()
                 && let Some(ads) = ads
             {
-                let left = (ads + timeout).saturating_sub(since(created));
-                if left.is_zero() {
+                if wake.passed(ads + timeout, created) {
                     list[i] = failed("pulling exceeds the activeDeadlineSeconds");
                     changed = true;
-                } else {
-                    wake.merge(Wake::after(left));
                 }
             }
         }
