@@ -94,6 +94,9 @@ impl AuthState {
         let Some(tokens) = &self.tokens else {
             return Ok(None);
         };
+        // as kube-apiserver answers a token it cannot verify
+        // (`apierrors.NewUnauthorized("Unauthorized")`: no details)
+        let unauthorized = || ApiError::new(401, "Unauthorized", "Unauthorized");
         match bearer_token(authorization) {
             None => Ok(Some(UserInfo::anonymous())),
             Some(token) => tokens
@@ -113,12 +116,6 @@ fn bearer_token(header: Option<&str>) -> Option<&str> {
     let scheme = parts.next()?;
     let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// `401`, worded as kube-apiserver answers a token it cannot verify
-/// (`apierrors.NewUnauthorized("Unauthorized")`: no details).
-pub(crate) fn unauthorized() -> ApiError {
-    ApiError::new(401, "Unauthorized", "Unauthorized")
 }
 
 /// What the authorizer judges, as kube-apiserver's `RequestInfoFactory` derives it from the

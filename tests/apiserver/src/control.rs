@@ -311,12 +311,8 @@ impl Control {
         let kidx = self.kind(resource)?;
         let ns = self.ns_arg(kidx, namespace);
         self.shared.store.write(|st| {
-            let kinds = st.kinds.clone();
-            let kind = kinds.get(kidx);
-            let cur = st
-                .get(kinds.storage_of(kidx), ns.unwrap_or(""), name)
-                .ok_or_else(|| ApiError::not_found(kind, name))?;
-            let mut obj = crate::kinds::from_storage(kind, cur);
+            let obj = st.served(kidx, ns.unwrap_or(""), name);
+            let mut obj = obj.ok_or_else(|| ApiError::not_found(st.kinds.get(kidx), name))?;
             f(&mut obj);
             ops::control_update(st, kidx, ns, Some(name), obj)
         })

@@ -406,10 +406,7 @@ async fn resource(
             Ok(json_response(200, &list))
         }
         ("GET", Some(name)) => {
-            let obj = store.read(|st| {
-                st.get(st.kinds.storage_of(kidx), ns.unwrap_or(""), name)
-                    .map(|o| crate::kinds::from_storage(&kind, o))
-            });
+            let obj = store.read(|st| st.served(kidx, ns.unwrap_or(""), name));
             obj.map(|o| json_response(200, &o))
                 .ok_or_else(|| ApiError::not_found(&kind, name))
         }

@@ -355,6 +355,12 @@ impl Kinds {
         self.storage[idx]
     }
 
+    /// The kind at `idx`, the index of its storage kind, and that kind.
+    pub(crate) fn with_storage(&self, idx: usize) -> (&KindInfo, usize, &KindInfo) {
+        let sidx = self.storage[idx];
+        (&self.list[idx], sidx, &self.list[sidx])
+    }
+
     /// Kind served at `/api[s]/{group}/{version}/{plural}`.
     pub(crate) fn find(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
         self.list

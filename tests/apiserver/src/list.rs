@@ -34,8 +34,7 @@ pub(crate) fn list(
     cont: Option<&str>,
 ) -> Result<Value, ApiError> {
     let kinds = st.kinds.clone();
-    let kind = kinds.get(kidx);
-    let sidx = kinds.storage_of(kidx);
+    let (kind, sidx, _) = kinds.with_storage(kidx);
     let (items, rv, id, start) = match non_empty(cont) {
         Some(token) => {
             let (id, rv, pos) = parse_continue(token).ok_or_else(|| {

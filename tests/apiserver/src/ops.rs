@@ -266,9 +266,7 @@ pub(crate) fn create(
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let kinds = st.kinds.clone();
-    let kind = kinds.get(kidx);
-    let sidx = kinds.storage_of(kidx);
-    let storage_kind = kinds.get(sidx);
+    let (kind, sidx, storage_kind) = kinds.with_storage(kidx);
     let mut obj = decode(st, (kind, storage_kind), body, origin)?;
 
     let ns = match namespace_of(kind, url_ns, &obj)? {
@@ -483,9 +481,7 @@ pub(crate) fn update(
     require_rv: bool,
 ) -> Result<(Value, bool), ApiError> {
     let kinds = st.kinds.clone();
-    let kind = kinds.get(kidx);
-    let sidx = kinds.storage_of(kidx);
-    let storage_kind = kinds.get(sidx);
+    let (kind, sidx, storage_kind) = kinds.with_storage(kidx);
     let mut new = decode(st, (kind, storage_kind), body, origin)?;
 
     let body_name = non_empty(meta_str(&new, "name")).map(str::to_string);
@@ -644,8 +640,7 @@ pub(crate) fn patch(
     dry_run: bool,
 ) -> Result<(Value, bool), ApiError> {
     let kinds = st.kinds.clone();
-    let kind = kinds.get(kidx);
-    let sidx = kinds.storage_of(kidx);
+    let (kind, sidx, _) = kinds.with_storage(kidx);
     if ptype == PatchType::Apply {
         if non_empty(field_manager).is_none() {
             let pkind = KindInfo::core("meta.k8s.io", "v1", "patchoptions", "PatchOptions", false);
@@ -708,8 +703,7 @@ pub(crate) fn delete(
     dry_run: bool,
 ) -> Result<(Value, bool), ApiError> {
     let kinds = st.kinds.clone();
-    let kind = kinds.get(kidx);
-    let sidx = kinds.storage_of(kidx);
+    let (kind, sidx, _) = kinds.with_storage(kidx);
     let ns_key = ns.filter(|_| kind.namespaced).unwrap_or("");
     let Some(cur) = st.get(sidx, ns_key, name).cloned() else {
         return Err(ApiError::not_found(kind, name));

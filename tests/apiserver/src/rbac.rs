@@ -251,10 +251,7 @@ pub(crate) fn apply_manifests(st: &mut State, text: &str) -> Result<Vec<Value>, 
         let ns = non_empty(meta_str(&doc, "namespace")).unwrap_or("default");
         let ns = if kind.namespaced { ns } else { "" }.to_string();
         let name = meta_str(&doc, "name").unwrap_or("").to_string();
-        let existing = st
-            .get(st.kinds.storage_of(kidx), &ns, &name)
-            .map(|o| crate::kinds::from_storage(&kind, o));
-        let obj = match existing {
+        let obj = match st.served(kidx, &ns, &name) {
             None => ops::create(st, kidx, None, doc, Origin::Control, false)?,
             Some(mut cur) => {
                 for (k, v) in doc.as_object().into_iter().flatten() {

@@ -129,6 +129,12 @@ impl State {
             .get(&(ns.to_string(), name.to_string()))
     }
 
+    /// An object as the kind `kidx` serves it.
+    pub(crate) fn served(&self, kidx: usize, ns: &str, name: &str) -> Option<Value> {
+        let (kind, sidx, _) = self.kinds.with_storage(kidx);
+        self.get(sidx, ns, name).map(|o| from_storage(kind, o))
+    }
+
     /// All stored objects of a storage kind, ordered by (namespace, name).
     pub(crate) fn objects(&self, sidx: usize) -> impl Iterator<Item = &Arc<Value>> {
         self.objects.get(sidx).into_iter().flat_map(|m| m.values())
@@ -277,10 +283,8 @@ impl StoreView<'_> {
     /// One object, or `None` if absent or the resource is unknown. Use `""`
     /// as namespace for cluster-scoped kinds.
     pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
-        let kinds = &self.state.kinds;
-        let idx = kinds.resolve(resource)?;
-        let obj = self.state.get(kinds.storage_of(idx), namespace, name)?;
-        Some(from_storage(kinds.get(idx), obj))
+        let idx = self.state.kinds.resolve(resource)?;
+        self.state.served(idx, namespace, name)
     }
 
     /// All objects of a resource, in one namespace or (with `None`) all.

@@ -187,12 +187,7 @@ pub(crate) async fn run(
     rv_rx.borrow_and_update();
     let deadline = Instant::now() + scaled(req.timeout, shared.config.watch_timeout_scale);
 
-    let (kind, sidx) = store.read(|st| {
-        (
-            st.kinds.get(req.kidx).clone(),
-            st.kinds.storage_of(req.kidx),
-        )
-    });
+    let (kind, sidx, _) = shared.kinds.with_storage(req.kidx);
     let send = |b: Bytes| {
         let tx = tx.clone();
         async move { tx.send(Ok(b)).await.is_ok() }
