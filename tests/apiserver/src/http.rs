@@ -104,16 +104,12 @@ struct ResTarget {
     path: ResourcePath,
 }
 
-#[derive(Clone, Debug)]
+/// What a path names: a document (`/version`, discovery; `None`: nothing is served there), a
+/// health check, or a served resource.
 enum Target {
-    Version,
+    Document(Option<Value>),
     Health,
-    ApiVersions,
-    GroupList,
-    Group(String),
-    ResourceList(String, String),
     Resource(ResTarget),
-    Unknown,
 }
 
 /// The served resource `path` names: a namespaced kind's objects by `namespaces/<ns>/`, a
@@ -126,25 +122,23 @@ fn resource_target(kinds: &Kinds, path: ResourcePath) -> Option<ResTarget> {
     (!path.extra && (namespaced || !in_ns) && !named_without_ns).then_some(ResTarget { kidx, path })
 }
 
-fn route(kinds: &Kinds, path: &str) -> Target {
+fn route(shared: &Shared, path: &str) -> Target {
+    let kinds = shared.kinds.all();
     let segs = segments(path);
-    match segs
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["version"] => Target::Version,
-        ["healthz"] | ["readyz"] | ["livez"] => Target::Health,
-        ["api"] => Target::ApiVersions,
-        ["apis"] => Target::GroupList,
-        ["apis", g] => Target::Group(g.to_string()),
-        ["api", "v1"] => Target::ResourceList(String::new(), "v1".into()),
-        ["apis", g, v] => Target::ResourceList(g.to_string(), v.to_string()),
-        _ => ResourcePath::parse(path)
-            .and_then(|p| resource_target(kinds, p))
-            .map_or(Target::Unknown, Target::Resource),
-    }
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    Target::Document(match segs.as_slice() {
+        ["version"] => Some(discovery::version(&shared.config.git_version)),
+        ["healthz"] | ["readyz"] | ["livez"] => return Target::Health,
+        ["api"] => Some(discovery::api_versions(shared.addr)),
+        ["apis"] => Some(discovery::group_list(kinds)),
+        ["apis", g] => discovery::group(kinds, g),
+        ["api", "v1"] => discovery::resource_list(kinds, "", "v1"),
+        ["apis", g, v] => discovery::resource_list(kinds, g, v),
+        _ => match ResourcePath::parse(path).and_then(|p| resource_target(&shared.kinds, p)) {
+            Some(t) => return Target::Resource(t),
+            None => None,
+        },
+    })
 }
 
 fn verb_of(method: &str, t: &ResTarget, params: &Params) -> String {
@@ -195,7 +189,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         let (code, v) = control::handle_http(&control, &method, &path, &params, &body);
         return json_response(code, &v);
     }
-    let target = route(&shared.kinds, &path);
+    let target = route(&shared, &path);
     let mut record = RequestRecord {
         method: method.clone(),
         path: path.clone(),
@@ -271,22 +265,14 @@ async fn dispatch(
     ctype: Option<&str>,
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
-    let kinds = shared.kinds.all();
-    if !matches!(target, Target::Resource(_)) && method != "GET" {
-        return Err(ApiError::method_not_allowed());
+    match target {
+        Target::Resource(t) => resource(shared, method, t, params, ctype, body).await,
+        _ if method != "GET" => Err(ApiError::method_not_allowed()),
+        Target::Health => Ok(Response::new(full("ok"))),
+        Target::Document(doc) => doc
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::no_such_resource),
     }
-    let doc = match target {
-        Target::Version => Some(discovery::version(&shared.config.git_version)),
-        Target::Health => return Ok(Response::new(full("ok"))),
-        Target::ApiVersions => Some(discovery::api_versions(shared.addr)),
-        Target::GroupList => Some(discovery::group_list(kinds)),
-        Target::Group(g) => discovery::group(kinds, &g),
-        Target::ResourceList(g, v) => discovery::resource_list(kinds, &g, &v),
-        Target::Unknown => None,
-        Target::Resource(t) => return resource(shared, method, t, params, ctype, body).await,
-    };
-    doc.map(|d| json_response(200, &d))
-        .ok_or_else(ApiError::no_such_resource)
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
