@@ -176,7 +176,7 @@ pub struct Control {
 }
 
 impl Control {
-    fn kind(&self, resource: &str) -> Result<usize, ApiError> {
+    pub(crate) fn kind(&self, resource: &str) -> Result<usize, ApiError> {
         self.shared
             .kinds
             .resolve(resource)

@@ -118,12 +118,7 @@ impl Control {
     /// writes happen and are read back as usual (GET, LIST, a watch started from the current
     /// state): only the events are late.
     pub fn hold_watch_events(&self, resource: &str) -> Result<Hold, ApiError> {
-        let kidx = self
-            .shared
-            .kinds
-            .resolve(resource)
-            .ok_or_else(ApiError::no_such_resource)?;
-        let sidx = self.shared.kinds.storage_of(kidx);
+        let sidx = self.shared.kinds.storage_of(self.kind(resource)?);
         let (hold, released) = Hold::new();
         // under the store's lock: no write comes between the RV read and the hold in force
         self.shared.store.read(|st| {

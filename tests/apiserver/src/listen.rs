@@ -225,13 +225,8 @@ impl Control {
     /// In-process only: over `/_double/` it would cut its own connection.
     pub async fn stop_serving(&self) {
         let (done, stopped) = oneshot::channel();
-        if self
-            .shared
-            .serving
-            .commands
-            .send(ServeCommand::Stop(done))
-            .is_ok()
-        {
+        let commands = &self.shared.serving.commands;
+        if commands.send(ServeCommand::Stop(done)).is_ok() {
             let _ = stopped.await;
         }
     }
