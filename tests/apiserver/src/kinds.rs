@@ -49,7 +49,7 @@ pub struct FieldKey {
 }
 
 /// Everything the double needs to know about one served resource.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct KindInfo {
     /// API group, `""` for core.
     pub group: String,

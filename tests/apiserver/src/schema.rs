@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 /// A validation failure: `(field path, reason, message)`.
 pub type Cause = (String, &'static str, String);
 
-/// A compiled `pattern`, compared by its source text.
+/// A compiled `pattern`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "String")]
 struct Pattern(String, Option<regex::Regex>);
@@ -29,14 +29,8 @@ impl From<String> for Pattern {
     }
 }
 
-impl PartialEq for Pattern {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
-    }
-}
-
 /// One node of an OpenAPI v3 structural schema (`openAPIV3Schema`; other keywords ignored).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Schema {
     #[serde(rename = "type")]

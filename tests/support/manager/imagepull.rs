@@ -445,7 +445,7 @@ async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Va
         let Some(source) = m.get(Res::Secrets, src_ns, src_name) else {
             continue;
         };
-        match existing {
+        let (copy_name, mode) = match existing {
             Some(copy) => {
                 let mut c = (*copy).clone();
                 let mut set = references(copy);
@@ -457,9 +457,7 @@ async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Va
                     m.replace("refresh a secret copy", Res::Secrets, &c).await;
                 }
                 let mode = copy["metadata"]["annotations"][MODE].as_str().unwrap_or("");
-                refs.push(
-                    json!({"namespace": DAEMON_CONFIG_NS, "name": name_of(copy), "mode": mode}),
-                );
+                (name_of(copy).to_string(), mode.to_string())
             }
             None => {
                 let copy_name = format!("{src_name}-{:06x}", jitter(&job_key, 0x100_0000));
@@ -476,14 +474,14 @@ async fn sync_secrets(m: &Inner, job: &Value, wanted_now: bool) -> Option<Vec<Va
                     "type": source["type"], "data": source["data"]});
                 if m.create("copy a pull secret", Res::Secrets, &copy)
                     .await
-                    .is_some()
+                    .is_none()
                 {
-                    refs.push(
-                        json!({"namespace": DAEMON_CONFIG_NS, "name": copy_name, "mode": "batch"}),
-                    );
+                    continue;
                 }
+                (copy_name, "batch".to_string())
             }
-        }
+        };
+        refs.push(json!({"namespace": DAEMON_CONFIG_NS, "name": copy_name, "mode": mode}));
     }
     // release the copies this job no longer wants
     for copy in &copies {
