@@ -552,10 +552,12 @@ fn control_request(
         let items = control.apply_manifests(&String::from_utf8_lossy(body))?;
         return Ok(json!({"items": items}));
     }
+    let bad_body = |what: &'static str| {
+        move |e: serde_json::Error| ApiError::bad_request(format!("{what}: {e}"))
+    };
     let body: Value = match body.is_empty() {
         true => Value::Null,
-        false => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?,
+        false => serde_json::from_slice(body).map_err(bad_body("invalid JSON body"))?,
     };
     let segs: Vec<&str> = path
         .trim_start_matches("/_double/")
@@ -589,8 +591,7 @@ fn control_request(
         }
         ("GET", ["watches"]) => Ok(json!({"open": control.open_watches()})),
         ("POST", ["fail-next"]) => {
-            let fault = serde_json::from_value::<Fault>(body)
-                .map_err(|e| ApiError::bad_request(format!("invalid fault: {e}")))?;
+            let fault = serde_json::from_value::<Fault>(body).map_err(bad_body("invalid fault"))?;
             control.add_fault(fault);
             Ok(done)
         }
@@ -617,12 +618,9 @@ fn control_request(
         ("GET", ["requests"]) => Ok(json!({"requests": control.requests()})),
         ("GET", ["refusals"]) => Ok(json!({"requests": control.refusals()})),
         ("PUT", ["tokens"]) => {
+            let expected = r#"expected {"<token>": {"name": ..., "groups": [...]}} or null"#;
             let tokens = serde_json::from_value::<Option<BTreeMap<String, UserInfo>>>(body)
-                .map_err(|e| {
-                    ApiError::bad_request(format!(
-                        "expected {{\"<token>\": {{\"name\": ..., \"groups\": [...]}}}} or null: {e}"
-                    ))
-                })?;
+                .map_err(bad_body(expected))?;
             control.set_tokens(tokens);
             Ok(done)
         }

@@ -118,11 +118,12 @@ pub fn validate_meta(meta: &Map<String, Value>) -> Vec<(String, &'static str, St
     let mut causes = Vec::new();
     for field in ["labels", "annotations"] {
         let mut bad = |reason, msg: String| causes.push((format!("metadata.{field}"), reason, msg));
+        let invalid = "FieldValueInvalid";
         let map = match meta.get(field) {
             None | Some(Value::Null) => continue,
             Some(Value::Object(map)) => map,
             Some(_) => {
-                bad("FieldValueInvalid", "must be a map of strings".into());
+                bad(invalid, "must be a map of strings".into());
                 continue;
             }
         };
@@ -132,28 +133,17 @@ pub fn validate_meta(meta: &Map<String, Value>) -> Vec<(String, &'static str, St
             total += k.len() + v.as_str().map_or(0, str::len);
             let key = if labels { k.clone() } else { k.to_lowercase() };
             if !is_qualified_name(&key) {
-                bad(
-                    "FieldValueInvalid",
-                    format!("Invalid value: {k:?}: {NAME_PART}"),
-                );
+                bad(invalid, format!("Invalid value: {k:?}: {NAME_PART}"));
             }
             match v.as_str() {
                 Some(s) if !labels || is_label_value(s) => {}
-                _ if labels => bad(
-                    "FieldValueInvalid",
-                    format!("Invalid value: {v}: {LABEL_VALUE}"),
-                ),
-                _ => bad(
-                    "FieldValueInvalid",
-                    format!("Invalid value: {v}: must be a string"),
-                ),
+                _ if labels => bad(invalid, format!("Invalid value: {v}: {LABEL_VALUE}")),
+                _ => bad(invalid, format!("Invalid value: {v}: must be a string")),
             }
         }
         if !labels && total > 256 * 1024 {
-            bad(
-                "FieldValueTooLong",
-                "Too long: must have at most 262144 bytes".into(),
-            );
+            let why = "Too long: must have at most 262144 bytes";
+            bad("FieldValueTooLong", why.into());
         }
     }
     causes
