@@ -35,7 +35,7 @@ pub(crate) struct Preconditions {
     pub resource_version: Option<String>,
 }
 
-fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.get("metadata").is_some_and(Value::is_object) {
         obj["metadata"] = json!({});
     }

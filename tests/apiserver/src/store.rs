@@ -97,10 +97,7 @@ pub(crate) fn rv_of(obj: &Value) -> u64 {
 
 /// Set `metadata.resourceVersion` (creating `metadata` if needed).
 pub(crate) fn set_rv(obj: &mut Value, rv: u64) {
-    if !obj.get("metadata").is_some_and(Value::is_object) {
-        obj["metadata"] = json!({});
-    }
-    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    crate::ops::meta_mut(obj).insert("resourceVersion".into(), json!(rv.to_string()));
 }
 
 impl State {
