@@ -132,7 +132,6 @@ pub(crate) struct Attributes {
     pub verb: String,
     /// The API group, `""` for core.
     pub group: String,
-    pub version: String,
     /// The namespace, `""` for cluster-scoped requests.
     pub namespace: String,
     /// The resource (`pods`).
@@ -184,12 +183,8 @@ impl ResourcePath {
             rest => (false, rest),
         };
         let (namespace, rest) = match rest {
-            ["namespaces", ns, rest @ ..]
-                if rest
-                    .first()
-                    .is_some_and(|r| !matches!(*r, "status" | "finalize")) =>
-            {
-                (Some(ns.to_string()), rest)
+            ["namespaces", ns, r, ..] if !matches!(*r, "status" | "finalize") => {
+                (Some(ns.to_string()), &rest[2..])
             }
             rest => (None, rest),
         };
@@ -218,7 +213,7 @@ pub(crate) fn attributes(method: &str, path: &str, query: &[(String, String)]) -
     let Some(p) = ResourcePath::parse(path) else {
         return info;
     };
-    (info.resource_request, info.group, info.version) = (true, p.group, p.version);
+    (info.resource_request, info.group) = (true, p.group);
     if p.resource.is_empty() {
         // the real server answers a bare `watch/` with an error; nothing is allowed
         return info;

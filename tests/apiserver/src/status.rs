@@ -120,10 +120,8 @@ impl ApiError {
                 }))
                 .collect::<Vec<_>>()
         );
-        let what = format!(
-            "{} \"{name}\" is invalid: {message}",
-            kind.qualified(&kind.kind)
-        );
+        let qualified = kind.qualified(&kind.kind);
+        let what = format!("{qualified} \"{name}\" is invalid: {message}");
         ApiError::new(422, "Invalid", what).with_details(details)
     }
 
@@ -212,9 +210,9 @@ pub(crate) fn details(fields: &[(&str, &str)]) -> Value {
 }
 
 pub(crate) fn resource_details(kind: &KindInfo, name: &str) -> Value {
-    details(&[
-        ("name", name),
-        ("kind", &kind.plural),
-        ("group", &kind.group),
-    ])
+    let mut d = json!({"name": name, "kind": kind.plural});
+    if !kind.group.is_empty() {
+        d["group"] = json!(kind.group);
+    }
+    d
 }
