@@ -206,8 +206,8 @@ pub(crate) async fn run(
             let (rv, initial) = store.read(|st| {
                 let objs: Vec<Value> = st
                     .objects(sidx)
-                    .map(|o| from_storage(&kind, o))
-                    .filter(|o| req.in_scope(&kind, o))
+                    .map(|o| from_storage(kind, o))
+                    .filter(|o| req.in_scope(kind, o))
                     .collect();
                 (st.rv, objs)
             });
@@ -216,7 +216,7 @@ pub(crate) async fn run(
                     return;
                 }
             }
-            if req.bookmarks && !send(bookmark(&kind, rv, true)).await {
+            if req.bookmarks && !send(bookmark(kind, rv, true)).await {
                 return;
             }
             rv
@@ -250,7 +250,7 @@ pub(crate) async fn run(
                 held = Some(released);
                 break;
             }
-            if let Some((etype, obj)) = req.transform(&kind, ev) {
+            if let Some((etype, obj)) = req.transform(kind, ev) {
                 if !send(line(etype.as_str(), &obj)).await {
                     return;
                 }
@@ -262,7 +262,7 @@ pub(crate) async fn run(
             last = last.max(now_rv);
         }
         if bookmark_due && req.bookmarks && last > reported {
-            if !send(bookmark(&kind, last, false)).await {
+            if !send(bookmark(kind, last, false)).await {
                 return;
             }
             reported = last;
