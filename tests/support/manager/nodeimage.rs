@@ -291,11 +291,10 @@ async fn fail_silent_tags(m: &Inner, ni: &Value, wake: &mut Wake) {
             let ads = secs(&tag["pullPolicy"]["activeDeadlineSeconds"]);
             if list[i]["completionTime"].is_null()
                 && let Some(ads) = ads
+                && wake.passed(ads + timeout, created)
             {
-                if wake.passed(ads + timeout, created) {
-                    list[i] = failed("pulling exceeds the activeDeadlineSeconds");
-                    changed = true;
-                }
+                list[i] = failed("pulling exceeds the activeDeadlineSeconds");
+                changed = true;
             }
         }
     }
