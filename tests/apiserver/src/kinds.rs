@@ -12,9 +12,10 @@ use serde_json::{Map, Value, json};
 use crate::schema::{Schema, kruise_schema};
 
 /// What happens to `.status` when an object is created over HTTP.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum StatusOnCreate {
     /// Keep whatever the client sent.
+    #[default]
     Keep,
     /// Drop it (custom resources with a status subresource).
     Drop,
@@ -49,7 +50,7 @@ pub struct FieldKey {
 }
 
 /// Everything the double needs to know about one served resource.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct KindInfo {
     /// API group, `""` for core.
     pub group: String,
@@ -98,16 +99,7 @@ impl KindInfo {
             singular: kind.to_lowercase(),
             kind: kind.to_string(),
             namespaced,
-            custom: false,
-            tracks_generation: false,
-            status_subresource: false,
-            allow_create_on_update: false,
-            fields: Vec::new(),
-            status_on_create: StatusOnCreate::Keep,
-            conversion: None,
-            short_names: Vec::new(),
-            schema: None,
-            delete_returns_object: false,
+            ..KindInfo::default()
         }
     }
 

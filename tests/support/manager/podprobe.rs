@@ -51,11 +51,7 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
             .unwrap_or_default();
         let live: Vec<Value> = entries
             .iter()
-            .filter(|e| {
-                let ns = e["namespace"].as_str().unwrap_or("");
-                let pod = m.get(Res::Pods, ns, e["name"].as_str().unwrap_or(""));
-                pod.is_some_and(|p| pod_active(&p) && p["metadata"]["uid"] == e["uid"])
-            })
+            .filter(|e| live_pod(m, e).is_some())
             .cloned()
             .collect();
         if live.len() != entries.len() {
@@ -66,6 +62,13 @@ pub(crate) async fn reconcile_nodes(m: &Inner) -> Wake {
         }
     }
     Wake::default()
+}
+
+/// The pod a NodePodProbe entry (spec or status) names, if it is that pod still and active.
+fn live_pod(m: &Inner, entry: &Value) -> Option<Value> {
+    let ns = entry["namespace"].as_str().unwrap_or("");
+    let pod = m.get(Res::Pods, ns, entry["name"].as_str().unwrap_or(""))?;
+    (pod_active(&pod) && pod["metadata"]["uid"] == entry["uid"]).then_some(pod)
 }
 
 /// The pods a marker probes (`getMatchingPods`, :435-477): its namespace and selector, active,
@@ -237,14 +240,9 @@ pub(crate) async fn reconcile_statuses(m: &Inner) -> Wake {
             .into_iter()
             .flatten()
         {
-            let ns = entry["namespace"].as_str().unwrap_or("");
-            let Some(pod) = m.get(Res::Pods, ns, entry["name"].as_str().unwrap_or("")) else {
-                continue;
-            };
-            if !pod_active(&pod) || pod["metadata"]["uid"] != entry["uid"] {
-                continue;
+            if let Some(pod) = live_pod(m, entry) {
+                reflect(m, &pod, entry).await;
             }
-            reflect(m, &pod, entry).await;
         }
     }
     Wake::default()
