@@ -6,8 +6,11 @@
 #            an indented one marks a test-only item, not the tests module), src/cri/fake and
 #            files named *tests.rs left out
 # Prints each folder's lines, the product's, and the ratio (the goal: at most 0.5).
-#   tools/test-tree-size.sh [REPO]      REPO defaults to the checkout this script is in
+#   tools/test-tree-size.sh [--check] [REPO]   REPO defaults to the checkout this script is in;
+#                                              --check exits 1 when the ratio is over 0.5 (CI)
 set -euo pipefail
+check=0
+if [ "${1:-}" = --check ]; then check=1; shift; fi
 cd "${1:-$(dirname "$0")/..}"
 
 rs_files() { find "$@" -name '*.rs' -type f -print0 | sort -z; }
@@ -26,3 +29,7 @@ product=$(find src -name '*.rs' -type f ! -path 'src/cri/fake/*' ! -name '*tests
 printf '%-24s %7d\n' product "$product"
 awk -v d="$doubles" -v p="$product" 'BEGIN { over = d - p / 2; if (over < 0) over = 0
     printf "%-24s %7.3f (goal <= 0.500: %d lines over)\n", "ratio", d / p, over }'
+if [ "$check" = 1 ] && [ $((doubles * 2)) -gt "$product" ]; then
+    echo "test-tree-size: the doubles are more than half the product's size (issue 40's budget)" >&2
+    exit 1
+fi
