@@ -53,6 +53,7 @@ pub fn start(ctx: &Context, registry: &mut Registry) -> Timelines {
         events: ctx.event_sink("kruised-inplace-update"),
         slow: ctx.config.slow_in_place_update,
         cancel: ctx.cancel.clone(),
+        times: Default::default(),
     });
     let changes = w.pods.subscribe();
     ctx.spawn(

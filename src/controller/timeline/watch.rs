@@ -1,14 +1,15 @@
 //! The task that feeds the timelines: every version of a kruise-managed pod of the node from
 //! the pod watch; the runtime, asked only while an update is in flight and the kubelet shows
 //! a changed container replaced or ended (its list of the pod's containers, and the status of
-//! at most the two newest of each name: when the old one finished, when the new one started),
+//! at most the two newest of each name: when the old one finished, when the new one started;
+//! each container's status asked once it started and once it exited, not at every look),
 //! and once per new image whether it is already on the node; a sweep that ends what waited
 //! too long and forgets the pods that left. What ends is measured (`metrics.rs`), logged, and,
 //! when its unready window passed the threshold, told in one event on the pod: the only API
 //! write of the timelines.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -53,7 +54,16 @@ pub struct Watcher {
     pub slow: Option<Duration>,
     /// Ends the task.
     pub cancel: CancellationToken,
+    /// The runtime's times of containers already asked, by pod UID and container ID
+    /// ([`Times`]): each container's status is asked once it started and once it exited,
+    /// not at every look.
+    pub times: Mutex<HashMap<String, Times>>,
 }
+
+/// A pod's containers' start and end times as the runtime gave them (ns; 0: not yet), by
+/// container ID. A container's start does not change once it started, nor its end once it
+/// exited.
+pub type Times = HashMap<String, (i64, i64)>;
 
 /// Follows the pods until the daemon stops.
 pub async fn run(w: Arc<Watcher>, mut changes: broadcast::Receiver<Change<Pod>>) {
@@ -142,7 +152,10 @@ impl Watcher {
             }
         }
         if containers {
-            match runtime_containers(&runtime, &key.uid).await {
+            let mut known = self.times().remove(&key.uid).unwrap_or_default();
+            let found = runtime_containers(&runtime, &key.uid, &mut known).await;
+            self.times().insert(key.uid.clone(), known);
+            match found {
                 Ok(found) => self.book.observe_runtime(&key.uid, &found),
                 Err(e) => {
                     tracing::debug!(pod = %key, error = %e, "listing the pod's containers failed")
@@ -151,10 +164,17 @@ impl Watcher {
         }
     }
 
+    fn times(&self) -> std::sync::MutexGuard<'_, HashMap<String, Times>> {
+        self.times
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Ends what waited too long, and forgets the pods the store no longer holds.
     fn sweep(&self) {
         let present: HashSet<String> = self.pods.state().iter().filter_map(|p| p.uid()).collect();
         self.book.retain(&present);
+        self.times().retain(|uid, _| present.contains(uid));
         for (key, u) in self.book.sweep(clock::now_ns()) {
             self.ended(&key, &u, None);
         }
@@ -221,12 +241,16 @@ pub fn summary(u: &Update) -> String {
 }
 
 /// The pod's containers as the runtime holds them, with the times of the two newest of each
-/// name (the others cannot be an update's old or new container).
+/// name (the others cannot be an update's old or new container). `known` holds the times
+/// asked before; a container's status is asked only for a time not known yet, and `known`
+/// keeps only the containers listed now.
 async fn runtime_containers(
     runtime: &RemoteRuntime,
     uid: &str,
+    known: &mut Times,
 ) -> Result<Vec<RuntimeContainer>, crate::cri::CriError> {
     let mut listed = containers_of_pod(runtime, uid).await?;
+    known.retain(|id, _| listed.iter().any(|c| c.id == *id));
     listed.sort_by_key(|c| {
         (
             c.metadata.name.clone(),
@@ -244,15 +268,21 @@ async fn runtime_containers(
         if n > 2 {
             continue;
         }
-        let (started_at, finished_at) = match c.state {
-            ContainerState::Running | ContainerState::Exited => {
+        let had = known.get(&c.id).copied();
+        let (started_at, finished_at) = match (c.state, had) {
+            (ContainerState::Running, Some(t)) if t.0 > 0 => t,
+            (ContainerState::Exited, Some(t)) if t.1 > 0 => t,
+            (ContainerState::Running | ContainerState::Exited, _) => {
                 match runtime.container_status(&c.id, false).await {
                     Ok(s) => (s.started_at, s.finished_at),
                     Err(_) => (0, 0),
                 }
             }
-            ContainerState::Created | ContainerState::Unknown => (0, 0),
+            (ContainerState::Created | ContainerState::Unknown, _) => (0, 0),
         };
+        if started_at > 0 {
+            known.insert(c.id.clone(), (started_at, finished_at));
+        }
         out.push(RuntimeContainer {
             id: c.id,
             name: c.metadata.name,
