@@ -114,7 +114,7 @@ impl User {
         self.cloneset_with_grace(containers, 0).await;
     }
 
-    /// [`User::cloneset`] with `inPlaceUpdateStrategy.gracePeriodSeconds: grace`.
+    /// [`User::cloneset`] with `rollingUpdate.inPlaceUpdateStrategy.gracePeriodSeconds: grace`.
     async fn cloneset_with_grace(&self, containers: Vec<Value>, grace: u32) {
         self.create(
             &kind("apps.kruise.io", "v1beta1", "CloneSet"),
@@ -125,8 +125,8 @@ impl User {
                         "metadata": {"labels": {"app": "web"}, "annotations": {"app-config": "v1"}},
                         "spec": {"hostNetwork": true, "terminationGracePeriodSeconds": 5,
                                  "containers": containers}},
-                    "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"},
-                        "inPlaceUpdateStrategy": {"gracePeriodSeconds": grace}}}}),
+                    "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible",
+                        "inPlaceUpdateStrategy": {"gracePeriodSeconds": grace}}}}}),
         )
         .await;
     }

@@ -149,8 +149,9 @@ impl ManagerDouble {
         self.inner.wake.notify_one();
     }
 
-    /// Sets the workload's `updateStrategy.inPlaceUpdateStrategy.gracePeriodSeconds`: the
-    /// updates it starts from now on wait that long in the grace annotation.
+    /// Sets the CloneSet's `updateStrategy.rollingUpdate.inPlaceUpdateStrategy.
+    /// gracePeriodSeconds`: the updates it starts from now on wait that long in the grace
+    /// annotation.
     pub fn set_grace_period(&self, name: &str, seconds: u32) {
         self.lock_workloads()
             .get_mut(name)

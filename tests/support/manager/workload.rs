@@ -120,7 +120,7 @@ pub(crate) struct Workload {
     pods: Vec<String>,
     revisions: BTreeMap<String, Template>,
     update_revision: String,
-    /// `updateStrategy.inPlaceUpdateStrategy.gracePeriodSeconds`.
+    /// `updateStrategy.rollingUpdate.inPlaceUpdateStrategy.gracePeriodSeconds`.
     pub grace_seconds: u32,
 }
 
