@@ -165,8 +165,19 @@ where
 
     /// Waits until the first list is in the store.
     pub async fn wait_synced(&self) {
-        // the writer lives as long as the watch task; an ended task also ends the wait
-        let _ = self.store.wait_until_ready().await;
+        // kube's ready signal keeps one waker (a oneshot's): of two tasks awaiting it, the first
+        // would never wake. So it is only looked at, and the generation, moved once the first
+        // list is in, is what wakes. The writer lives as long as the watch task; an ended task
+        // also ends the wait.
+        let mut generation = self.generation.clone();
+        loop {
+            if futures::FutureExt::now_or_never(self.store.wait_until_ready()).is_some() {
+                return;
+            }
+            if generation.changed().await.is_err() {
+                return;
+            }
+        }
     }
 }
 

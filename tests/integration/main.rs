@@ -27,6 +27,7 @@ mod fuzz_seeds;
 mod health_truth;
 mod hostile;
 mod imagepull;
+mod inplace_pull;
 mod k8s;
 mod kubelet;
 mod layers;

@@ -3,7 +3,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `pulls_total` | counter | `source` (`nodeimage`, `next_batch`), `result` (`succeeded`, `failed`, `present`, `shared`) |
+//! | `pulls_total` | counter | `source` (`nodeimage`, `next_batch`, `in_place`), `result` (`succeeded`, `failed`, `present`, `shared`) |
 //! | `pull_duration_seconds` | histogram | `source`, `result` (`succeeded`, `failed`): CRI `PullImage` calls |
 //! | `image_fs_used_bytes` | gauge | - (from `ImageFsInfo`) |
 //! | `image_fs_free_bytes` | gauge | - (statvfs of the image filesystem, when visible) |
@@ -11,6 +11,8 @@
 //! | `tasks` | gauge | `phase` (`Waiting`, `Pulling`, `Succeeded`, `Failed`) |
 //! | `next_batch_images` | gauge | - (distinct images the next-batch pre-pull works on) |
 //! | `next_batch_skipped` | gauge | `reason` (`not_kruise_owned`, `invalid`, `over_pod_bound`, `over_node_bound`) |
+//! | `in_place_images` | gauge | - (distinct images the in-place pull works on: grace annotations, spec changes) |
+//! | `in_place_skipped` | gauge | `reason` (as `next_batch_skipped`) |
 
 use std::time::Duration;
 
@@ -28,6 +30,8 @@ pub enum Source {
     NodeImage,
     /// A pod's next in-place batch (`nextContainerImages`).
     NextBatch,
+    /// A pod's in-place update under way: its grace annotation or its spec's changed image.
+    InPlace,
 }
 
 impl Source {
@@ -35,6 +39,7 @@ impl Source {
         match self {
             Source::NodeImage => "nodeimage",
             Source::NextBatch => "next_batch",
+            Source::InPlace => "in_place",
         }
     }
 }
@@ -79,7 +84,8 @@ struct SkipLabels {
     reason: &'static str,
 }
 
-/// What the next-batch pre-pull leaves out now, by reason (see `prepull::plan`).
+/// What the next-batch pre-pull (or the in-place pull) leaves out now, by reason (see
+/// `prepull::plan`, `inplace::plan`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Skipped {
     /// Pods with an in-place update state but no kruise workload as controller.
@@ -103,11 +109,34 @@ pub struct Metrics {
     tasks: Family<PhaseLabels, Gauge>,
     next_batch: Gauge,
     next_batch_skipped: Family<SkipLabels, Gauge>,
+    in_place: Gauge,
+    in_place_skipped: Family<SkipLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
     // 50 ms .. ~55 min
     Histogram::new(exponential_buckets(0.05, 3.0, 12))
+}
+
+/// Sets a plan's gauges: images worked on, and what was left out by reason.
+fn set_plan(
+    images_gauge: &Gauge,
+    skipped_gauge: &Family<SkipLabels, Gauge>,
+    images: usize,
+    skipped: Skipped,
+) {
+    let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    images_gauge.set(g(images));
+    for (reason, n) in [
+        ("not_kruise_owned", skipped.not_kruise_owned),
+        ("invalid", skipped.invalid),
+        ("over_pod_bound", skipped.over_pod_bound),
+        ("over_node_bound", skipped.over_node_bound),
+    ] {
+        skipped_gauge
+            .get_or_create(&SkipLabels { reason })
+            .set(g(n));
+    }
 }
 
 impl Metrics {
@@ -122,6 +151,8 @@ impl Metrics {
             tasks: Family::default(),
             next_batch: Gauge::default(),
             next_batch_skipped: Family::default(),
+            in_place: Gauge::default(),
+            in_place_skipped: Family::default(),
         }
     }
 
@@ -167,23 +198,30 @@ impl Metrics {
              node's bound",
             m.next_batch_skipped.clone(),
         );
+        registry.register(
+            "in_place_images",
+            "Distinct images of pods' in-place updates under way (grace annotations, changed \
+             spec images) the in-place pull works on",
+            m.in_place.clone(),
+        );
+        registry.register(
+            "in_place_skipped",
+            "What the in-place pull leaves out now: pods not controlled by a kruise workload, \
+             unreadable grace annotations and image names, images past a pod's or the node's \
+             bound",
+            m.in_place_skipped.clone(),
+        );
         m
     }
 
     /// Sets what the next-batch pre-pull works on and leaves out now.
     pub fn next_batch(&self, images: usize, skipped: Skipped) {
-        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        self.next_batch.set(g(images));
-        for (reason, n) in [
-            ("not_kruise_owned", skipped.not_kruise_owned),
-            ("invalid", skipped.invalid),
-            ("over_pod_bound", skipped.over_pod_bound),
-            ("over_node_bound", skipped.over_node_bound),
-        ] {
-            self.next_batch_skipped
-                .get_or_create(&SkipLabels { reason })
-                .set(g(n));
-        }
+        set_plan(&self.next_batch, &self.next_batch_skipped, images, skipped);
+    }
+
+    /// Sets what the in-place pull works on and leaves out now.
+    pub fn in_place(&self, images: usize, skipped: Skipped) {
+        set_plan(&self.in_place, &self.in_place_skipped, images, skipped);
     }
 
     /// Counts one pull attempt.

@@ -15,6 +15,7 @@
 //! | [`disk`] | free space of the image filesystem |
 //! | [`settings`] | the puller's tunables |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
+//! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
 //!
 //! Differences from kruise-daemon, all deliberate:
@@ -29,7 +30,8 @@
 //!   silently); credential strings are scrubbed from every message; a failed credential
 //!   provider is named in messages and events, what it wrote goes to the log only;
 //! - identical concurrent pulls are merged; a removed tag cancels its pull;
-//! - the disk check ([`disk`]) and the next-batch pre-pull ([`prepull`]) are kruised's own;
+//! - the disk check ([`disk`]), the next-batch pre-pull ([`prepull`]) and the in-place pull
+//!   ([`inplace`]) are kruised's own;
 //! - the success event reads "elapsedTime" (kruise: "ecalpsedTime"), and both events also go to
 //!   the tag's owners (kruise sends only the failure there); the activeDeadlineSeconds message
 //!   keeps the last pull error.
@@ -37,6 +39,7 @@
 pub mod controller;
 pub mod credprovider;
 pub mod disk;
+pub mod inplace;
 pub mod keyring;
 pub mod metrics;
 pub mod prepull;
@@ -71,7 +74,8 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
 }
 
 /// Starts the image puller with `settings`: once the runtime is found, the NodeImage controller
-/// and (if enabled and pods are watched) the next-batch pre-puller, on the daemon's tasks.
+/// and (if enabled and pods are watched) the in-place pull and the next-batch pre-puller, on the
+/// daemon's tasks.
 pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
     let metrics = metrics::Metrics::register(registry);
     let ctx = ctx.clone();
@@ -109,7 +113,8 @@ pub fn start_with(ctx: &Context, registry: &mut Registry, settings: Settings) {
     );
 }
 
-/// Spawns the controller and the pre-puller over `runtime` and `credentials`.
+/// Spawns the controller, the in-place pull and the pre-puller over `runtime` and
+/// `credentials`.
 pub fn run<I, C>(
     ctx: &Context,
     runtime: I,
@@ -144,6 +149,7 @@ pub fn run<I, C>(
         max_workers = ?settings.max_workers,
         image_fs_min_free = settings.image_fs_min_free,
         next_batch = settings.prepull_next_batch && ctx.pods.is_some(),
+        in_place = settings.prepull_in_place_update && ctx.pods.is_some(),
         "image puller started"
     );
     ctx.spawn(
@@ -152,6 +158,21 @@ pub fn run<I, C>(
             .run(ctx.cancel.clone())
             .instrument(tracing::info_span!("nodeimage", name = %node)),
     );
+    // in-place pulls under way: the next batch waits for them as for NodeImage work
+    let (in_place_tx, in_place_busy) = watch::channel(0usize);
+    if let (true, Some(pods)) = (settings.prepull_in_place_update, ctx.pods.clone()) {
+        ctx.spawn(
+            "in-place pull",
+            inplace::run(
+                tools.clone(),
+                pods,
+                ctx.node_images.clone(),
+                in_place_tx,
+                ctx.cancel.clone(),
+            )
+            .instrument(tracing::info_span!("in_place")),
+        );
+    }
     if let (true, Some(pods)) = (settings.prepull_next_batch, ctx.pods.clone()) {
         ctx.spawn(
             "next-batch pre-pull",
@@ -160,6 +181,7 @@ pub fn run<I, C>(
                 pods,
                 ctx.node_images.clone(),
                 busy,
+                in_place_busy,
                 ctx.cancel.clone(),
             )
             .instrument(tracing::info_span!("next_batch")),

@@ -9,8 +9,9 @@
 //!
 //! - which images: [`plan`] (pods controlled by a kruise workload only, a bounded annotation, at
 //!   most [`plan::MAX_IMAGES_PER_POD`] per pod and [`plan::MAX_IMAGES_PER_NODE`] on the node);
-//! - low priority: only while no NodeImage task waits or pulls, one image at a time, and through
-//!   the same pull slots (`--max-workers-for-pull-image`);
+//! - low priority: only while no NodeImage task waits or pulls and no in-place pull
+//!   ([`super::inplace`]) runs, one image at a time, and through the same pull slots
+//!   (`--max-workers-for-pull-image`);
 //! - an image already present is not pulled; identical pulls in flight are shared with NodeImage
 //!   tasks;
 //! - the disk floor of every pull (`--image-fs-min-free`): below it nothing is pre-pulled;
@@ -61,12 +62,15 @@ enum Tried {
     Failed { attempts: u32, retry_at: Instant },
 }
 
-/// Runs the pre-puller until `cancel`. `busy` is the number of unfinished NodeImage tasks.
+/// Runs the pre-puller until `cancel`. `busy` is the number of unfinished NodeImage tasks,
+/// `in_place` the number of in-place pulls under way ([`super::inplace`]): the next batch waits
+/// for both to be 0.
 pub async fn run<I, C>(
     tools: Arc<PullTools<I, C>>,
     pods: Watched<Pod>,
     node_images: Watched<NodeImage>,
     mut busy: watch::Receiver<usize>,
+    mut in_place: watch::Receiver<usize>,
     cancel: CancellationToken,
 ) where
     I: ImageService + Clone + 'static,
@@ -92,10 +96,12 @@ pub async fn run<I, C>(
             Some(Tried::Failed { retry_at, .. }) => *retry_at <= now,
         });
         if let Some((key, want)) = next {
-            // NodeImage work first
+            // NodeImage work and in-place pulls first
             let idle = async {
-                while *busy.borrow_and_update() > 0 {
-                    if busy.changed().await.is_err() {
+                loop {
+                    until_zero(&mut busy).await;
+                    until_zero(&mut in_place).await;
+                    if *busy.borrow() == 0 {
                         return;
                     }
                 }
@@ -143,6 +149,15 @@ pub async fn run<I, C>(
                     None => std::future::pending().await,
                 }
             } => {}
+        }
+    }
+}
+
+/// Returns once `count` is 0, or its sender is gone (nothing left to wait for).
+async fn until_zero(count: &mut watch::Receiver<usize>) {
+    while *count.borrow_and_update() > 0 {
+        if count.changed().await.is_err() {
+            return;
         }
     }
 }
@@ -199,9 +214,9 @@ pub fn node_image_entries(
     (refs, sandbox)
 }
 
-/// Why a next-batch image was not pre-pulled (logged; retried with backoff).
+/// Why an image was not pre-pulled (logged; retried with backoff).
 #[derive(Debug, thiserror::Error)]
-enum PrePullError {
+pub(super) enum PrePullError {
     /// The daemon is stopping.
     #[error("shutting down")]
     ShuttingDown,
@@ -216,6 +231,15 @@ enum PrePullError {
     Pull(#[from] super::pull::PullError),
 }
 
+/// How an image came to be on the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ensured {
+    /// It was there already.
+    Present,
+    /// It was pulled (or an identical pull in flight was joined).
+    Pulled,
+}
+
 /// Pulls one next-batch image unless present, with the credentials `refs` lend to its
 /// namespace.
 async fn pull_one<I, C>(
@@ -228,6 +252,46 @@ where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
+    let target = Target {
+        image: &want.image,
+        reference: &want.reference,
+        namespace: &want.namespace,
+        source: Source::NextBatch,
+    };
+    ensure(tools, target, refs, sandbox).await.map(|_| ())
+}
+
+/// One image to have on the node for the pods of one namespace, and who asks.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Target<'a> {
+    /// As sent to the runtime.
+    pub image: &'a str,
+    /// Parsed, `latest` added.
+    pub reference: &'a Reference,
+    /// Whose credentials may be used.
+    pub namespace: &'a str,
+    /// Who asks.
+    pub source: Source,
+}
+
+/// Pulls `target` unless present, with the credentials `refs` lend to its namespace, through a
+/// pull slot and above the disk floor; identical pulls in flight are joined.
+pub(super) async fn ensure<I, C>(
+    tools: &PullTools<I, C>,
+    target: Target<'_>,
+    refs: &[ReferenceObject],
+    sandbox: Option<&SandboxConfig>,
+) -> Result<Ensured, PrePullError>
+where
+    I: ImageService + Clone + 'static,
+    C: Credentials,
+{
+    let Target {
+        image,
+        reference,
+        namespace,
+        source,
+    } = target;
     let _permit = match &tools.slots {
         Some(s) => Some(
             s.clone()
@@ -237,36 +301,42 @@ where
         ),
         None => None,
     };
-    let image = want.image.as_str();
     let runtime = tools.puller.runtime();
     let images = runtime.list_images().await?;
-    if find_image(&images, &want.reference).is_some() {
-        tools.metrics.pulled(Source::NextBatch, Outcome::Present);
-        tracing::debug!(image, "next-batch image already present");
-        return Ok(());
+    if find_image(&images, reference).is_some() {
+        tools.metrics.pulled(source, Outcome::Present);
+        tracing::debug!(image, ?source, "image already present");
+        return Ok(Ensured::Present);
     }
-    if let Some(refusal) = disk_refusal(tools, Source::NextBatch).await {
+    if let Some(refusal) = disk_refusal(tools, source).await {
         return Err(PrePullError::NoRoom(refusal));
     }
-    let name = want.reference.name();
+    let name = reference.name();
     let resolved = tools
         .credentials
-        .resolve_for_namespace(refs, &name, &want.namespace)
+        .resolve_for_namespace(refs, &name, namespace)
         .await;
     if !resolved.problems.is_empty() {
-        tracing::warn!(image, namespace = %want.namespace, problems = %resolved.problems.join("; "), "next-batch credentials could not all be used; pulling with what was found");
+        tracing::warn!(image, %namespace, ?source, problems = %resolved.problems.join("; "), "pre-pull credentials could not all be used; pulling with what was found");
     }
     let spec = PullSpec {
         image: image.to_string(),
-        key: want.reference.pull_key(),
+        key: reference.pull_key(),
         credentials: resolved.keyring.lookup(&name),
         secrets: resolved.keyring.secrets(),
         sandbox: Some(pull_sandbox(sandbox)),
-        source: Source::NextBatch,
+        source,
     };
-    tracing::info!(image, namespace = %want.namespace, credentials = spec.credentials.len(), "pre-pulling an image of a pod's next in-place batch");
+    match source {
+        Source::NextBatch => {
+            tracing::info!(image, %namespace, credentials = spec.credentials.len(), "pre-pulling an image of a pod's next in-place batch");
+        }
+        _ => {
+            tracing::debug!(image, %namespace, ?source, credentials = spec.credentials.len(), "pulling: not present");
+        }
+    }
     tools.puller.pull(spec, PULL_TIMEOUT).await?;
-    Ok(())
+    Ok(Ensured::Pulled)
 }
 
 #[cfg(test)]

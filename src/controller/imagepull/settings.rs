@@ -22,6 +22,8 @@ pub struct Settings {
     pub max_workers: Option<usize>,
     /// Pre-pull the images of pods' next in-place batches.
     pub prepull_next_batch: bool,
+    /// Pull the images of pods' in-place updates under way (grace annotation, spec change).
+    pub prepull_in_place_update: bool,
 }
 
 impl Default for Settings {
@@ -34,6 +36,7 @@ impl Default for Settings {
             image_fs_min_free: 0,
             max_workers: None,
             prepull_next_batch: true,
+            prepull_in_place_update: true,
         }
     }
 }
@@ -45,6 +48,7 @@ impl Settings {
             image_fs_min_free: config.image_fs_min_free,
             max_workers: config.max_pull_workers,
             prepull_next_batch: config.gates.prepull_next_batch,
+            prepull_in_place_update: config.gates.prepull_in_place_update,
             ..Settings::default()
         }
     }

@@ -121,17 +121,22 @@ impl Plan {
 
     /// What was left out, counted by reason (for the metrics).
     pub fn skipped_counts(&self) -> Skipped {
-        let mut c = Skipped::default();
-        for s in &self.skipped {
-            match s {
-                Skip::NotKruiseOwned { .. } => c.not_kruise_owned += 1,
-                Skip::Invalid { .. } => c.invalid += 1,
-                Skip::OverPodBound { .. } => c.over_pod_bound += 1,
-                Skip::OverNodeBound { .. } => c.over_node_bound += 1,
-            }
-        }
-        c
+        skipped_counts(&self.skipped)
     }
+}
+
+/// `skipped` counted by reason (for the metrics).
+pub fn skipped_counts(skipped: &[Skip]) -> Skipped {
+    let mut c = Skipped::default();
+    for s in skipped {
+        match s {
+            Skip::NotKruiseOwned { .. } => c.not_kruise_owned += 1,
+            Skip::Invalid { .. } => c.invalid += 1,
+            Skip::OverPodBound { .. } => c.over_pod_bound += 1,
+            Skip::OverNodeBound { .. } => c.over_node_bound += 1,
+        }
+    }
+    c
 }
 
 /// Whether the pod's controller is a kruise workload: an owner reference with `controller:
