@@ -283,7 +283,7 @@ impl Kubelet {
         Ok(id)
     }
 
-    /// The kill of a running container (kuberuntime_container.go killContainer): its preStop
+    /// The kill of a container (kuberuntime_container.go killContainer): if it runs, its preStop
     /// exec hook (from its annotations) within `grace`, then the stop with the rest of it, at
     /// least 2 s (minimumGracePeriodInSeconds; only after a hook here: the tests' kills without
     /// one stay immediate).
@@ -296,7 +296,7 @@ impl Kubelet {
         let mut rest = grace;
         if let Some(cmd) = hook
             .and_then(|h| h.exec?.command)
-            .filter(|_| !grace.is_zero())
+            .filter(|_| !grace.is_zero() && status.state == ContainerState::Running)
         {
             let started = std::time::Instant::now();
             // a failed hook is only logged by the kubelet: the stop follows all the same
