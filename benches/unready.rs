@@ -322,7 +322,8 @@ impl Bench {
             self.pull(&image).await;
             self.relay.limit(Some(self.rate), None);
         }
-        let name = format!("{}-{round}", c.name);
+        // unique beyond this process: a pod an interrupted run left in the runtime keeps its name
+        let name = format!("{}-{round}-{}", c.name, std::process::id());
         let container = |image: &str| {
             let mut c0 = json!({"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
                 "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"]});
