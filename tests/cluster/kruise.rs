@@ -111,6 +111,11 @@ impl User {
 
     /// A CloneSet of one pod that updates in place; `containers` as in [`container`].
     async fn cloneset(&self, containers: Vec<Value>) {
+        self.cloneset_with_grace(containers, 0).await;
+    }
+
+    /// [`User::cloneset`] with `rollingUpdate.inPlaceUpdateStrategy.gracePeriodSeconds: grace`.
+    async fn cloneset_with_grace(&self, containers: Vec<Value>, grace: u32) {
         self.create(
             &kind("apps.kruise.io", "v1beta1", "CloneSet"),
             json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet",
@@ -120,7 +125,8 @@ impl User {
                         "metadata": {"labels": {"app": "web"}, "annotations": {"app-config": "v1"}},
                         "spec": {"hostNetwork": true, "terminationGracePeriodSeconds": 5,
                                  "containers": containers}},
-                    "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}}}}),
+                    "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible",
+                        "inPlaceUpdateStrategy": {"gracePeriodSeconds": grace}}}}}),
         )
         .await;
     }
@@ -282,6 +288,85 @@ async fn a_cloneset_updates_env_in_place_by_one_restart_of_kruised_and_image_and
     assert_eq!(echo(&lab, &last, "main", "APP_CONFIG").await, "v3");
     assert_eq!(stops_logged(&daemon), 1, "kruised stopped nothing more");
     assert_in_place_finished(&user, &last).await;
+
+    daemon.terminate();
+    assert!(daemon.wait_exit(LIMIT).await.success());
+    cluster::assert_never_forbidden(&daemon);
+    user.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_cloneset_image_update_with_a_grace_period_has_the_image_on_the_node_before_the_spec_names_it()
+ {
+    let Some(lab) = KubeLab::get() else { return };
+    if !manager_runs() {
+        return;
+    }
+    let _serial = KubeLab::serial().await;
+    let user = User::new(&lab, "kgrace").await;
+    let mut daemon = user.kruised().await;
+    let (v1, v2) = (lab.image("busybox:v1"), lab.image("busybox:v2"));
+    // v2 not on the node: only kruised's pull can bring it there while the spec names v1
+    let runtime = lab.runtime();
+    let _ = runtime.remove_image(&v2).await;
+    user.cloneset_with_grace(vec![container("main", &v1, &[])], 10)
+        .await;
+    let before = user.cloneset_updated("the first pod").await;
+    let name = before.name_any();
+    user.patch_template(json!({"spec": {"containers": [container("main", &v2, &[])]}}))
+        .await;
+
+    // the manager's grace annotation names v2 while the pod's spec still runs v1
+    let grace = kruised::k8s::keys::INPLACE_UPDATE_GRACE;
+    let pods = user.ns.pods();
+    let in_grace = |p: Option<&Pod>| p.is_some_and(|p| p.annotations().contains_key(grace));
+    let pod = wait::try_kube(&pods, LIMIT, &name, "the grace annotation", in_grace)
+        .await
+        .unwrap_or_else(|m| m.fail_with(format!("kruise-manager's log:\n{}", manager_log_tail())));
+    let spec: Value = serde_json::from_str(&pod.annotations()[grace]).unwrap();
+    assert_eq!(spec["containerImages"]["main"], v2.as_str(), "{spec}");
+    assert_eq!(spec["graceSeconds"], 10, "{spec}");
+    let images = |p: &Pod| -> Vec<Option<String>> {
+        let spec = p.spec.as_ref().unwrap();
+        spec.containers.iter().map(|c| c.image.clone()).collect()
+    };
+    assert_eq!(
+        images(&pod),
+        [Some(v1.clone())],
+        "the spec waits for the grace"
+    );
+
+    // kruised pulls v2 at the annotation: on the node while the grace still runs
+    let present = wait::try_poll(
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        "v2 on the node",
+        || runtime.image_status(&v2),
+        |s| matches!(s, Ok(Some(_))),
+    )
+    .await;
+    let still = pods.get(&name).await.unwrap();
+    if let Err(m) = present {
+        m.fail();
+    }
+    assert!(
+        still.annotations().contains_key(grace) && images(&still) == [Some(v1.clone())],
+        "v2 arrived within the grace period, before the spec named it: {:?}",
+        still.annotations()
+    );
+
+    // after the grace the manager patches the image and the kubelet recreates main in place
+    let after = user.cloneset_updated("v2 after the grace period").await;
+    assert_eq!(after.uid(), before.uid(), "updated in place: the same pod");
+    assert!(
+        !after.annotations().contains_key(grace),
+        "{:?}",
+        after.annotations()
+    );
+    let main = status_of(&after, "main");
+    assert_eq!(main.restart_count, 1, "the kubelet's one restart");
+    assert!(main.image.contains("busybox:v2"), "{}", main.image);
+    assert_in_place_finished(&user, &after).await;
 
     daemon.terminate();
     assert!(daemon.wait_exit(LIMIT).await.success());

@@ -20,6 +20,7 @@ mod daemon;
 mod hostile;
 mod imagepull;
 mod podprobe;
+mod pull_dedup;
 mod recreate;
 mod runtimes;
 mod systemd;

@@ -164,6 +164,53 @@ async fn a_cloneset_updates_env_in_place_by_one_restart_of_kruised_and_image_and
     stop(&s, d).await;
 }
 
+/// kruise 07169cf with `gracePeriodSeconds` (inplace_update.go:360-414, 194-247): the pod is
+/// unready first, then the update spec waits in the grace annotation with the pod's images and
+/// metadata unchanged, and only after the grace period is applied, the annotation removed; the
+/// kubelet recreates the container then.
+#[tokio::test]
+async fn with_a_grace_period_the_update_waits_in_the_grace_annotation_and_is_applied_after_it() {
+    let t = template(vec![container("main", "busybox:v1", &[])]);
+    let s = Scene::start(&[("web-0", &t)], Timing::as_in_the_cluster_lab()).await;
+    let d = s.kruised().await;
+    s.updated("web-0", "the first pod").await;
+
+    s.manager.set_grace_period(WORKLOAD, 2);
+    let v2 = template(vec![container("main", "busybox:v2", &[])]).annotation("app-config", "v2");
+    s.manager.set_template(WORKLOAD, v2);
+    let grace = "apps.kruise.io/inplace-update-grace";
+    let waiting = s
+        .wait("pods", "default", "web-0", "the grace annotation", |p| {
+            p["metadata"]["annotations"][grace].is_string()
+        })
+        .await;
+    assert_eq!(condition(&waiting, "InPlaceUpdateReady"), Some("False"));
+    let spec: Value =
+        serde_json::from_str(waiting["metadata"]["annotations"][grace].as_str().unwrap()).unwrap();
+    let revision = s.manager.workload_status(WORKLOAD).update_revision;
+    assert_eq!(spec["revision"], revision.as_str(), "{spec}");
+    assert_eq!(
+        spec["containerImages"],
+        json!({"main": "busybox:v2"}),
+        "{spec}"
+    );
+    assert_eq!(spec["graceSeconds"], 2, "{spec}");
+    assert_eq!(waiting["spec"]["containers"][0]["image"], "busybox:v1");
+    assert_eq!(waiting["metadata"]["annotations"]["app-config"], "v1");
+
+    let after = s.updated("web-0", "the image after the grace period").await;
+    assert!(
+        after["metadata"]["annotations"].get(grace).is_none(),
+        "{after:#}"
+    );
+    assert_eq!(after["metadata"]["annotations"]["app-config"], "v2");
+    let main = status(&after, "main");
+    assert_eq!(main["restartCount"], 1, "the kubelet's one restart");
+    assert_eq!(main["image"], "busybox:v2");
+    assert_in_place_finished(&s, &after);
+    stop(&s, d).await;
+}
+
 /// A container's launch priority (`KRUISE_CONTAINER_BARRIER` from a key `p_<N>`) splits an
 /// in-place update into batches, the highest priority first, the next only once the first
 /// batch's containers are done and ready (kruise 07169cf inplace_update_defaults.go:221-263,

@@ -26,8 +26,9 @@
 //! - *Builders.* [`crr`]: recreate requests as kruise's webhook leaves them; [`rbac`]: kruised's
 //!   identity and RBAC on the API double, and telling a refusal from its log.
 //! - *Network.* [`proxy`]: HTTP CONNECT, absolute-form and SOCKS5 proxies; [`tcp_relay`]: a
-//!   relay that can go silent or cut connections; [`authority`]: a CRI relay for clients that
-//!   send the socket's path as `:authority`; [`events`]: a runtime's container events followed.
+//!   relay that can go silent, cut connections or forward at a fixed rate, counting bytes;
+//!   [`authority`]: a CRI relay for clients that send the socket's path as `:authority`;
+//!   [`events`]: a runtime's container events followed.
 //! - *Waiting.* [`wait`]: every wait of the tests, each on a change notification where one
 //!   exists, each with its limit, each failing with what it saw last; [`within`] bounds any
 //!   future.

@@ -5,18 +5,23 @@
 //! - [`TcpRelay::silence_open`]: every open connection stops forwarding, both ways, and its
 //!   sockets stay open (the kernel still acknowledges what arrives, as a relay that forgot the
 //!   server does: no FIN, no RST, nothing ever answered); connections made later work;
-//! - [`TcpRelay::refuse_new`]: new connections are reset at once.
+//! - [`TcpRelay::refuse_new`]: new connections are reset at once;
+//! - [`TcpRelay::limit`]: a fixed rate (bytes per second) each way, shared by all connections,
+//!   as a slow link's (the image benchmark's upstream registry).
 //!
-//! It counts what it did ([`RelayStats`]) and lets a test wait on the counts. Test
-//! infrastructure.
+//! It counts what it did ([`RelayStats`], bytes each way included) and lets a test wait on the
+//! counts. Test infrastructure.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::wait;
 
@@ -35,6 +40,10 @@ pub struct RelayStats {
     pub open: usize,
     /// Connections silenced so far.
     pub silenced: usize,
+    /// Bytes forwarded from the upstream to clients.
+    pub bytes_down: u64,
+    /// Bytes forwarded from clients to the upstream.
+    pub bytes_up: u64,
 }
 
 struct Shared {
@@ -44,6 +53,8 @@ struct Shared {
     conns: Mutex<Vec<(u64, watch::Sender<bool>)>>,
     stats: Mutex<RelayStats>,
     changed: watch::Sender<u64>,
+    /// Each way's (down, up) rate in bytes per second (0: unlimited) and when it is next free.
+    pace: [Mutex<(u64, Instant)>; 2],
 }
 
 impl Shared {
@@ -62,6 +73,18 @@ impl Shared {
             tx.send_replace(true);
         }
         conns.len()
+    }
+
+    /// Books `n` bytes on the link of one way; returns when they have passed it.
+    fn pace(&self, down: bool, n: usize) -> Option<Instant> {
+        let way = &self.pace[usize::from(!down)];
+        let mut p = way.lock().unwrap_or_else(|e| e.into_inner());
+        let (rate, next) = &mut *p;
+        if *rate == 0 {
+            return None;
+        }
+        *next = (*next).max(Instant::now()) + Duration::from_secs_f64(n as f64 / *rate as f64);
+        Some(*next)
     }
 }
 
@@ -85,6 +108,7 @@ impl TcpRelay {
             conns: Mutex::new(Vec::new()),
             stats: Mutex::new(RelayStats::default()),
             changed: watch::channel(0).0,
+            pace: [(); 2].map(|()| Mutex::new((0, Instant::now()))),
         });
         let accepting = shared.clone();
         let task = tokio::spawn(async move {
@@ -130,6 +154,15 @@ impl TcpRelay {
         self.shared.refuse.store(refuse, Ordering::SeqCst);
     }
 
+    /// Forwards at most `down` bytes per second to the clients and `up` to the upstream, all
+    /// connections together (`None`: unlimited).
+    pub fn limit(&self, down: Option<u64>, up: Option<u64>) {
+        for (p, rate) in self.shared.pace.iter().zip([down, up]) {
+            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+            *p = (rate.unwrap_or(0), Instant::now());
+        }
+    }
+
     pub fn stats(&self) -> RelayStats {
         let stats = self.shared.stats.lock();
         stats.unwrap_or_else(|e| e.into_inner()).clone()
@@ -171,11 +204,11 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
         s.forwarded += 1;
         s.open += 1;
     });
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
     let silent = tokio::select! {
-        _ = tokio::io::copy(&mut client_read, &mut server_write) => false,
-        _ = tokio::io::copy(&mut server_read, &mut client_write) => false,
+        () = pump(client_read, server_write, &shared, false) => false,
+        () = pump(server_read, client_write, &shared, true) => false,
         r = silenced.wait_for(|s| *s) => r.is_ok(),
     };
     if silent {
@@ -184,4 +217,26 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
     }
     shared.lock_conns().retain(|(i, _)| *i != id);
     shared.record(|s| s.open -= 1);
+}
+
+/// Forwards one way (`down`: to the client) until the reader ends or a write fails, at the
+/// way's rate, counting the bytes.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: &Shared, down: bool) {
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        if let Some(at) = shared.pace(down, n) {
+            tokio::time::sleep_until(at).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+        let n = n as u64;
+        shared.record(|s| {
+            *(if down {
+                &mut s.bytes_down
+            } else {
+                &mut s.bytes_up
+            }) += n
+        });
+    }
 }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::LifecycleHandler;
 use kruised::cri::fake::FakeRuntime;
 use kruised::cri::{
     ContainerState, ImageService, KubeletService, PullRequest, RemoteRuntime, RuntimeService,
@@ -258,11 +259,36 @@ impl Kubelet {
         kill: Option<(&str, Duration)>,
     ) -> Result<String, BoxError> {
         if let Some((old, grace)) = kill {
-            self.runtime.stop_container(old, grace).await?;
+            self.kill(old, grace).await?;
         }
         let id = self.try_create(pod, sandbox_id, c, attempt).await?;
         self.runtime.start_container(&id).await?;
         Ok(id)
+    }
+
+    /// The kill of a container (kuberuntime_container.go killContainer): if it runs, its preStop
+    /// exec hook (from its annotations) within `grace`, then the stop with the rest of it, at
+    /// least 2 s (minimumGracePeriodInSeconds; only after a hook here: the tests' kills without
+    /// one stay immediate).
+    async fn kill(&self, id: &str, grace: Duration) -> Result<(), BoxError> {
+        let status = self.runtime.container_status(id, false).await?;
+        let hook = status
+            .annotations
+            .get(kruised::k8s::keys::KUBELET_PRESTOP_HANDLER);
+        let hook = hook.and_then(|h| serde_json::from_str::<LifecycleHandler>(h).ok());
+        let mut rest = grace;
+        if let Some(cmd) = hook
+            .and_then(|h| h.exec?.command)
+            .filter(|_| !grace.is_zero() && status.state == ContainerState::Running)
+        {
+            let started = std::time::Instant::now();
+            // a failed hook is only logged by the kubelet: the stop follows all the same
+            let _ = self.runtime.exec_sync(id, cmd, grace).await;
+            rest = grace
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_secs(2));
+        }
+        Ok(self.runtime.stop_container(id, rest).await?)
     }
 
     /// Creates and starts container `c` with `attempt` in the sandbox of `pod`.

@@ -149,6 +149,16 @@ impl ManagerDouble {
         self.inner.wake.notify_one();
     }
 
+    /// Sets the CloneSet's `updateStrategy.rollingUpdate.inPlaceUpdateStrategy.
+    /// gracePeriodSeconds`: the updates it starts from now on wait that long in the grace
+    /// annotation.
+    pub fn set_grace_period(&self, name: &str, seconds: u32) {
+        self.lock_workloads()
+            .get_mut(name)
+            .expect("a workload added with add_workload")
+            .grace_seconds = seconds;
+    }
+
     /// The workload's status as a CloneSet's reads (`replicas`, `updatedReplicas`,
     /// `readyReplicas`, `updatedReadyReplicas`, `updateRevision`).
     pub fn workload_status(&self, name: &str) -> WorkloadStatus {

@@ -4,19 +4,25 @@
 //! CloneSet, and this module does what kruise-manager 07169cf does to the pods
 //! (`pkg/util/inplaceupdate/inplace_update.go`, `inplace_update_defaults.go`,
 //! `pkg/controller/cloneset/sync/cloneset_update.go`): `InPlaceUpdateReady=False` first, then
-//! one pod write with the new metadata and images and the update state, then, once the
-//! containers are done (`runtime-containers-meta`, the env hash, the images), the next batch
+//! one pod write with the new metadata and images and the update state (with a grace period:
+//! the update spec in the grace annotation instead, applied once the grace is over), then, once
+//! the containers are done (`runtime-containers-meta`, the env hash, the images), the next batch
 //! or `InPlaceUpdateReady=True` and the lifecycle back to `Normal`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 
 use k8s_openapi::api::core::v1::Container;
 use kruised::hash::env::{MetaRef, env_meta_refs, expected_env_hash};
 use kruised::hash::kubelet::{hash_container, hash_container_legacy};
+use kruised::k8s::keys::{INPLACE_UPDATE_GRACE, INPLACE_UPDATE_GRACE_OLD};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Inner, Res, Wake, array_mut, condition, lock, name_of, now, rfc3339};
+use super::{Inner, Res, Wake, array_mut, condition, lock, name_of, now, rfc3339, time_of};
 
 /// Readiness gate and condition (kruise 07169cf apis/apps/pub/inplace_update.go:32).
 pub const INPLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
@@ -114,6 +120,8 @@ pub(crate) struct Workload {
     pods: Vec<String>,
     revisions: BTreeMap<String, Template>,
     update_revision: String,
+    /// `updateStrategy.rollingUpdate.inPlaceUpdateStrategy.gracePeriodSeconds`.
+    pub grace_seconds: u32,
 }
 
 impl Workload {
@@ -123,6 +131,7 @@ impl Workload {
             pods: pods.iter().map(|p| p.to_string()).collect(),
             revisions: BTreeMap::new(),
             update_revision: String::new(),
+            grace_seconds: 0,
         };
         w.set_template(template);
         w
@@ -193,15 +202,24 @@ impl Workload {
 /// One pass over every workload's pods.
 pub(crate) async fn reconcile(m: &Inner) -> Wake {
     let workloads: Vec<Workload> = lock(&m.workloads).values().cloned().collect();
+    let mut wake = Wake::default();
     for w in &workloads {
         for name in &w.pods {
             let Some(pod) = m.get(Res::Pods, "default", name) else {
                 continue;
             };
-            sync_pod(m, w, &pod).await;
+            // Refresh, for every pod first, starts with the grace period (inplace_update.go:121-131)
+            let a = &pod["metadata"]["annotations"];
+            match a[INPLACE_UPDATE_GRACE]
+                .as_str()
+                .or(a[INPLACE_UPDATE_GRACE_OLD].as_str())
+            {
+                Some(text) => wake.merge(finish_grace(m, &pod, text).await),
+                None => sync_pod(m, w, &pod).await,
+            }
         }
     }
-    Wake::default()
+    wake
 }
 
 async fn sync_pod(m: &Inner, w: &Workload, pod: &Value) {
@@ -222,7 +240,11 @@ async fn sync_pod(m: &Inner, w: &Workload, pod: &Value) {
         };
         let new = &w.revisions[&w.update_revision];
         match UpdateSpec::between(old, new) {
-            Ok(spec) => start_update(m, w, pod, &spec).await,
+            Ok(mut spec) => {
+                spec.revision.clone_from(&w.update_revision);
+                spec.grace_seconds = w.grace_seconds;
+                start_update(m, w, pod, &spec).await;
+            }
             Err(why) => m.error(format!(
                 "{}: not an in-place update ({why}); the double does not recreate pods",
                 name_of(pod)
@@ -253,16 +275,24 @@ async fn sync_pod(m: &Inner, w: &Workload, pod: &Value) {
 
 // === the update spec ===
 
-/// What changes from one template to the next (`UpdateSpec`, inplace_update_defaults.go:268-412).
-#[derive(Debug, Default)]
+/// What changes from one template to the next (`UpdateSpec`, inplace_update_defaults.go:268-412),
+/// as kruise writes it into the grace annotation (inplace_update.go:86-98).
+#[derive(Debug, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct UpdateSpec {
-    images: BTreeMap<String, String>,
-    ref_metadata: BTreeMap<String, RefMeta>,
-    env_from_metadata: bool,
-    labels_set: BTreeMap<String, String>,
-    labels_del: BTreeSet<String>,
-    annotations_set: BTreeMap<String, String>,
-    annotations_del: BTreeSet<String>,
+    revision: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    container_images: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    container_ref_metadata: BTreeMap<String, RefMeta>,
+    /// The labels and annotations to set (`null`: remove) as a patch of the pod, base64 (Go's
+    /// `[]byte` in JSON).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    meta_data_patch: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    update_env_from_metadata: bool,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    grace_seconds: u32,
 }
 
 /// Labels and annotations one container's env takes (an `ObjectMeta` in kruise's JSON).
@@ -289,25 +319,19 @@ impl UpdateSpec {
                 return Err(format!("container {} changed beyond its image", n.name));
             }
             if o.image != n.image {
-                spec.images
+                spec.container_images
                     .insert(n.name.clone(), n.image.clone().unwrap_or_default());
             }
         }
         let refs_of = |c: &Container| env_meta_refs(c).into_iter().map(|(_, r)| r).collect();
         let refs: Vec<(String, Vec<MetaRef>)> =
             new_c.iter().map(|c| (c.name.clone(), refs_of(c))).collect();
-        let (labels_set, labels_del) = (&mut spec.labels_set, &mut spec.labels_del);
-        let (notes_set, notes_del) = (&mut spec.annotations_set, &mut spec.annotations_del);
-        for (is_label, o, n, set, del) in [
-            (true, &old.labels, &new.labels, labels_set, labels_del),
-            (
-                false,
-                &old.annotations,
-                &new.annotations,
-                notes_set,
-                notes_del,
-            ),
+        let mut patch = json!({});
+        for (is_label, o, n) in [
+            (true, &old.labels, &new.labels),
+            (false, &old.annotations, &new.annotations),
         ] {
+            let field = if is_label { "labels" } else { "annotations" };
             for (k, v) in n.iter().filter(|(k, v)| o.get(*k) != Some(v)) {
                 // a whole-map `add` (the template had none of these) never becomes ref-metadata
                 // (inplace_update_defaults.go:356-399)
@@ -325,12 +349,12 @@ impl UpdateSpec {
                         .collect()
                 };
                 if referencing.is_empty() {
-                    set.insert(k.clone(), v.clone());
+                    patch[field][k] = json!(v);
                     continue;
                 }
-                spec.env_from_metadata = true;
+                spec.update_env_from_metadata = true;
                 for c in referencing {
-                    let meta = spec.ref_metadata.entry(c.clone()).or_default();
+                    let meta = spec.container_ref_metadata.entry(c.clone()).or_default();
                     let map = if is_label {
                         &mut meta.labels
                     } else {
@@ -339,7 +363,12 @@ impl UpdateSpec {
                     map.insert(k.clone(), v.clone());
                 }
             }
-            del.extend(o.keys().filter(|k| !n.contains_key(*k)).cloned());
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch[field][k] = Value::Null;
+            }
+        }
+        if patch != json!({}) {
+            spec.meta_data_patch = BASE64.encode(json!({ "metadata": patch }).to_string());
         }
         Ok(spec)
     }
@@ -393,6 +422,10 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl State {
     fn has_next(&self) -> bool {
         !self.next_container_images.is_empty() || !self.next_container_ref_metadata.is_empty()
@@ -410,7 +443,8 @@ fn state_of(pod: &Value) -> Option<State> {
 // === writes ===
 
 /// Step 1 (inplace_update.go:326-347): `InPlaceUpdateReady=False` (reason `StartInPlaceUpdate`)
-/// and `Ready` recomputed, in one `PUT pods/status`; then step 2: one pod `PUT`.
+/// and `Ready` recomputed, in one `PUT pods/status`; then step 2: one pod `PUT` (:360-414), with
+/// the spec applied, or with a grace period the spec in the grace annotation.
 async fn start_update(m: &Inner, w: &Workload, pod: &Value, spec: &UpdateSpec) {
     let mut pod = pod.clone();
     if gated(&pod) {
@@ -435,39 +469,79 @@ async fn start_update(m: &Inner, w: &Workload, pod: &Value, spec: &UpdateSpec) {
     let mut state = State {
         revision: w.update_revision.clone(),
         update_timestamp: rfc3339(now()),
-        update_env_from_metadata: spec.env_from_metadata,
-        update_images: !spec.images.is_empty(),
+        update_env_from_metadata: spec.update_env_from_metadata,
+        update_images: !spec.container_images.is_empty(),
         ..Default::default()
     };
     let labels = &mut pod["metadata"]["labels"];
     labels[REVISION_LABEL] = json!(w.update_revision);
     labels[TEMPLATE_HASH_LABEL] = json!(Workload::hash_of(&w.update_revision));
     labels[LIFECYCLE_STATE] = json!("Updating");
-    for (k, v) in &spec.labels_set {
-        labels[k] = json!(v);
-    }
-    for k in &spec.labels_del {
-        labels.as_object_mut().map(|l| l.remove(k));
-    }
     let annotations = &mut pod["metadata"]["annotations"];
     if !annotations.is_object() {
         *annotations = json!({});
     }
     annotations[LIFECYCLE_TIMESTAMP] = json!(rfc3339(now()));
-    for (k, v) in &spec.annotations_set {
-        annotations[k] = json!(v);
+    if spec.grace_seconds > 0 {
+        let text = serde_json::to_string(spec).expect("the update spec serialises");
+        annotations[INPLACE_UPDATE_GRACE] = json!(text);
+    } else {
+        patch_spec(&mut pod, &mut state, spec);
     }
-    for k in &spec.annotations_del {
-        annotations.as_object_mut().map(|a| a.remove(k));
-    }
-    // no grace period: the spec is applied now (defaultPatchUpdateSpecToPod, :75-219)
-    apply_batch(
-        &mut pod,
-        &mut state,
-        spec.images.clone(),
-        spec.ref_metadata.clone(),
-    );
     write_pod(m, &pod, &state, "in-place update").await;
+}
+
+/// The end of a grace period (`finishGracePeriod`, inplace_update.go:194-247): once
+/// `graceSeconds` have passed since the state's `updateTimestamp`, the spec is applied and the
+/// annotation removed in one pod `PUT`; until then, a look again when they have.
+async fn finish_grace(m: &Inner, pod: &Value, text: &str) -> Wake {
+    let (spec, mut state) = match (serde_json::from_str::<UpdateSpec>(text), state_of(pod)) {
+        (Ok(spec), Some(state)) => (spec, state),
+        (spec, _) => {
+            let why = spec
+                .err()
+                .map_or("no update state".into(), |e| e.to_string());
+            m.error(format!("{}: grace annotation: {why}", name_of(pod)));
+            return Wake::default();
+        }
+    };
+    let mut pod = pod.clone();
+    // a revision changed meanwhile drops the spec (:217-219)
+    if pod["metadata"]["labels"][REVISION_LABEL] == spec.revision.as_str() {
+        let at = time_of(&json!(state.update_timestamp)).unwrap_or_else(now);
+        let since = now().as_millisecond() - at.as_millisecond();
+        let left = i64::from(spec.grace_seconds) * 1000 - since;
+        if left > 0 {
+            // roundupSeconds (:463-468)
+            return Wake::after(Duration::from_secs(left.unsigned_abs().div_ceil(1000)));
+        }
+        patch_spec(&mut pod, &mut state, &spec);
+    }
+    if let Some(a) = pod["metadata"]["annotations"].as_object_mut() {
+        a.remove(INPLACE_UPDATE_GRACE);
+        a.remove(INPLACE_UPDATE_GRACE_OLD);
+    }
+    write_pod(m, &pod, &state, "in-place update after its grace period").await;
+    Wake::default()
+}
+
+/// `defaultPatchUpdateSpecToPod` (inplace_update_defaults.go:75-219): the metadata patch, then
+/// this batch's images and ref-metadata.
+fn patch_spec(pod: &mut Value, state: &mut State, spec: &UpdateSpec) {
+    let patch = BASE64.decode(&spec.meta_data_patch).unwrap_or_default();
+    let patch: Value = serde_json::from_slice(&patch).unwrap_or_default();
+    for field in ["labels", "annotations"] {
+        for (k, v) in patch["metadata"][field].as_object().into_iter().flatten() {
+            let map = &mut pod["metadata"][field];
+            if v.is_null() {
+                map.as_object_mut().map(|m| m.remove(k));
+            } else {
+                map[k] = v.clone();
+            }
+        }
+    }
+    let (images, refs) = (&spec.container_images, &spec.container_ref_metadata);
+    apply_batch(pod, state, images.clone(), refs.clone());
 }
 
 /// Applies the batch chosen from `images` and `ref_metadata` to `pod` and records the rest for
