@@ -229,21 +229,30 @@ pub struct StartVersions(HashMap<String, String>);
 impl StartVersions {
     /// Whether pod `uid`, now at `rv`, is as the first list found it; `start` says what this
     /// version tells of that. A pod seen changed is forgotten: from then on it is followed.
+    /// A pod seen changed keeps an empty version (no real one is empty), so that a snapshot
+    /// taken later (the first resync) cannot make it unchanged again.
     pub fn unchanged_since_start(&mut self, uid: &str, rv: &str, start: Start<'_>) -> bool {
         match start {
             Start::Listed(listed) => {
                 self.0.insert(uid.to_string(), listed.to_string());
             }
             Start::Snapshot => {
-                self.0.insert(uid.to_string(), rv.to_string());
+                // only for the pods the list's own entries did not give (a controller that
+                // subscribed in the middle of the first list misses its first entries)
+                self.0
+                    .entry(uid.to_string())
+                    .or_insert_with(|| rv.to_string());
             }
             Start::No => {}
         }
-        if self.0.get(uid).is_some_and(|v| v == rv) {
-            return true;
+        match self.0.get_mut(uid) {
+            Some(v) if v == rv => true,
+            Some(v) => {
+                v.clear();
+                false
+            }
+            None => false,
         }
-        self.0.remove(uid);
-        false
     }
 
     /// Forgets pod `uid`.
@@ -308,6 +317,25 @@ mod tests {
         assert!(!v.unchanged_since_start("a", "6", Start::Listed("5")));
         // and the resync that ends the first list does not take 6 for the state at start
         assert!(!v.unchanged_since_start("a", "6", Start::No));
+        assert!(!v.unchanged_since_start("a", "6", Start::Snapshot));
+    }
+
+    #[test]
+    fn pods_whose_list_entries_came_before_the_subscription_are_taken_from_the_store() {
+        // subscribed in the middle of the first list: "a" came through its entry, "b" did
+        // not; the resync that ends the list takes the store for "b" and leaves "a" as listed
+        let mut v = StartVersions::default();
+        assert!(v.unchanged_since_start("a", "5", Start::Listed("5")));
+        assert!(v.unchanged_since_start("b", "3", Start::Snapshot));
+        assert!(v.unchanged_since_start("a", "5", Start::Snapshot));
+        assert!(
+            !v.unchanged_since_start("a", "7", Start::Snapshot),
+            "a changed since"
+        );
+        assert!(
+            !v.unchanged_since_start("b", "4", Start::No),
+            "b changed since"
+        );
     }
 
     #[test]

@@ -96,8 +96,6 @@ pub async fn watch_pods(
     if listed_before {
         consider_all(&c, Start::Snapshot);
     }
-    // whether the first list came entirely through its own events
-    let mut listed_whole = true;
     loop {
         let change = tokio::select! {
             () = c.cancel.cancelled() => return,
@@ -128,7 +126,10 @@ pub async fn watch_pods(
                 }
             }
             Ok(Change::Resynced) => {
-                let start = if synced_once || listed_whole {
+                // the end of the first list: the store stands in for the pods whose list
+                // entries came before this controller subscribed (Start::Snapshot keeps those
+                // that came through their own entries as listed)
+                let start = if synced_once {
                     Start::No
                 } else {
                     Start::Snapshot
@@ -141,7 +142,6 @@ pub async fn watch_pods(
                 if synced_once {
                     consider_all(&c, Start::No);
                 } else {
-                    listed_whole = false;
                     // the first list may be done, its Resynced among the lost
                     if c.pods.store().wait_until_ready().now_or_never_ready() {
                         synced_once = true;
