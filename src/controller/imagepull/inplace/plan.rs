@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use serde::Deserialize;
 
 use super::super::prepull::plan::{
-    Limits, MAX_IMAGES_PER_NODE, MAX_IMAGES_PER_POD, Skip, WantKey, kruise_controlled,
+    Limits, MAX_IMAGES_PER_NODE, MAX_IMAGES_PER_POD, Skip, WantKey, admit, kruise_controlled,
 };
 use super::super::reference::Reference;
 use crate::controller::text::one_line;
@@ -298,25 +298,10 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan
                 continue;
             };
             let key = reference.pull_key();
-            if !seen.insert(key.clone()) {
+            let bounds = (&mut seen, &mut taken, &mut distinct);
+            if !admit(&limits, &id, &key, bounds, &mut out.skipped) {
                 continue;
             }
-            if taken >= limits.per_pod {
-                out.skipped.push(Skip::OverPodBound {
-                    pod: id.clone(),
-                    image: key,
-                });
-                continue;
-            }
-            if !distinct.contains(&key) && distinct.len() >= limits.per_node {
-                out.skipped.push(Skip::OverNodeBound {
-                    pod: id.clone(),
-                    image: key,
-                });
-                continue;
-            }
-            taken += 1;
-            distinct.insert(key.clone());
             out.wanted
                 .entry((key, namespace.clone()))
                 .or_insert_with(|| Want {

@@ -165,6 +165,34 @@ fn state_text(pod: &Pod) -> Option<&String> {
         .or_else(|| a.get(keys::INPLACE_UPDATE_STATE_OLD))
 }
 
+/// Admits pod `id`'s image `key` against the bounds, given the pod's keys `seen` and
+/// images `taken` so far and the node's `distinct` images: a repeat of the pod's is dropped
+/// quietly, one past the pod's share or the node's bound is recorded in `skipped`. Both plans
+/// (the next batch, the in-place pull) bound their images with it.
+pub fn admit(
+    limits: &Limits,
+    id: &str,
+    key: &str,
+    (seen, taken, distinct): (&mut BTreeSet<String>, &mut usize, &mut BTreeSet<String>),
+    skipped: &mut Vec<Skip>,
+) -> bool {
+    if !seen.insert(key.to_string()) {
+        return false;
+    }
+    let (pod, image) = (id.to_string(), key.to_string());
+    if *taken >= limits.per_pod {
+        skipped.push(Skip::OverPodBound { pod, image });
+        return false;
+    }
+    if !distinct.contains(key) && distinct.len() >= limits.per_node {
+        skipped.push(Skip::OverNodeBound { pod, image });
+        return false;
+    }
+    *taken += 1;
+    distinct.insert(image);
+    true
+}
+
 /// The plan for `pods` within `limits`.
 pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan {
     let mut pods: Vec<(&Pod, &String)> = pods
@@ -226,25 +254,10 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan
                 }
             };
             let key = reference.pull_key();
-            if !seen.insert(key.clone()) {
+            let bounds = (&mut seen, &mut taken, &mut distinct);
+            if !admit(&limits, &id, &key, bounds, &mut out.skipped) {
                 continue;
             }
-            if taken >= limits.per_pod {
-                out.skipped.push(Skip::OverPodBound {
-                    pod: id.clone(),
-                    image: key,
-                });
-                continue;
-            }
-            if !distinct.contains(&key) && distinct.len() >= limits.per_node {
-                out.skipped.push(Skip::OverNodeBound {
-                    pod: id.clone(),
-                    image: key,
-                });
-                continue;
-            }
-            taken += 1;
-            distinct.insert(key.clone());
             out.wanted
                 .entry((key, namespace.clone()))
                 .or_insert_with(|| Want {
