@@ -204,15 +204,18 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
         s.forwarded += 1;
         s.open += 1;
     });
-    let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
     let silent = tokio::select! {
-        () = pump(client_read, server_write, &shared, false) => false,
-        () = pump(server_read, client_write, &shared, true) => false,
+        () = pump(&mut client_read, &mut server_write, &shared, false) => false,
+        () = pump(&mut server_read, &mut client_write, &shared, true) => false,
         r = silenced.wait_for(|s| *s) => r.is_ok(),
     };
     if silent {
-        // held open, read by no one, until the relay is dropped
+        // held open, read by no one, until the relay is dropped: the halves stay alive here,
+        // since dropping a write half sends a FIN and closing a socket with unread bytes an
+        // RST, and a silent connection sends neither
+        let _held = (client_read, client_write, server_read, server_write);
         std::future::pending::<()>().await;
     }
     shared.lock_conns().retain(|(i, _)| *i != id);
@@ -221,7 +224,7 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
 
 /// Forwards one way (`down`: to the client) until the reader ends or a write fails, at the
 /// way's rate, counting the bytes.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: &Shared, down: bool) {
+async fn pump(from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf, shared: &Shared, down: bool) {
     let mut buf = vec![0u8; 16 * 1024];
     while let Ok(n @ 1..) = from.read(&mut buf).await {
         if let Some(at) = shared.pace(down, n) {
