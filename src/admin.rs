@@ -8,8 +8,10 @@
 //!
 //! The port is reachable by whatever reaches the pod's IP (the node's, under host network),
 //! tenants' pods included, so the server bounds what a client can make it hold
-//! ([`limits`]): connections in all and per peer address (beyond them a connection is reset at
-//! once, counted and logged at most once a minute), hyper's buffers (a request head larger than
+//! ([`limits`]): connections in all and per peer address (when every slot is taken, the oldest
+//! idle connection of the busiest peer gives its slot to a newcomer; failing that, the newcomer
+//! is reset at once, counted and logged at most once a minute), with slots kept for the node's
+//! own addresses, where the kubelet's probes come from ([`peers`]), hyper's buffers (a request head larger than
 //! 16 KiB gets 431), the time to send a head (also between kept-alive requests), a connection's
 //! age, and the `/metrics` renderings at once.
 //!
@@ -44,10 +46,12 @@ pub use crate::health::{
 };
 
 mod limits;
+mod peers;
 #[cfg(test)]
 mod tests;
 
 use limits::{AdminMetrics, Limits, REFUSAL_LOG_INTERVAL, Refusal, RefusalLog, Slot, Slots};
+use peers::NodePeers;
 
 /// Liveness endpoint (kruise-daemon's path, probed by the chart's livenessProbe).
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -101,6 +105,9 @@ pub struct AdminState {
     pub registry: Arc<Registry>,
     /// Backs [`TIMELINES_PATH`]; `None`: 404.
     pub timelines: Option<TimelineSource>,
+    /// The node's IPs (`--node-ips`): with loopback and the pod's default gateways, the peers
+    /// that always get a connection slot (the kubelet's probes; `admin::peers`).
+    pub node_ips: Vec<std::net::IpAddr>,
 }
 
 /// Answers admin requests for one server: its [`AdminState`], plus the bound on `/metrics`
@@ -337,8 +344,9 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
 // === Server ===
 
 /// Serves the admin endpoints over HTTP/1 on `listener` until `shutdown` is cancelled, one task
-/// per connection, within the limits of [`limits`] (64 connections, 16 per peer address, 16 KiB
-/// buffers, 10 s to send a head, 60 s per connection, 2 renderings of `/metrics` at once).
+/// per connection, within the limits of [`limits`] (64 connections and 8 more for the node, 8 per
+/// peer address, the busiest peer's idle connection evicted for a newcomer, 16 KiB buffers, 5 s
+/// to send a head, 60 s per connection, 2 renderings of `/metrics` at once).
 ///
 /// On cancellation it stops accepting (the listener is dropped), asks every connection to shut down
 /// gracefully (idle keep-alive connections close at once, a request in flight still gets its
@@ -355,21 +363,28 @@ struct Server {
     handler: Handler,
     limits: Limits,
     slots: Slots,
+    node: NodePeers,
 }
 
 impl Server {
     fn new(state: AdminState, limits: Limits) -> Self {
+        let node = NodePeers::discover(&state.node_ips);
+        Self::with_node(state, limits, node)
+    }
+
+    fn with_node(state: AdminState, limits: Limits, node: NodePeers) -> Self {
         let metrics = AdminMetrics::new();
         Server {
             slots: Slots::new(&limits, metrics.open.clone()),
             handler: Handler::new(state, &limits, metrics),
             limits,
+            node,
         }
     }
 
     async fn run(self, listener: TcpListener, shutdown: CancellationToken) {
         match listener.local_addr() {
-            Ok(addr) => info!(%addr, "admin server listening"),
+            Ok(addr) => info!(%addr, node = ?self.node.addresses(), "admin server listening"),
             Err(error) => warn!(%error, "admin server listening on an unknown address"),
         }
         let mut refusals = RefusalLog::new(REFUSAL_LOG_INTERVAL);
@@ -382,8 +397,12 @@ impl Server {
                     log_connection_end(finished);
                 }
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => match self.slots.try_take(peer.ip()) {
-                        Ok(slot) => {
+                    Ok((stream, peer)) => match self.slots.try_take(peer.ip(), self.node.contains(peer.ip())) {
+                        Ok(limits::Taken { slot, evicted }) => {
+                            if let Some(evicted) = evicted {
+                                self.handler.metrics.evicted.inc();
+                                debug!(%peer, %evicted, "every admin slot taken: an idle connection of the busiest peer gives its slot up");
+                            }
                             let conn = serve_connection(
                                 stream,
                                 self.handler.clone(),
@@ -474,11 +493,19 @@ async fn serve_connection<I>(
     I: AsyncRead + AsyncWrite + Unpin,
 {
     let peer = Peer(slot.peer());
+    let state = slot.state().clone();
+    let requests = state.clone();
     let _slot = slot;
     let service = service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let handler = handler.clone();
         req.extensions_mut().insert(peer);
-        async move { Ok::<_, Infallible>(handler.handle(req).await) }
+        // busy until the answer is made: an evicted connection finishes it first
+        let busy = requests.busy();
+        async move {
+            let response = handler.handle(req).await;
+            drop(busy);
+            Ok::<_, Infallible>(response)
+        }
     });
     let mut builder = http1::Builder::new();
     builder
@@ -492,6 +519,14 @@ async fn serve_connection<I>(
         () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        () = state.evicted() => {
+            debug!("admin connection idle while every slot was taken; closing it for a newcomer");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(CONNECTION_DRAIN_GRACE, conn).await {
+                Ok(result) => result,
+                Err(_) => return,
+            }
         }
         () = tokio::time::sleep(limits.max_connection_age) => {
             debug!("admin connection reached its maximum age; closing it");

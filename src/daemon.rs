@@ -196,6 +196,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         readiness: readiness.clone(),
         liveness: liveness.clone(),
         registry: Arc::new(registry),
+        node_ips: config.node_ips.clone(),
         timelines: Some(admin::TimelineSource(Arc::new(move |namespace, name| {
             let view = timelines.view(namespace, name)?;
             serde_json::to_string(&view).ok()

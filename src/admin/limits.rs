@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -17,20 +18,28 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-/// Connections served at once. The kubelet opens one per probe and closes it, a scraper one or
-/// two; beyond this, new connections are accepted and reset at once, so the listen backlog never
-/// fills and a probe gets in as soon as a slot frees.
+/// Connections served at once from peers that are not the node. The kubelet opens one per probe
+/// and closes it, a scraper one or two. Past this, a newcomer takes the slot of the oldest idle
+/// connection of the peer that holds the most (more than the newcomer's peer does); when there is
+/// none, it is accepted and reset at once, so the listen backlog never fills.
 pub(crate) const MAX_CONNECTIONS: usize = 64;
-/// Connections served at once from one peer address, so that one pod cannot take every slot.
-pub(crate) const MAX_CONNECTIONS_PER_PEER: usize = 16;
+/// Connections served at once from one peer address that is not the node's, so that one pod
+/// cannot take a large share of the slots: four pods hold at most half of them.
+pub(crate) const MAX_CONNECTIONS_PER_PEER: usize = 8;
+/// Slots past [`MAX_CONNECTIONS`] kept for the node's own addresses (the kubelet's probes come
+/// from the node): a connection from the node is never refused while fewer than
+/// `MAX_CONNECTIONS + NODE_RESERVE` are open, and past that it takes an idle tenant's slot.
+pub(crate) const NODE_RESERVE: usize = 8;
 /// hyper's read buffer per connection (its default is ~400 KiB); it also bounds a request head,
 /// which is refused with 431 when it does not fit. A probe's head is ~150 bytes.
 pub(crate) const MAX_BUF_SIZE: usize = 16 * 1024;
 /// A client must send its request head within this long, on a new connection and between the
 /// requests of a kept-alive one (hyper restarts the timer whenever it waits for a head), so idle
-/// sockets cannot pile up.
-pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// sockets cannot pile up. A probe sends its head at once; a scraper that keeps its connection
+/// between scrapes reconnects.
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection is asked to close (after its request in flight) once it is this old, and dropped
 /// `CONNECTION_DRAIN_GRACE` later if it has not: a client that never reads its responses holds
 /// a slot no longer than that.
@@ -50,6 +59,8 @@ pub(crate) struct Limits {
     pub max_connections: usize,
     /// See [`MAX_CONNECTIONS_PER_PEER`].
     pub max_connections_per_peer: usize,
+    /// See [`NODE_RESERVE`].
+    pub node_reserve: usize,
     /// See [`MAX_BUF_SIZE`]; hyper's minimum is 8 KiB.
     pub max_buf_size: usize,
     /// See [`HEADER_READ_TIMEOUT`].
@@ -67,6 +78,7 @@ impl Default for Limits {
         Limits {
             max_connections: MAX_CONNECTIONS,
             max_connections_per_peer: MAX_CONNECTIONS_PER_PEER,
+            node_reserve: NODE_RESERVE,
             max_buf_size: MAX_BUF_SIZE,
             header_read_timeout: HEADER_READ_TIMEOUT,
             max_connection_age: MAX_CONNECTION_AGE,
@@ -81,7 +93,8 @@ impl Default for Limits {
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// [`Limits::max_connections`] are open.
+    /// Every slot is taken (the node's reserve too, for the node) and no idle connection of a
+    /// busier peer could give its slot up.
     ServerFull,
     /// [`Limits::max_connections_per_peer`] are open from this peer address.
     PeerFull,
@@ -97,13 +110,120 @@ impl Refusal {
     }
 }
 
+/// What the server knows of one open connection: whether it serves a request now, and the
+/// signal that asks it to close because a newcomer took its slot.
+#[derive(Debug, Default)]
+pub(crate) struct ConnState {
+    in_flight: AtomicUsize,
+    evicted: CancellationToken,
+}
+
+impl ConnState {
+    /// A request started; it ends when the guard is dropped.
+    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        Busy(self.clone())
+    }
+
+    fn is_idle(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// Resolves when a newcomer took this connection's slot.
+    pub(crate) async fn evicted(&self) {
+        self.evicted.cancelled().await;
+    }
+}
+
+/// A request in flight on a connection (see [`ConnState::busy`]).
+#[derive(Debug)]
+pub(crate) struct Busy(Arc<ConnState>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One open connection, oldest first in [`Occupancy`].
+#[derive(Debug, Clone)]
+struct Held {
+    id: u64,
+    peer: IpAddr,
+    node: bool,
+    state: Arc<ConnState>,
+}
+
 /// The connections open now, in all and by peer address.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Occupancy {
     /// Open connections.
     pub open: usize,
     /// Open connections by peer address (only addresses with one or more).
     pub by_peer: HashMap<IpAddr, usize>,
+    /// Every open connection, oldest first.
+    held: Vec<Held>,
+    next_id: u64,
+}
+
+impl Occupancy {
+    fn count(&self, peer: IpAddr) -> usize {
+        self.by_peer.get(&peer).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, peer: IpAddr, node: bool) -> (u64, Arc<ConnState>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let state = Arc::new(ConnState::default());
+        self.held.push(Held {
+            id,
+            peer,
+            node,
+            state: state.clone(),
+        });
+        *self.by_peer.entry(peer).or_insert(0) += 1;
+        self.open += 1;
+        (id, state)
+    }
+
+    /// Forgets connection `id`; `false` if it was forgotten before (evicted).
+    fn remove(&mut self, id: u64) -> Option<Held> {
+        let at = self.held.iter().position(|h| h.id == id)?;
+        let held = self.held.remove(at);
+        self.open = self.open.saturating_sub(1);
+        if let Entry::Occupied(mut e) = self.by_peer.entry(held.peer) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+        Some(held)
+    }
+
+    /// The connection that gives its slot to a newcomer from a peer holding `newcomer_holds`:
+    /// the oldest idle one of the peer (not the node) holding the most, if that is more than
+    /// the newcomer's peer holds.
+    fn victim(&self, newcomer_holds: usize) -> Option<u64> {
+        let mut best: Option<(usize, &Held)> = None;
+        for h in self.held.iter().filter(|h| !h.node && h.state.is_idle()) {
+            let holds = self.count(h.peer);
+            // oldest first: a later connection of the same peer never replaces an earlier one
+            if holds > newcomer_holds && best.is_none_or(|(b, _)| holds > b) {
+                best = Some((holds, h));
+            }
+        }
+        best.map(|(_, h)| h.id)
+    }
+}
+
+/// What [`Slots::try_take`] gave: the slot, and the peer whose idle connection gave its slot up,
+/// if one did.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    /// The newcomer's slot.
+    pub slot: Slot,
+    /// The peer of the connection asked to close for it.
+    pub evicted: Option<IpAddr>,
 }
 
 /// Hands out connection slots. Cloning shares them. The occupancy is a watch so that tests can
@@ -113,6 +233,7 @@ pub(crate) struct Slots {
     occupancy: watch::Sender<Occupancy>,
     max: usize,
     max_per_peer: usize,
+    node_reserve: usize,
     open_gauge: Gauge,
 }
 
@@ -120,13 +241,20 @@ pub(crate) struct Slots {
 #[derive(Debug)]
 pub(crate) struct Slot {
     slots: Slots,
+    id: u64,
     peer: IpAddr,
+    state: Arc<ConnState>,
 }
 
 impl Slot {
     /// The peer address the slot was taken for.
     pub(crate) fn peer(&self) -> IpAddr {
         self.peer
+    }
+
+    /// The connection's state: its requests in flight, and whether it was evicted.
+    pub(crate) fn state(&self) -> &Arc<ConnState> {
+        &self.state
     }
 }
 
@@ -137,30 +265,54 @@ impl Slots {
             occupancy: watch::Sender::new(Occupancy::default()),
             max: limits.max_connections,
             max_per_peer: limits.max_connections_per_peer,
+            node_reserve: limits.node_reserve,
             open_gauge,
         }
     }
 
-    /// A slot for a connection from `peer`, unless the server or that peer is at its limit.
-    pub(crate) fn try_take(&self, peer: IpAddr) -> Result<Slot, Refusal> {
+    /// A slot for a connection from `peer` (`node`: one of the node's own addresses). A peer
+    /// that is not the node is refused at its own limit. When every slot is taken, the oldest
+    /// idle connection of the busiest peer gives its slot up (it is asked to close); the node
+    /// first uses its reserve.
+    pub(crate) fn try_take(&self, peer: IpAddr, node: bool) -> Result<Taken, Refusal> {
         let mut outcome = Err(Refusal::ServerFull);
         self.occupancy.send_if_modified(|o| {
-            if o.open >= self.max {
-                return false;
-            }
-            if o.by_peer.get(&peer).copied().unwrap_or(0) >= self.max_per_peer {
+            let holds = o.count(peer);
+            let peer_full = !node && holds >= self.max_per_peer;
+            let room = if node {
+                self.max + self.node_reserve
+            } else {
+                self.max
+            };
+            let mut evicted = None;
+            if o.open >= room {
+                if peer_full {
+                    return false;
+                }
+                // the node may take any tenant's idle slot; a tenant only a busier peer's
+                let newcomer_holds = if node { 0 } else { holds + 1 };
+                let Some(held) = o.victim(newcomer_holds).and_then(|id| o.remove(id)) else {
+                    return false;
+                };
+                held.state.evicted.cancel();
+                evicted = Some(held.peer);
+            } else if peer_full {
                 outcome = Err(Refusal::PeerFull);
                 return false;
             }
-            *o.by_peer.entry(peer).or_insert(0) += 1;
-            o.open += 1;
+            let (id, state) = o.add(peer, node);
             self.open_gauge.set(gauge_value(o.open));
-            outcome = Ok(());
+            outcome = Ok((id, state, evicted));
             true
         });
-        outcome.map(|()| Slot {
-            slots: self.clone(),
-            peer,
+        outcome.map(|(id, state, evicted)| Taken {
+            slot: Slot {
+                slots: self.clone(),
+                id,
+                peer,
+                state,
+            },
+            evicted,
         })
     }
 
@@ -174,15 +326,11 @@ impl Slots {
 impl Drop for Slot {
     fn drop(&mut self) {
         let slots = &self.slots;
-        slots.occupancy.send_modify(|o| {
-            o.open = o.open.saturating_sub(1);
-            if let Entry::Occupied(mut e) = o.by_peer.entry(self.peer) {
-                *e.get_mut() -= 1;
-                if *e.get() == 0 {
-                    e.remove();
-                }
-            }
+        slots.occupancy.send_if_modified(|o| {
+            // an evicted connection gave its slot back when it was evicted
+            let removed = o.remove(self.id).is_some();
             slots.open_gauge.set(gauge_value(o.open));
+            removed
         });
     }
 }
@@ -242,7 +390,9 @@ pub(crate) struct AdminMetrics {
     pub open: Gauge,
     /// `kruised_admin_scrapes_refused_total`.
     pub scrapes_refused: Counter,
-    /// The registry holding the three.
+    /// `kruised_admin_connections_evicted_total`.
+    pub evicted: Counter,
+    /// The registry holding the four.
     pub registry: Arc<Registry>,
 }
 
@@ -252,6 +402,7 @@ impl AdminMetrics {
         let refused = Family::<ReasonLabel, Counter>::default();
         let open = Gauge::default();
         let scrapes_refused = Counter::default();
+        let evicted = Counter::default();
         let mut root = Registry::with_prefix(crate::metrics::PREFIX);
         let admin = root.sub_registry_with_prefix("admin");
         admin.register(
@@ -270,10 +421,17 @@ impl AdminMetrics {
             "Scrapes of /metrics answered 503 because the renderings at once were at their limit",
             scrapes_refused.clone(),
         );
+        admin.register(
+            "connections_evicted",
+            "Idle connections asked to close because every slot was taken and a newcomer from \
+             a peer holding fewer (or from the node) took the slot",
+            evicted.clone(),
+        );
         AdminMetrics {
             refused,
             open,
             scrapes_refused,
+            evicted,
             registry: Arc::new(root),
         }
     }
@@ -316,16 +474,21 @@ mod tests {
     #[test]
     fn one_peer_gets_its_share_of_slots_and_the_server_its_total_and_dropping_a_slot_frees_it() {
         let slots = slots(3, 2);
-        let a1 = slots.try_take(ip(1)).expect("first from a");
-        let _a2 = slots.try_take(ip(1)).expect("second from a");
+        let a1 = slots.try_take(ip(1), false).expect("first from a").slot;
+        let a2 = slots.try_take(ip(1), false).expect("second from a").slot;
         assert_eq!(
-            slots.try_take(ip(1)).map(|_| ()),
+            slots.try_take(ip(1), false).map(|_| ()),
             Err(Refusal::PeerFull),
             "a third from one peer"
         );
-        let _b1 = slots.try_take(ip(2)).expect("another peer still gets in");
+        let b1 = slots
+            .try_take(ip(2), false)
+            .expect("another peer still gets in")
+            .slot;
+        // every connection busy: nothing to evict
+        let _busy = [a1.state().busy(), a2.state().busy(), b1.state().busy()];
         assert_eq!(
-            slots.try_take(ip(3)).map(|_| ()),
+            slots.try_take(ip(3), false).map(|_| ()),
             Err(Refusal::ServerFull),
             "a fourth in all"
         );
@@ -337,15 +500,99 @@ mod tests {
         assert_eq!(occupancy.by_peer.get(&ip(1)), Some(&1));
         assert_eq!(slots.open_gauge.get(), 2);
         let _c1 = slots
-            .try_take(ip(3))
+            .try_take(ip(3), false)
             .expect("a freed slot is handed out again");
+    }
+
+    #[test]
+    fn a_full_server_evicts_the_oldest_idle_connection_of_the_peer_holding_the_most() {
+        let slots = slots(4, 4);
+        let b1 = slots.try_take(ip(2), false).expect("b's first").slot;
+        let a = [
+            slots.try_take(ip(1), false).expect("a's first").slot,
+            slots.try_take(ip(1), false).expect("a's second").slot,
+            slots.try_take(ip(1), false).expect("a's third").slot,
+        ];
+        let _busy = a[0].state().busy();
+        let taken = slots.try_take(ip(3), false).expect("a newcomer gets in");
+        assert_eq!(taken.evicted, Some(ip(1)), "the busiest peer gives one up");
+        let evicted: Vec<bool> = a.iter().map(|s| s.state().evicted.is_cancelled()).collect();
+        assert_eq!(
+            evicted,
+            [false, true, false],
+            "its oldest idle one: the first is busy"
+        );
+        assert!(!b1.state().evicted.is_cancelled());
+        let occupancy = slots.subscribe().borrow().clone();
+        assert_eq!(occupancy.open, 4);
+        assert_eq!(occupancy.by_peer.get(&ip(1)), Some(&2));
+        drop(a);
+        assert_eq!(
+            slots.subscribe().borrow().open,
+            2,
+            "the evicted slot is not given back twice"
+        );
+    }
+
+    #[test]
+    fn a_tenant_never_evicts_a_peer_holding_no_more_than_it_would() {
+        let slots = slots(4, 4);
+        let _a = [
+            slots.try_take(ip(1), false).expect("a").slot,
+            slots.try_take(ip(1), false).expect("a").slot,
+        ];
+        let _b = [
+            slots.try_take(ip(2), false).expect("b").slot,
+            slots.try_take(ip(2), false).expect("b").slot,
+        ];
+        assert_eq!(
+            slots.try_take(ip(2), false).map(|_| ()),
+            Err(Refusal::ServerFull),
+            "b would hold three: a holds two"
+        );
+        let taken = slots
+            .try_take(ip(3), false)
+            .expect("a newcomer holding none");
+        assert!(taken.evicted.is_some());
+    }
+
+    #[test]
+    fn the_node_uses_its_reserve_first_then_any_tenants_idle_slot_and_is_never_limited_per_peer() {
+        let limits = Limits {
+            max_connections: 2,
+            max_connections_per_peer: 1,
+            node_reserve: 2,
+            ..Limits::default()
+        };
+        let slots = Slots::new(&limits, Gauge::default());
+        let t = [
+            slots.try_take(ip(1), false).expect("tenant 1").slot,
+            slots.try_take(ip(2), false).expect("tenant 2").slot,
+        ];
+        let node = ip(9);
+        let mut mine = Vec::new();
+        for i in 0..2 {
+            let taken = slots.try_take(node, true).expect("the node's reserve");
+            assert_eq!(taken.evicted, None, "reserve slot {i}");
+            mine.push(taken.slot);
+        }
+        let taken = slots.try_take(node, true).expect("past its reserve");
+        assert_eq!(taken.evicted, Some(ip(1)), "the oldest tenant's idle slot");
+        mine.push(taken.slot);
+        let _busy = t[1].state().busy();
+        assert_eq!(
+            slots.try_take(node, true).map(|_| ()),
+            Err(Refusal::ServerFull),
+            "every tenant busy and the reserve used: the node too must wait"
+        );
     }
 
     #[test]
     fn a_peer_whose_connections_all_closed_is_forgotten() {
         let slots = slots(4, 4);
-        drop(slots.try_take(ip(1)).expect("a slot"));
-        assert_eq!(slots.subscribe().borrow().clone(), Occupancy::default());
+        drop(slots.try_take(ip(1), false).expect("a slot"));
+        let occupancy = slots.subscribe().borrow().clone();
+        assert_eq!((occupancy.open, occupancy.by_peer.len()), (0, 0));
     }
 
     /// The issue's flood: without a limit, every refused connection would be a log line.

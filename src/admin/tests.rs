@@ -32,6 +32,7 @@ fn state_with(registry: Registry) -> AdminState {
         liveness: Liveness::new(),
         registry: Arc::new(registry),
         timelines: None,
+        node_ips: Vec::new(),
     }
 }
 
@@ -222,7 +223,7 @@ async fn start_with(state: AdminState, limits: Limits) -> Running {
         .await
         .expect("bind 127.0.0.1:0");
     let addr = listener.local_addr().expect("listener address");
-    let server = Server::new(state, limits);
+    let server = Server::with_node(state, limits, NodePeers::of(&[NODE.into()]));
     let occupancy = server.slots.subscribe();
     let metrics = server.handler.metrics.clone();
     let shutdown = CancellationToken::new();
@@ -372,6 +373,114 @@ async fn one_address_flooding_the_port_gets_only_its_share_and_another_address_s
     server.stop().await;
 }
 
+/// The node's address in these tests (the kubelet probes from it); 127.0.0.1 is a tenant.
+const NODE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
+
+/// Tenant pod `n`'s address.
+fn pod(n: u8) -> IpAddr {
+    Ipv4Addr::new(127, 0, 0, 10 + n).into()
+}
+
+/// Whether the server closed `stream` (end of stream or reset) within [`DEADLINE`].
+async fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        timeout(DEADLINE, stream.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// Issue 43, row 1: four pods each keep 16 idle connections open to a node's admin port,
+/// reopening any that closes. Before, 64 in all and 16 a peer: every slot was theirs and the
+/// kubelet's probes were reset, so kruised was restarted in a loop. Now each pod holds its
+/// share, the node has slots of its own, and past those it takes a tenant's idle one.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn four_pods_holding_all_the_idle_connections_they_can_never_lock_the_kubelets_probes_out() {
+    let limits = Limits {
+        node_reserve: 2,
+        ..limits(8, 2)
+    };
+    let mut server = start(limits).await;
+    let mut held = Vec::new();
+    for n in 0..4 {
+        for _ in 0..16 {
+            // one refused at once may be reset before its connect returns
+            let socket = TcpSocket::new_v4().expect("socket");
+            socket.bind(SocketAddr::new(pod(n), 0)).expect("bind");
+            if let Ok(Ok(stream)) = timeout(DEADLINE, socket.connect(server.addr)).await {
+                held.push(stream);
+            }
+        }
+    }
+    server.wait_open(8, "each pod its two").await;
+    let refused =
+        server.metrics.refusals(Refusal::PeerFull) + server.metrics.refusals(Refusal::ServerFull);
+    assert_eq!(refused, 4 * 14, "past their two, every one reset");
+
+    // the kubelet's probes, one connection each, while every tenant slot is taken
+    for i in 0..100 {
+        let answer = get(connect_from(NODE.into(), server.addr).await, "/healthz").await;
+        assert_eq!(answer, (200, "ok".into()), "probe {i}");
+    }
+    // the node keeps two idle connections (its reserve) and probes again: a tenant's idle
+    // connection gives its slot up
+    let _node_idle = [
+        connect_from(NODE.into(), server.addr).await,
+        connect_from(NODE.into(), server.addr).await,
+    ];
+    server
+        .wait_open(10, "the tenants' eight and the node's two")
+        .await;
+    let answer = get(connect_from(NODE.into(), server.addr).await, "/healthz").await;
+    assert_eq!(
+        answer,
+        (200, "ok".into()),
+        "a probe past the node's reserve"
+    );
+    assert_eq!(server.metrics.evicted.get(), 1);
+    // the tenant reopens it: no peer holds more than it would, so it is reset
+    assert_reset_at_once(
+        connect_from(pod(0), server.addr).await,
+        "a tenant reopening what it lost",
+    )
+    .await;
+    assert_eq!(
+        server.metrics.evicted.get(),
+        1,
+        "a tenant never evicts an equal"
+    );
+    server.stop().await;
+}
+
+/// When every slot is taken, a newcomer from a pod holding fewer does not wait: the oldest idle
+/// connection of the peer that holds the most is closed, and the newcomer served.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_newcomer_takes_the_slot_of_the_busiest_peers_oldest_idle_connection() {
+    let mut server = start(limits(4, 4)).await;
+    let mut hog = Vec::new();
+    for _ in 0..4 {
+        hog.push(connect_from(pod(0), server.addr).await);
+        server
+            .wait_open(hog.len(), "the hog's connections, one by one")
+            .await;
+    }
+    let answer = get(connect_from(pod(1), server.addr).await, "/healthz").await;
+    assert_eq!(answer, (200, "ok".into()), "the newcomer is served");
+    assert!(
+        closed_by_server(&mut hog[0]).await,
+        "the hog's oldest connection was closed"
+    );
+    // the newcomer's connection closed after its answer: the hog's three others remain
+    server
+        .wait_open(3, "the hog's three later connections")
+        .await;
+    assert_eq!(server.metrics.evicted.get(), 1);
+    assert_eq!(server.metrics.refusals(Refusal::ServerFull), 0);
+    server.stop().await;
+}
+
 /// Sends `GET /healthz` with one header padded so that the head is `size` bytes long, reading
 /// while it writes; the answer's status (a failed write is expected when the server stops
 /// reading early).
@@ -432,8 +541,9 @@ async fn a_one_mebibyte_request_head_is_refused_with_431_and_the_server_goes_on_
 fn serve_in_memory(limits: Limits, buffer: usize) -> (tokio::io::DuplexStream, JoinHandle<()>) {
     let (client, server) = tokio::io::duplex(buffer);
     let slot = Slots::new(&limits, Gauge::default())
-        .try_take(Ipv4Addr::LOCALHOST.into())
-        .expect("a free slot");
+        .try_take(Ipv4Addr::LOCALHOST.into(), false)
+        .expect("a free slot")
+        .slot;
     let handler = Handler::new(state(), &limits, AdminMetrics::new());
     let conn = serve_connection(server, handler, limits, CancellationToken::new(), slot);
     (client, tokio::spawn(conn))
@@ -635,6 +745,7 @@ async fn a_metrics_body_far_larger_than_the_buffers_is_served_whole() {
 /// A state whose timelines know `default/web-0` only.
 fn with_timelines() -> AdminState {
     AdminState {
+        node_ips: Vec::new(),
         timelines: Some(TimelineSource(Arc::new(|ns, name| {
             (ns == "default" && name == "web-0").then(|| "{\"updates\":[]}".to_string())
         }))),

@@ -31,6 +31,11 @@ pub struct RunArgs {
     /// interfaces.
     #[arg(long, default_value = ":10221")]
     pub addr: String,
+    /// The node's IPs, comma-separated (the DaemonSet passes `status.hostIP`): with loopback
+    /// and the pod's default gateways, connections from them (the kubelet's probes) always get
+    /// an admin slot, however many tenants' pods hold.
+    #[arg(long, env = "HOST_IPS", value_delimiter = ',')]
+    pub node_ips: Vec<std::net::IpAddr>,
     /// kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -322,6 +327,7 @@ impl RunArgs {
         Ok(DaemonConfig {
             node_name,
             addr,
+            node_ips: self.node_ips.clone(),
             kubeconfig: self.kubeconfig.clone(),
             qps,
             burst,

@@ -84,6 +84,8 @@ pub struct DaemonConfig {
     pub node_name: String,
     /// Admin server address.
     pub addr: std::net::SocketAddr,
+    /// The node's IPs (`--node-ips`): connections from them always get an admin slot.
+    pub node_ips: Vec<std::net::IpAddr>,
     /// kubeconfig file, if given.
     pub kubeconfig: Option<PathBuf>,
     /// Client-side request rate.

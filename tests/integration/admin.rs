@@ -65,6 +65,7 @@ fn state_with(registry: Registry) -> AdminState {
         liveness: Liveness::new(),
         registry: Arc::new(registry),
         timelines: None,
+        node_ips: Vec::new(),
     }
 }
 

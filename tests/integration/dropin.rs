@@ -161,6 +161,8 @@ fn container_env(container: &Value, pod_ip: &str) -> Vec<(String, String)> {
                 (Some(v), _) => v.to_string(),
                 (None, Some(f)) if f == "spec.nodeName" => "node-a".into(),
                 (None, Some(f)) if f == "status.podIP" => pod_ip.into(),
+                // the node's IP: the test's node is this machine's loopback
+                (None, Some(f)) if f == "status.hostIP" => "127.0.0.1".into(),
                 _ => panic!("no value for the env entry {e}"),
             };
             (name, value)
