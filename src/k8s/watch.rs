@@ -9,8 +9,13 @@
 //! - The first list reads the API server's watch cache (`resourceVersion=0`), as client-go's
 //!   informers do: a fleet's daemons starting at once never read etcd, and before Kubernetes
 //!   1.31 a consistent list of pods by `spec.nodeName` reads every pod of the cluster from etcd,
-//!   for each node. A relist (after `410 Gone`) reads the current state instead: an API server
-//!   whose cache lags must not take the store back in time.
+//!   for each node. A relist (after `410 Gone`) reads the watch cache too, at least as new as
+//!   the last resourceVersion the watch saw (`resourceVersionMatch=NotOlderThan`), as
+//!   client-go's reflector does: the store is never taken back in time, and an API server
+//!   restarted under a large cluster is not asked for a quorum read from every node at once.
+//!   Only when the cache cannot serve that (`410`, or its `Too large resource version`) is the
+//!   relist a consistent read from etcd, in pages of [`LIST_PAGE`], so that no single call
+//!   reads the cluster's objects under the call's time limit ([`ListFrom`]).
 //! - Each watch request asks for bookmarks and for a `timeoutSeconds` drawn at random between 10
 //!   and 15 minutes ([`Renewal`]). The server ends the watch then, and the loop watches again
 //!   from the last resourceVersion it saw, an event's or a bookmark's, without a list. At rest
@@ -257,6 +262,7 @@ where
         generation: gen_tx,
         health: Health::new(ready),
         backoff: watch_backoff(),
+        list_from: ListFrom::Cache,
         cancel: cancel.clone(),
     };
     // a watch that ends while the daemon runs leaves its store frozen: liveness says so
@@ -292,6 +298,23 @@ enum Next {
     Stop,
 }
 
+/// How a list reads the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ListFrom {
+    /// The first list: the watch cache, any state (`resourceVersion=0`).
+    Cache,
+    /// A relist after `410 Gone`: the watch cache, at least as new as `rv`, the last
+    /// resourceVersion the watch saw (`resourceVersionMatch=NotOlderThan`), as client-go's
+    /// reflector relists: no store taken back in time, no read from etcd.
+    NotOlderThan(String),
+    /// A relist the cache could not serve (it answered `410`): a consistent read from etcd, in
+    /// pages of [`LIST_PAGE`] so that no one call reads a large cluster's objects.
+    Consistent,
+}
+
+/// Objects a page of a consistent list asks for, as client-go's pager does.
+pub const LIST_PAGE: u32 = 500;
+
 /// One watch's loop: its requests, its store, its subscribers, its health.
 struct WatchLoop<K: Resource<DynamicType = ()> + Clone + 'static> {
     api: Api<DynamicObject>,
@@ -305,6 +328,8 @@ struct WatchLoop<K: Resource<DynamicType = ()> + Clone + 'static> {
     health: Health,
     backoff: Backoff,
     cancel: CancellationToken,
+    /// How the next list reads (see [`ListFrom`]).
+    list_from: ListFrom,
 }
 
 impl<K> WatchLoop<K>
@@ -314,15 +339,10 @@ where
     /// Lists, then watches and renews, until cancelled.
     async fn run(&mut self) {
         let mut next = Next::List;
-        let mut listed = false;
         loop {
             let (then, failure) = match next {
                 Next::Stop => return,
-                Next::List => {
-                    let step = self.list(listed).await;
-                    listed |= matches!(step.0, Next::Watch { .. });
-                    step
-                }
+                Next::List => self.list().await,
                 Next::Watch { rv, fresh } => self.watch(rv, fresh).await,
             };
             next = then;
@@ -336,34 +356,28 @@ where
         }
     }
 
-    /// A list, the first from the watch cache, later ones consistent: the store is refilled
-    /// from it whole.
-    async fn list(&mut self, consistent: bool) -> (Next, Option<String>) {
-        // unpaged: a paged list cannot be served from the cache (the cache ignores a limit
-        // with resourceVersion=0 anyway; a node's objects are few)
-        let params = ListParams {
-            label_selector: self.labels.clone(),
-            field_selector: self.fields.clone(),
-            resource_version: (!consistent).then(|| "0".to_string()),
-            version_match: (!consistent).then_some(VersionMatch::NotOlderThan),
-            ..ListParams::default()
+    /// A list ([`ListFrom`]): the store is refilled from it whole.
+    async fn list(&mut self) -> (Next, Option<String>) {
+        let from = self.list_from.clone();
+        let (items, rv) = match self.list_pages(&from).await {
+            Ok(Some(listed)) => listed,
+            Ok(None) => return (Next::Stop, None),
+            Err(e) => {
+                if from != ListFrom::Cache && is_gone(&e) {
+                    // the cache cannot serve it (or a page's continue token expired): from etcd
+                    self.list_from = ListFrom::Consistent;
+                }
+                return (Next::List, Some(format!("list: {e}")));
+            }
         };
-        let answer = tokio::select! {
-            () = self.cancel.cancelled() => return (Next::Stop, None),
-            a = self.api.list(&params) => a,
-        };
-        let list = match answer {
-            Ok(list) => list,
-            Err(e) => return (Next::List, Some(format!("list: {e}"))),
-        };
-        let Some(rv) = list.metadata.resource_version.filter(|v| !v.is_empty()) else {
+        let Some(rv) = rv else {
             return (
                 Next::List,
                 Some("list: the answer has no resourceVersion".to_string()),
             );
         };
         self.writer.apply_watcher_event(&watcher::Event::Init);
-        for o in list.items {
+        for o in items {
             let Some(k) = self.read(o) else { continue };
             let at = k.meta().resource_version.clone();
             let key = ObjectRef::from_obj(&k);
@@ -372,14 +386,64 @@ where
             self.tell(Change::Listed(key, at));
         }
         self.writer.apply_watcher_event(&watcher::Event::InitDone);
-        if consistent {
-            tracing::info!("relisted");
-        } else {
-            tracing::info!("synced");
+        match from {
+            ListFrom::Cache => tracing::info!("synced"),
+            ListFrom::NotOlderThan(since) => {
+                tracing::info!(%since, "relisted from the watch cache")
+            }
+            ListFrom::Consistent => tracing::info!("relisted (a consistent read)"),
         }
         self.health.listed();
         self.tell(Change::Resynced);
         (Next::Watch { rv, fresh: true }, None)
+    }
+
+    /// The objects and resourceVersion of a list read as `from` says, every page of it;
+    /// `None` when the daemon stops meanwhile.
+    async fn list_pages(
+        &self,
+        from: &ListFrom,
+    ) -> Result<Option<(Vec<DynamicObject>, Option<String>)>, kube::Error> {
+        // the cache answers a list whole (it ignores a limit); only etcd pages
+        let (resource_version, version_match, limit) = match from {
+            ListFrom::Cache => (
+                Some("0".to_string()),
+                Some(VersionMatch::NotOlderThan),
+                None,
+            ),
+            ListFrom::NotOlderThan(rv) => {
+                (Some(rv.clone()), Some(VersionMatch::NotOlderThan), None)
+            }
+            ListFrom::Consistent => (None, None, Some(LIST_PAGE)),
+        };
+        let mut params = ListParams {
+            label_selector: self.labels.clone(),
+            field_selector: self.fields.clone(),
+            resource_version,
+            version_match,
+            limit,
+            ..ListParams::default()
+        };
+        let mut items = Vec::new();
+        loop {
+            let answer = tokio::select! {
+                () = self.cancel.cancelled() => return Ok(None),
+                a = self.api.list(&params) => a,
+            };
+            let page = answer?;
+            items.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) if limit.is_some() => {
+                    params.continue_token = Some(token);
+                }
+                _ => {
+                    return Ok(Some((
+                        items,
+                        page.metadata.resource_version.filter(|v| !v.is_empty()),
+                    )));
+                }
+            }
+        }
     }
 
     /// A watch from `rv`, followed until the server ends it (then renewed from the last
@@ -400,7 +464,7 @@ where
         let stream = match answer {
             Ok(s) => s,
             Err(kube::Error::Api(status)) if status.code == 410 => {
-                return self.gone(&status.message, fresh);
+                return self.gone(&rv, &status.message, fresh);
             }
             Err(e) => return (Next::Watch { rv, fresh }, Some(format!("watch: {e}"))),
         };
@@ -459,7 +523,7 @@ where
                     }
                 }
                 Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
-                    return self.gone(&status.message, fresh);
+                    return self.gone(&rv, &status.message, fresh);
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
                     return (
@@ -472,7 +536,7 @@ where
                 }
                 // a `Status` line instead of an event
                 Some(Err(kube::Error::Api(status))) if status.code == 410 => {
-                    return self.gone(&status.message, fresh);
+                    return self.gone(&rv, &status.message, fresh);
                 }
                 Some(Err(e)) => {
                     return (
@@ -487,8 +551,10 @@ where
     /// `410 Gone`: the history the watch resumes from is compacted away, so a relist, at once.
     /// On the first watch from a list's resourceVersion it cannot be that: a failure (backoff),
     /// so a server that answers it to every watch is not asked in a loop.
-    fn gone(&self, message: &str, fresh: bool) -> (Next, Option<String>) {
+    fn gone(&mut self, rv: &str, message: &str, fresh: bool) -> (Next, Option<String>) {
         if fresh {
+            // the cache could not watch from its own list's version: read etcd next
+            self.list_from = ListFrom::Consistent;
             return (
                 Next::List,
                 Some(format!(
@@ -496,6 +562,7 @@ where
                 )),
             );
         }
+        self.list_from = ListFrom::NotOlderThan(rv.to_string());
         tracing::info!(reason = %message, "410 Gone: relisting");
         (Next::List, None)
     }
@@ -511,6 +578,18 @@ where
     fn tell(&self, change: Change<K>) {
         let _ = self.changes.send(change);
         self.generation.send_modify(|g| *g += 1);
+    }
+}
+
+/// Whether a relist's answer says the cache cannot serve it: `410` (the version is gone, or a
+/// page's continue token expired), or the cache's `Too large resource version` (it has not
+/// caught up with the version asked for within its wait), as client-go's reflector tells them.
+fn is_gone(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => {
+            s.code == 410 || (s.code == 504 && s.message.contains("Too large resource version"))
+        }
+        _ => false,
     }
 }
 

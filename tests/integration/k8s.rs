@@ -177,8 +177,28 @@ fn pod_list_versions(server: &apiserver_double::Handle) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The query parameter `key` of each pod list kruised made, in order.
+fn pod_list_params(server: &apiserver_double::Handle, key: &str) -> Vec<Option<String>> {
+    let key = format!("{key}=");
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list" && r.resource == "pods")
+        .map(|r| {
+            r.query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(key.as_str()))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Issue 43, row 4: an API server restarted under a large cluster answers every node's watch
+/// with 410. Before, each node's relist was a consistent read from etcd (every pod of the
+/// cluster read for each node, under the 30 s call limit: cancelled and retried for ever).
+/// Now, as client-go's reflector, it reads the watch cache, no older than what the watch saw.
 #[tokio::test]
-async fn the_first_list_reads_the_watch_cache_and_every_relist_reads_the_current_state() {
+async fn after_410_gone_the_relist_reads_the_watch_cache_no_older_than_the_watch_had_seen() {
     let (server, client, _dir) = double().await;
     server.create("pods", pod("a", "n1")).unwrap();
     let (readiness, cancel, tracker) = watch_tasks();
@@ -190,25 +210,106 @@ async fn the_first_list_reads_the_watch_cache_and_every_relist_reads_the_current
         "the first list is served from the API server's cache, as an informer's is"
     );
 
-    // two relists after 410 Gone: both consistent reads, each seeing a pod created just before
-    for (round, name) in [(1, "b"), (2, "c")] {
+    // two relists after 410 Gone, each seeing a pod created just before; each watch first
+    // hears a pod (it is live, past its list's version) before history is compacted
+    for (round, heard, name) in [(1, "a1", "b"), (2, "b1", "c")] {
+        server.create("pods", pod(heard, "n1")).unwrap();
+        let mut have: Vec<&str> = ["a", "a1", "b", "b1", "c"][..2 * round].to_vec();
+        cache_holds(&pods, &have, "a pod the live watch hears").await;
+        let seen = pods
+            .state()
+            .iter()
+            .filter_map(|p| p.metadata.resource_version.clone())
+            .max_by_key(|v| v.parse::<u64>().unwrap_or(0))
+            .expect("a version seen");
         server.compact();
         server.drop_watches();
         server.create("pods", pod(name, "n1")).unwrap();
-        let want: Vec<&str> = ["a", "b", "c"][..=round].to_vec();
-        cache_holds(&pods, &want, "relist after 410").await;
+        have.push(name);
+        cache_holds(&pods, &have, "relist after 410").await;
         let versions = pod_list_versions(&server);
         assert_eq!(
             versions.len(),
             1 + round,
             "one list per relist: {versions:?}"
         );
+        let relist = versions
+            .last()
+            .cloned()
+            .flatten()
+            .expect("a resourceVersion");
+        let relist: u64 = relist.parse().expect("a number");
+        assert!(
+            relist >= seen.parse::<u64>().expect("a number") && relist > 0,
+            "relist {round} asks for no older than what the watch saw ({seen}): {versions:?}"
+        );
         assert_eq!(
-            versions.last(),
-            Some(&None),
-            "relist {round} reads the current state, not a cache that may lag: {versions:?}"
+            pod_list_params(&server, "resourceVersionMatch").last(),
+            Some(&Some("NotOlderThan".to_string())),
+            "relist {round} is served by the watch cache"
         );
     }
+    cancel.cancel();
+}
+
+/// Where the watch cache cannot serve the relist (it answers 410), the relist reads etcd, in
+/// pages of 500, so that no one call reads a large cluster's pods under its time limit.
+#[tokio::test]
+async fn a_relist_the_cache_refuses_reads_etcd_in_pages_of_five_hundred_and_misses_nothing() {
+    let (server, client, _dir) = double().await;
+    for i in 0..1_001 {
+        server.create("pods", pod(&format!("p{i}"), "n1")).unwrap();
+    }
+    let (readiness, cancel, tracker) = watch_tasks();
+    let pods = watch_pods(&client, "n1", &readiness, &cancel, &tracker);
+    support::within(LIMIT, "the first list", pods.wait_synced()).await;
+    assert_eq!(pods.state().len(), 1_001);
+
+    server.create("pods", pod("heard", "n1")).unwrap();
+    let mut generation = pods.generation();
+    support::within(LIMIT, "the live watch hears a pod", async {
+        while pods
+            .store()
+            .find(|p| p.metadata.name.as_deref() == Some("heard"))
+            .is_none()
+        {
+            let _ = generation.changed().await;
+        }
+    })
+    .await;
+    server.fail_next(1, 410, Some("list"), Some("pods"));
+    server.compact();
+    server.drop_watches();
+    server.create("pods", pod("late", "n1")).unwrap();
+    support::within(LIMIT, "the relist through etcd", async {
+        while pods
+            .store()
+            .find(|p| p.metadata.name.as_deref() == Some("late"))
+            .is_none()
+        {
+            let _ = generation.changed().await;
+        }
+    })
+    .await;
+    assert_eq!(pods.state().len(), 1_003, "every pod, none twice");
+    let limits = pod_list_params(&server, "limit");
+    let versions = pod_list_versions(&server);
+    // the first list, the relist the cache refused, then the consistent pages
+    assert_eq!(limits[..2], [None, None], "{limits:?}");
+    assert!(
+        versions[1].is_some(),
+        "the refused relist asked the cache: {versions:?}"
+    );
+    let pages = &limits[2..];
+    assert_eq!(pages.len(), 3, "1,003 pods in pages of 500: {limits:?}");
+    assert!(
+        pages.iter().all(|l| l.as_deref() == Some("500")),
+        "{limits:?}"
+    );
+    assert!(
+        versions[2..].iter().all(Option::is_none),
+        "the pages are a consistent read: {versions:?}"
+    );
     cancel.cancel();
 }
 
