@@ -199,3 +199,45 @@ impl Drop for HostsToml {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// kruise-manager's feature gate that pre-downloads a CloneSet's new images before its in-place
+/// update (an ImagePullJob, pulled through the nodes' NodeImages).
+pub const PRE_DOWNLOAD_GATE: &str = "PreDownloadImageForInPlaceUpdate=true";
+
+/// What the cluster mode runs against, as `tests/run.sh` names it: the running cluster
+/// (`KRUISED_KUBE_LAB`, its cluster layer's), kruise-manager beside it
+/// (`KRUISED_KRUISE_MANAGER`) with [`PRE_DOWNLOAD_GATE`] among its gates
+/// (`KRUISED_KRUISE_MANAGER_GATES`), and the kruise-daemon binary (`KRUISED_KRUISE_DAEMON`).
+/// Returns kruise-daemon's path, or why the mode cannot run: the first of them missing, with
+/// where it comes from. `env` reads a variable (empty counts as unset).
+pub fn cluster_provided(env: impl Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
+    if env("KRUISED_KUBE_LAB").is_none() {
+        return Err(
+            "no running cluster (KRUISED_KUBE_LAB unset: tests/run.sh starts one \
+                    where KRUISED_KUBE_ASSETS names the Kubernetes binaries, and exports it to \
+                    its cluster layer)"
+                .into(),
+        );
+    }
+    if env("KRUISED_KRUISE_MANAGER").is_none() {
+        return Err(
+            "no kruise-manager beside the cluster (KRUISED_KRUISE_MANAGER unset: \
+                    kruise-manager in KRUISED_KRUISE_ASSETS)"
+                .into(),
+        );
+    }
+    let gates = env("KRUISED_KRUISE_MANAGER_GATES").unwrap_or_default();
+    if !gates.split(',').any(|g| g.trim() == PRE_DOWNLOAD_GATE) {
+        return Err(format!(
+            "kruise-manager runs without {PRE_DOWNLOAD_GATE} \
+             (KRUISED_KRUISE_MANAGER_GATES={gates:?}: tests/run.sh turns it on)"
+        ));
+    }
+    env("KRUISED_KRUISE_DAEMON")
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            "no kruise-daemon (KRUISED_KRUISE_DAEMON unset: kruise-daemon in KRUISED_KRUISE_ASSETS)"
+                .into()
+        })
+}
