@@ -41,13 +41,13 @@ use kruised_test_support as support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kruised::cri::{ImageService, PullRequest, RemoteRuntime};
 use kruised::k8s::keys;
 use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::cluster::{self, Identity, KubeLab, Rbac, TestNamespace, condition};
@@ -292,12 +292,15 @@ impl unready::Mode for Bench {
 /// last.
 async fn window(pods: Api<Pod>, name: String, armed: tokio::sync::oneshot::Sender<()>) -> Duration {
     let config = watcher::Config::default().labels(&format!("app={name}"));
-    let mut events = watcher(pods, config).boxed();
+    // a watch that breaks is resumed after a back-off: its relist sees what changed meanwhile,
+    // late by the break
+    let mut events = watcher(pods, config).default_backoff().boxed();
     let mut armed = Some(armed);
     let mut unready: Option<(String, Instant)> = None;
     let mut last = String::from("no pod");
     let closed = tokio::time::timeout(LIMIT, async {
-        while let Some(event) = events.try_next().await.unwrap() {
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { continue };
             let pod = match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
                 watcher::Event::InitDone => {
