@@ -34,8 +34,6 @@
 
 use kruised_test_support as support;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use apiserver_double::{Control, Handle};
@@ -47,51 +45,13 @@ use support::daemon::Daemon;
 use support::kubelet::Kubelet;
 use support::kubelet::run::{NodeKubelet, NodeKubelets};
 use support::manager::{ManagerDouble, Template, Timing};
-use support::restarts::percentile;
 use support::tcp_relay::TcpRelay;
+use support::unready::{self, Case, HostsToml, Run};
 use support::{Lab, Plane, wait};
 
 const NODE: &str = "bench-node";
 const LAYER: u64 = 16 << 20;
 const LIMIT: Duration = Duration::from_secs(180);
-
-/// One case: the grace period, the preStop hook, the image on the node before the update,
-/// kruised's in-place pull on.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    name: &'static str,
-    grace: u32,
-    pre_stop: bool,
-    present: bool,
-    feature: bool,
-}
-
-const fn case(
-    name: &'static str,
-    grace: u32,
-    pre_stop: bool,
-    present: bool,
-    feature: bool,
-) -> Case {
-    Case {
-        name,
-        grace,
-        pre_stop,
-        present,
-        feature,
-    }
-}
-
-const CASES: [Case; 8] = [
-    case("present", 0, false, true, true),
-    case("present-grace15", 15, false, true, true),
-    case("nograce-off", 0, false, false, false),
-    case("nograce-on", 0, false, false, true),
-    case("grace15-off", 15, false, false, false),
-    case("grace15-on", 15, false, false, true),
-    case("prestop5-off", 0, true, false, false),
-    case("prestop5-on", 0, true, false, true),
-];
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     let i = args.iter().position(|a| a == name)?;
@@ -106,14 +66,7 @@ fn main() {
     }
     let rounds: usize = arg(&args, "--rounds").map_or(20, |v| v.parse().unwrap());
     let rate: u64 = arg(&args, "--rate").map_or(LAYER / 10, |v| v.parse().unwrap());
-    let only = arg(&args, "--cases");
-    let cases: Vec<Case> = CASES
-        .into_iter()
-        .filter(|c| {
-            only.as_ref()
-                .is_none_or(|o| o.split(',').any(|n| n == c.name))
-        })
-        .collect();
+    let cases = unready::cases(arg(&args, "--cases").as_deref());
     let Some(lab) = Lab::get() else { return };
     lab.script("bench-images");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -131,28 +84,6 @@ fn main() {
     });
 }
 
-/// The relay's address as containerd's registry host: a `hosts.toml` under the lab's
-/// `certs.d` (containerd's `config_path`), plain HTTP; removed when dropped.
-struct HostsToml(PathBuf);
-
-impl HostsToml {
-    fn write(lab: &Lab, addr: SocketAddr) -> HostsToml {
-        let dir = lab.dir.join("certs.d").join(addr.to_string());
-        std::fs::create_dir_all(&dir).unwrap();
-        let text = format!(
-            "server = \"http://{addr}\"\n\n[host.\"http://{addr}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n"
-        );
-        std::fs::write(dir.join("hosts.toml"), text).unwrap();
-        HostsToml(dir)
-    }
-}
-
-impl Drop for HostsToml {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 struct Bench {
     lab: Lab,
     rate: u64,
@@ -165,12 +96,6 @@ struct Bench {
     /// The image every pod starts on (the lab's registry, pulled first).
     from: String,
     runs: usize,
-}
-
-/// One run's figures: the unready window, and the bytes the registry sent meanwhile.
-struct Run {
-    window: Duration,
-    bytes: u64,
 }
 
 impl Bench {
@@ -234,82 +159,11 @@ impl Bench {
             self.rate as f64 / 1048576.0,
             self.lab.runtime.lab_name(),
             support::machine(),
-            loadavg()
+            unready::loadavg()
         );
-        let mut results: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
-        for round in 0..rounds {
-            for feature in [false, true] {
-                if !cases.iter().any(|c| c.feature == feature) {
-                    continue;
-                }
-                let mut d = self.daemon(feature).await;
-                for (i, c) in cases
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.feature == feature)
-                {
-                    let r = self.one(c, round).await;
-                    eprintln!(
-                        "round {round} {:>16}: {:6.2} s, {:5.1} MiB",
-                        c.name,
-                        r.window.as_secs_f64(),
-                        r.bytes as f64 / 1048576.0
-                    );
-                    results[i].push(r);
-                }
-                d.terminate();
-                d.wait_exit(Duration::from_secs(30)).await;
-            }
-        }
-        println!("load at the end {}", loadavg());
-        println!(
-            "| case | grace | preStop | image | in-place pull | p50 (s) | p99 (s) | MiB pulled (mean) |"
-        );
-        println!("|---|---|---|---|---|---|---|---|");
-        let mut p = std::collections::BTreeMap::new();
-        for (c, runs) in cases.iter().zip(&results) {
-            let mut w: Vec<Duration> = runs.iter().map(|r| r.window).collect();
-            let (p50, p99) = (percentile(&mut w, 0.5), percentile(&mut w, 0.99));
-            let mib = runs.iter().map(|r| r.bytes).sum::<u64>() as f64 / runs.len().max(1) as f64;
-            println!(
-                "| {} | {} s | {} | {} | {} | {:.2} | {:.2} | {:.1} |",
-                c.name,
-                c.grace,
-                if c.pre_stop { "5 s" } else { "none" },
-                if c.present { "present" } else { "pulled" },
-                if c.feature { "on" } else { "off" },
-                p50.as_secs_f64(),
-                p99.as_secs_f64(),
-                mib / 1048576.0
-            );
-            p.insert(c.name, (p50.as_secs_f64(), p99.as_secs_f64()));
-        }
-        let goal = |a: &str, b: &str, f: &dyn Fn(f64, f64) -> bool, what: &str| {
-            if let (Some(x), Some(y)) = (p.get(a), p.get(b)) {
-                let ok = |(x, y)| if f(x, y) { "met" } else { "MISSED" };
-                println!(
-                    "goal {what}: p50 {:.2} vs {:.2} {}; p99 {:.2} vs {:.2} {}",
-                    x.0,
-                    y.0,
-                    ok((x.0, y.0)),
-                    x.1,
-                    y.1,
-                    ok((x.1, y.1))
-                );
-            }
-        };
-        goal(
-            "grace15-on",
-            "present-grace15",
-            &|x, y| x <= y * 1.10,
-            "grace 15 s with the pull <= present (same grace) + 10 %",
-        );
-        goal(
-            "prestop5-on",
-            "prestop5-off",
-            &|x, y| y - x >= 4.5,
-            "preStop 5 s with the pull >= 4.5 s shorter than without",
-        );
+        let results = unready::rounds(self, cases, rounds).await;
+        println!("load at the end {}", unready::loadavg());
+        unready::report(cases, &results, None);
     }
 
     /// One in-place update of a new pod from the lab's busybox to a bench image; returns the
@@ -430,6 +284,16 @@ impl Bench {
     }
 }
 
+impl unready::Mode for Bench {
+    async fn daemon(&mut self, feature: bool) -> Daemon {
+        Bench::daemon(self, feature).await
+    }
+
+    async fn one(&mut self, c: &Case, round: usize) -> Run {
+        Bench::one(self, c, round).await
+    }
+}
+
 /// The pod's `InPlaceUpdateReady` and `Ready` statuses.
 fn conditions(pod: &Value) -> (String, String) {
     let of = |t: &str| {
@@ -492,12 +356,4 @@ async fn kube_client(plane: &Plane) -> kube::Client {
         .await
         .unwrap();
     kube::Client::try_from(config).unwrap()
-}
-
-fn loadavg() -> String {
-    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
 }

@@ -47,11 +47,8 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 use support::cluster::{self, KubeLab, Rbac, Scene};
-use support::daemon::{Daemon, http_get};
+use support::daemon::Daemon;
 use support::restarts::{self, ChangeResult, HookServer};
-
-/// kruise's default admin port, which `Daemon::start_exe` expects.
-const KRUISE_DAEMON_ADDR: &str = "127.0.0.1:10221";
 
 struct Sizes {
     idle_pods: usize,
@@ -105,51 +102,6 @@ async fn start_kruised(lab: &KubeLab, scene: &Scene) -> (Daemon, Duration) {
     let mut d = cluster::start_daemon(lab, &identity, &[]);
     d.wait_for_log("daemon ready", Duration::from_secs(60))
         .await;
-    (d, started.elapsed())
-}
-
-async fn start_kruise_daemon(
-    lab: &KubeLab,
-    scene: &Scene,
-    exe: &std::path::Path,
-    dir: &std::path::Path,
-) -> (Daemon, Duration) {
-    let identity = cluster::identity(lab, &scene.admin, Rbac::KruiseChart).await;
-    // its DaemonSet mounts the host's /var/run at /hostvarrun: the lab's socket there
-    let varrun = dir.join("varrun");
-    std::fs::create_dir_all(varrun.join("containerd")).unwrap();
-    let _ = std::fs::remove_file(varrun.join("containerd/containerd.sock"));
-    std::os::unix::fs::symlink(&lab.socket, varrun.join("containerd/containerd.sock")).unwrap();
-    let kubeconfig = dir.join("kruise-daemon.kubeconfig");
-    std::fs::copy(&identity.kubeconfig, &kubeconfig).unwrap();
-    let script = format!(
-        "mkdir -p /hostvarrun && mount --bind {} /hostvarrun && exec {} --addr={KRUISE_DAEMON_ADDR} \
-         --enable-pprof=false --socket-file=containerd/containerd.sock \
-         --feature-gates=ImagePullJobGate=true --logtostderr=true --v=2",
-        varrun.display(),
-        exe.display()
-    );
-    let started = Instant::now();
-    let d = Daemon::start_exe(
-        std::path::Path::new("unshare"),
-        &["-m", "--propagation", "private", "sh", "-c", &script],
-        &[
-            ("NODE_NAME", lab.node.as_str()),
-            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
-        ],
-    );
-    let addr = KRUISE_DAEMON_ADDR.parse().unwrap();
-    support::within(Duration::from_secs(60), "kruise-daemon healthy", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            let up = tokio::net::TcpStream::connect(addr).await.is_ok();
-            if up && http_get(addr, "/healthz").await.0 == 200 {
-                return;
-            }
-        }
-    })
-    .await;
     (d, started.elapsed())
 }
 
@@ -258,7 +210,7 @@ async fn run(
     let baseline = baseline_api_rate(&idle.admin, sizes.idle).await;
     let dir = tempfile::tempdir().unwrap();
     let (mut d, ready_after) = match which {
-        Some(exe) => start_kruise_daemon(lab, idle, exe, dir.path()).await,
+        Some(exe) => cluster::start_kruise_daemon(lab, &idle.admin, exe, dir.path()).await,
         None => start_kruised(lab, idle).await,
     };
     let mut f = Figures {

@@ -467,7 +467,10 @@ wait_for_image() { # the image job is not this subshell's child: it writes its l
 }
 
 # kruise-manager out of the cluster, as its developers run it: its webhooks on
-# loopback with certificates of its own, every feature gate the node daemon serves. Its objects
+# loopback with certificates of its own, every feature gate the node daemon serves, and the
+# pre-download of a CloneSet's new images before its in-place update (an ImagePullJob: only for
+# more than 3 replicas in more than one batch, so never for the cluster tests' CloneSets of one;
+# benches/unready_cluster.rs measures kruise-daemon with it, and reads the gates). Its objects
 # first (the namespaces, the webhook configurations it rewrites to its address; created, never
 # applied again) and stand-ins for the CRDs of the kinds no test uses (without them it waits
 # about 16 s for each before its controllers start), then the manager; ready once its own
@@ -475,6 +478,7 @@ wait_for_image() { # the image job is not this subshell's child: it writes its l
 KRUISE_MANAGER_HEALTH=127.0.0.1:19001
 start_kruise_manager() {
   local dir=$RUN/kruise kubectl=$KLAB/bin/kubectl
+  local gates=ImagePullJobGate=true,PodProbeMarkerGate=true,InPlaceUpdateEnvFromMetadata=true,KruiseDaemon=true,PreDownloadImageForInPlaceUpdate=true
   mkdir -p "$dir/certs" "$dir/protection"
   {
     KUBECONFIG=$KLAB/kubeconfig "$kubectl" create -f "$KRUISE_MANIFESTS" &&
@@ -486,7 +490,7 @@ start_kruise_manager() {
     "$kruise_manager" --kubeconfig="$KLAB/kubeconfig" --enable-leader-election=false \
     --metrics-addr=127.0.0.1:19002 --health-probe-addr=$KRUISE_MANAGER_HEALTH --enable-pprof=false \
     --protection-log-path="$dir/protection" --nodeimage-creation-delay=0s \
-    --feature-gates=ImagePullJobGate=true,PodProbeMarkerGate=true,InPlaceUpdateEnvFromMetadata=true,KruiseDaemon=true \
+    --feature-gates="$gates" \
     --logtostderr=true --v=2 > "$dir/manager.log" 2>&1 &
   JOBS+=("$!")
   local deadline=$((SECONDS + 90))
@@ -499,6 +503,7 @@ start_kruise_manager() {
     sleep 0.5
   done
   export KRUISED_KRUISE_MANAGER=$KRUISE_MANAGER_HEALTH KRUISED_KRUISE_MANAGER_LOG=$dir/manager.log
+  export KRUISED_KRUISE_MANAGER_GATES=$gates
 }
 
 # the cluster layer (the longest part: its tests share the node, one at a time) and the
@@ -577,8 +582,9 @@ fleet_part() {
 }
 run_part fleet fleet_part
 t=$(now)
+# unready_cluster: its line saying what it would run and why not (no cluster is named here)
 cargo test --workspace --locked --lib --bins --test api --test cli --bench reaction \
-  --bench podprobe -- "${TEST_ARGS[@]}"
+  --bench podprobe --bench unready_cluster -- "${TEST_ARGS[@]}"
 phase "unit tests" "$t"
 
 failed=0

@@ -314,6 +314,59 @@ pub fn start_daemon(lab: &KubeLab, identity: &Identity, extra: &[&str]) -> Daemo
     )
 }
 
+/// kruise's default admin port, which `Daemon::start_exe` expects.
+const KRUISE_DAEMON_ADDR: &str = "127.0.0.1:10221";
+
+/// Starts OpenKruise's kruise-daemon (the binary `exe`) for the lab's node as its DaemonSet pod
+/// runs it: the RBAC of kruise's chart, the runtime's socket under `/hostvarrun` (a private
+/// mount namespace, `dir` holding what it needs), `NODE_NAME`. Returns it once `/healthz`
+/// answers, and how long that took from its start.
+pub async fn start_kruise_daemon(
+    lab: &KubeLab,
+    admin: &Client,
+    exe: &Path,
+    dir: &Path,
+) -> (Daemon, Duration) {
+    let identity = identity(lab, admin, Rbac::KruiseChart).await;
+    // its DaemonSet mounts the host's /var/run at /hostvarrun: the lab's socket there
+    let varrun = dir.join("varrun");
+    let socket = varrun.join("containerd/containerd.sock");
+    std::fs::create_dir_all(varrun.join("containerd")).expect("create varrun/containerd");
+    let _ = std::fs::remove_file(&socket);
+    std::os::unix::fs::symlink(&lab.socket, &socket).expect("link the runtime's socket");
+    let kubeconfig = dir.join("kruise-daemon.kubeconfig");
+    std::fs::copy(&identity.kubeconfig, &kubeconfig).expect("copy the kubeconfig");
+    let script = format!(
+        "mkdir -p /hostvarrun && mount --bind {} /hostvarrun && exec {} --addr={KRUISE_DAEMON_ADDR} \
+         --enable-pprof=false --socket-file=containerd/containerd.sock \
+         --feature-gates=ImagePullJobGate=true --logtostderr=true --v=2",
+        varrun.display(),
+        exe.display()
+    );
+    let started = std::time::Instant::now();
+    let d = Daemon::start_exe(
+        Path::new("unshare"),
+        &["-m", "--propagation", "private", "sh", "-c", &script],
+        &[
+            ("NODE_NAME", lab.node.as_str()),
+            ("KUBECONFIG", kubeconfig.to_str().expect("a UTF-8 path")),
+        ],
+    );
+    let addr = KRUISE_DAEMON_ADDR.parse().expect("kruise-daemon's address");
+    super::within(Duration::from_secs(60), "kruise-daemon healthy", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let up = tokio::net::TcpStream::connect(addr).await.is_ok();
+            if up && super::daemon::http_get(addr, "/healthz").await.0 == 200 {
+                return;
+            }
+        }
+    })
+    .await;
+    (d, started.elapsed())
+}
+
 // telling refusals from the daemon's log: shared with the integration layer, which runs in CI
 pub use super::rbac::{assert_never_forbidden, is_refusal};
 

@@ -23,6 +23,8 @@
 //! - *Launchers.* [`Lab`] and [`LabRuntime`] (below): the real runtime lab; [`Plane`]: the API
 //!   double with its kubeconfig; [`daemon`]: `kruised` as its own process, its log followed;
 //!   [`cluster`]: the real cluster layer; [`restarts`]: the env-restart workload on it.
+//! - *Benchmarks.* [`unready`]: the unready-window benchmark's cases, report and relay host,
+//!   shared by its two modes (a lab's runtime with the doubles; the real cluster).
 //! - *Builders.* [`crr`]: recreate requests as kruise's webhook leaves them; [`rbac`]: kruised's
 //!   identity and RBAC on the API double, and telling a refusal from its log.
 //! - *Network.* [`proxy`]: HTTP CONNECT, absolute-form and SOCKS5 proxies; [`tcp_relay`]: a
@@ -47,6 +49,7 @@ pub mod pull;
 pub mod rbac;
 pub mod restarts;
 pub mod tcp_relay;
+pub mod unready;
 pub mod wait;
 
 use std::path::PathBuf;
