@@ -153,8 +153,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
             "containerrecreaterequests",
             Api::<ContainerRecreateRequest>::all(client.clone()),
             kube::runtime::watcher::Config::default().labels(&keys::crr_label_selector(node)),
-            kwatch::prune_managed_fields,
-        ),
+            kwatch::prune_recreate_request,
+        )
+        .paged(kwatch::RECREATE_LIST_PAGE),
         readiness.condition("containerrecreaterequests"),
         cancel.clone(),
         &tracker,

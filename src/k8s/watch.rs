@@ -196,6 +196,7 @@ pub struct WatchSpec<K> {
     config: watcher::Config,
     prune: fn(&mut K),
     renewal: Renewal,
+    pages: Option<u32>,
 }
 
 impl<K> WatchSpec<K> {
@@ -212,6 +213,19 @@ impl<K> WatchSpec<K> {
             config,
             prune,
             renewal: Renewal::DEFAULT,
+            pages: None,
+        }
+    }
+
+    /// Every list of this watch a consistent read in pages of `limit` objects, each page read
+    /// and pruned before the next is asked for: for objects a tenant writes, each up to the
+    /// API server's 1.5 MiB (256 KiB of annotations), which the watch cache would answer in one
+    /// body, hundreds of them at once.
+    #[must_use]
+    pub fn paged(self, limit: u32) -> Self {
+        WatchSpec {
+            pages: Some(limit),
+            ..self
         }
     }
 
@@ -244,6 +258,7 @@ where
         config,
         prune,
         renewal,
+        pages,
     } = spec;
     let (reader, writer) = reflector::store();
     let (changes, _) = broadcast::channel(CHANGE_BUFFER);
@@ -262,7 +277,13 @@ where
         generation: gen_tx,
         health: Health::new(ready),
         backoff: watch_backoff(),
-        list_from: ListFrom::Cache,
+        list_from: if pages.is_some() {
+            ListFrom::Consistent
+        } else {
+            ListFrom::Cache
+        },
+        pages: pages.unwrap_or(LIST_PAGE),
+        always_paged: pages.is_some(),
         cancel: cancel.clone(),
     };
     // a watch that ends while the daemon runs leaves its store frozen: liveness says so
@@ -330,6 +351,10 @@ struct WatchLoop<K: Resource<DynamicType = ()> + Clone + 'static> {
     cancel: CancellationToken,
     /// How the next list reads (see [`ListFrom`]).
     list_from: ListFrom,
+    /// Objects a page of a consistent list asks for.
+    pages: u32,
+    /// Every list consistent and paged ([`WatchSpec::paged`]).
+    always_paged: bool,
 }
 
 impl<K> WatchLoop<K>
@@ -363,7 +388,7 @@ where
             Ok(Some(listed)) => listed,
             Ok(None) => return (Next::Stop, None),
             Err(e) => {
-                if from != ListFrom::Cache && is_gone(&e) {
+                if from != ListFrom::Cache && is_gone(&e) && !self.always_paged {
                     // the cache cannot serve it (or a page's continue token expired): from etcd
                     self.list_from = ListFrom::Consistent;
                 }
@@ -377,8 +402,7 @@ where
             );
         };
         self.writer.apply_watcher_event(&watcher::Event::Init);
-        for o in items {
-            let Some(k) = self.read(o) else { continue };
+        for k in items {
             let at = k.meta().resource_version.clone();
             let key = ObjectRef::from_obj(&k);
             self.writer
@@ -403,7 +427,7 @@ where
     async fn list_pages(
         &self,
         from: &ListFrom,
-    ) -> Result<Option<(Vec<DynamicObject>, Option<String>)>, kube::Error> {
+    ) -> Result<Option<(Vec<K>, Option<String>)>, kube::Error> {
         // the cache answers a list whole (it ignores a limit); only etcd pages
         let (resource_version, version_match, limit) = match from {
             ListFrom::Cache => (
@@ -414,7 +438,7 @@ where
             ListFrom::NotOlderThan(rv) => {
                 (Some(rv.clone()), Some(VersionMatch::NotOlderThan), None)
             }
-            ListFrom::Consistent => (None, None, Some(LIST_PAGE)),
+            ListFrom::Consistent => (None, None, Some(self.pages)),
         };
         let mut params = ListParams {
             label_selector: self.labels.clone(),
@@ -431,7 +455,8 @@ where
                 a = self.api.list(&params) => a,
             };
             let page = answer?;
-            items.extend(page.items);
+            // read and pruned page by page: a page's raw objects go before the next comes
+            items.extend(page.items.into_iter().filter_map(|o| self.read(o)));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) if limit.is_some() => {
                     params.continue_token = Some(token);
@@ -562,7 +587,9 @@ where
                 )),
             );
         }
-        self.list_from = ListFrom::NotOlderThan(rv.to_string());
+        if !self.always_paged {
+            self.list_from = ListFrom::NotOlderThan(rv.to_string());
+        }
         tracing::info!(reason = %message, "410 Gone: relisting");
         (Next::List, None)
     }
@@ -718,6 +745,31 @@ pub fn prune_pod(pod: &mut Pod) {
     }
 }
 
+/// Recreate requests' objects a page of their list asks for (each may carry 256 KiB of a
+/// tenant's annotations: a page is a few MiB at most, read and pruned before the next).
+pub const RECREATE_LIST_PAGE: u32 = 10;
+
+/// Keeps of a recreate request only what the daemon reads: its `crr.apps.kruise.io/` labels,
+/// the two annotations kruise writes for the daemon (`sync-container-statuses`,
+/// `unready-acquired`), its spec and status. A tenant's other annotations, labels, owner
+/// references, finalizers and managed fields (up to the API server's 1.5 MiB an object) are
+/// not kept for the life of the request.
+pub fn prune_recreate_request(crr: &mut crate::k8s::crd::ContainerRecreateRequest) {
+    use crate::k8s::keys;
+    let meta = &mut crr.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| k.starts_with("crr.apps.kruise.io/"));
+    }
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| {
+            k == keys::CRR_SYNC_CONTAINER_STATUSES || k == keys::CRR_UNREADY_ACQUIRED
+        });
+    }
+}
+
 /// Drops managed fields, the one part of every object the daemon never reads.
 pub fn prune_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
@@ -730,6 +782,40 @@ mod tests {
 
     fn raw(v: serde_json::Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_recreate_request_keeps_only_what_the_daemon_reads_of_a_tenants_metadata() {
+        let mut crr: ContainerRecreateRequest = read_lenient(raw(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": "r", "namespace": "t", "uid": "u",
+                "labels": {"crr.apps.kruise.io/pod-uid": "p", "tenant": "x"},
+                "annotations": {"crr.apps.kruise.io/unready-acquired": "2026-12-05T00:00:00Z",
+                                "crr.apps.kruise.io/sync-container-statuses": "[]",
+                                "tenant/junk": "x".repeat(1024)},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "p"}],
+                "finalizers": ["tenant/f"]},
+            "spec": {"podName": "p", "containers": [{"name": "main"}]}
+        })))
+        .expect("readable");
+        prune_recreate_request(&mut crr);
+        let meta = &crr.metadata;
+        let labels: Vec<&String> = meta.labels.iter().flatten().map(|(k, _)| k).collect();
+        assert_eq!(labels, ["crr.apps.kruise.io/pod-uid"]);
+        let annotations: Vec<&String> = meta.annotations.iter().flatten().map(|(k, _)| k).collect();
+        assert_eq!(
+            annotations,
+            [
+                "crr.apps.kruise.io/sync-container-statuses",
+                "crr.apps.kruise.io/unready-acquired"
+            ]
+        );
+        assert!(meta.owner_references.is_none() && meta.finalizers.is_none());
+        assert_eq!(
+            (meta.name.as_deref(), meta.uid.as_deref()),
+            (Some("r"), Some("u"))
+        );
+        assert_eq!(crr.spec.containers.len(), 1, "the spec is whole");
     }
 
     #[test]

@@ -222,3 +222,41 @@ async fn a_request_listing_one_container_thousands_of_times_costs_one_runtime_ca
     assert_eq!(node.stopped_ids().len(), 1, "one container, stopped once");
     drop(d);
 }
+
+/// The peak resident memory of a daemon started on a node where 200 recreate requests for one
+/// pod wait, each with `kib` KiB of a tenant's annotations.
+async fn peak_at_start_with_requests_of(kib: usize) -> f64 {
+    let mut node = FakeNode::start().await;
+    node.add_pod("web-0", main_container(), json!({}), true);
+    let junk = "x".repeat(kib * 1024);
+    for i in 0..200 {
+        let mut r = request(&node, "default", &format!("fat-{i}"), "web-0", None);
+        r["metadata"]["annotations"]["tenant/junk"] = json!(junk);
+        node.api.create("containerrecreaterequests", r).unwrap();
+    }
+    let d = start(&node).await;
+    let peak = d.rss_peak_bytes().expect("the daemon's memory");
+    peak as f64 / (1024.0 * 1024.0)
+}
+
+/// Issue 43, row 5: a tenant's recreate requests, each with 200 KiB of annotations, were cached
+/// whole and listed in one body: 200 of them put a fresh kruised 78 MiB above the same start
+/// with thin ones (the debug build: 117.7 against 39.8 MiB), and more took it out of memory at
+/// every start. Now the list is read in pages of 10, each pruned to what the daemon reads
+/// before the next: about 9 MiB above.
+#[tokio::test]
+async fn two_hundred_recreate_requests_with_200_kib_of_annotations_each_do_not_swell_a_starting_daemon()
+ {
+    let thin = peak_at_start_with_requests_of(0).await;
+    let fat = peak_at_start_with_requests_of(200).await;
+    eprintln!(
+        "peak resident memory at start with 200 requests: {thin:.1} MiB thin, {fat:.1} MiB with 200 KiB of annotations each"
+    );
+    // the annotations are 39 MiB: a daemon that kept them, or read one list body of them,
+    // would be far past this
+    assert!(
+        fat - thin < 16.0,
+        "the fat requests cost {:.1} MiB more at start ({thin:.1} -> {fat:.1})",
+        fat - thin
+    );
+}

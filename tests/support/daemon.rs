@@ -178,6 +178,11 @@ impl Daemon {
         status_bytes(self.pid()?, "VmRSS:")
     }
 
+    /// The most resident memory the process has had so far (its high-water mark), in bytes.
+    pub fn rss_peak_bytes(&self) -> Option<u64> {
+        status_bytes(self.pid()?, "VmHWM:")
+    }
+
     /// Resident memory split as (anonymous: heap and stacks, file-backed: the binary's pages
     /// in use), in bytes.
     pub fn rss_split(&self) -> Option<(u64, u64)> {
