@@ -3,7 +3,8 @@
 //! tags listed at its start are pulled, or at the deadline when one never finishes; someone
 //! else's taint, also one added between kruised's read and its write, stays; without the flag
 //! nothing is written to the Node. Under the RBAC of `deploy/` plus the opt-in overlay
-//! `deploy/overlays/startup-taint`, nothing refused.
+//! `deploy/overlays/startup-taint`, nothing refused; under `deploy/`'s alone, the taint stays and
+//! kruised says which right it lacks.
 
 use std::time::Duration;
 
@@ -273,4 +274,30 @@ async fn without_the_flag_kruised_writes_nothing_to_its_node() {
         "taints as they were"
     );
     assert!(!d.logged("startup taint"), "{}", d.log_text());
+}
+
+#[tokio::test]
+async fn with_only_the_base_rbac_the_taint_stays_and_kruised_names_the_right_it_lacks() {
+    let node = FakeNode::start().await;
+    create_node(&node);
+    create_node_image(&node, &[]);
+    let id = identity_with(&node.api, "kruised", DEPLOY_RBAC_YAML, node.dir.path());
+    let mut d = start(&node, &id.kubeconfig, &["--startup-taint", KEY]).await;
+    let line = d
+        .wait_for_log("kruised may not patch its Node", LIMIT)
+        .await;
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .contains("deploy/overlays/startup-taint"),
+        "{line}"
+    );
+    assert_eq!(
+        keys(&taints(&node)),
+        [KEY, "dedicated"],
+        "taints as they were"
+    );
+    assert_eq!(node_patches(&node), 1, "one refused write, not retried");
 }
