@@ -301,3 +301,55 @@ async fn with_only_the_base_rbac_the_taint_stays_and_kruised_names_the_right_it_
     );
     assert_eq!(node_patches(&node), 1, "one refused write, not retried");
 }
+
+/// `deploy/overlays/startup-taint/args.yaml`, the JSON patch an operator applies to the shipped
+/// DaemonSet, adds flags kruised accepts, naming the taint the docs name.
+#[test]
+fn the_overlays_args_patch_gives_the_shipped_daemonset_a_startup_taint_kruised_accepts() {
+    use clap::Parser as _;
+    let read = |path: &str| {
+        let full = concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path;
+        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"))
+    };
+    let daemonset = serde_saphyr::from_multiple::<Value>(&read("deploy/daemonset.yaml"))
+        .expect("deploy/daemonset.yaml is YAML")
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let ops: Vec<Value> = serde_saphyr::from_str(&read("deploy/overlays/startup-taint/args.yaml"))
+        .expect("args.yaml is a list of operations");
+    let mut args: Vec<String> = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("the container's args")
+        .iter()
+        .map(|a| {
+            a.as_str()
+                .expect("a string")
+                .replace("$(POD_IP)", "10.0.0.7")
+        })
+        .collect();
+    for op in &ops {
+        assert_eq!(op["op"], "add", "{op}");
+        assert_eq!(
+            op["path"], "/spec/template/spec/containers/0/args/-",
+            "{op}"
+        );
+        args.push(op["value"].as_str().expect("a flag").to_string());
+    }
+    let argv = std::iter::once("kruised".to_string()).chain(args);
+    let cli = kruised::Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("the flags parse: {e}"));
+    let kruised::Command::Run(mut run) = cli.command else {
+        panic!("the container runs the daemon")
+    };
+    run.node_name = Some(NODE.into());
+    let config = run
+        .resolve()
+        .unwrap_or_else(|e| panic!("the flags resolve: {e}"));
+    assert_eq!(
+        config.startup_taint,
+        Some(kruised::config::StartupTaint {
+            key: KEY.into(),
+            deadline: Duration::from_secs(600)
+        })
+    );
+}
