@@ -272,7 +272,7 @@ pub async fn run(
         match remove_taint(&client, &node, key).await {
             Ok(r) => break r,
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::error!(error = %s.message, "kruised may not patch its Node (RBAC: patch on nodes, which deploy/overlays/startup-taint grants): the startup taint stays");
+                tracing::error!(error = %s.message, "kruised may not patch its Node (RBAC: patch on nodes, which deploy/overlays/startup-taint grants, and get, which deploy/rbac.yaml grants): the startup taint stays");
                 return;
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
