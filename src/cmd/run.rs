@@ -89,6 +89,18 @@ pub struct RunArgs {
     /// default readiness probe periods (10 s).
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub slow_in_place_update_threshold: Duration,
+    /// A warm set for new nodes (off unless given): the key of a taint on kruised's own Node
+    /// (e.g. put there by the kubelet's `--register-with-taints`) that kruised removes, every
+    /// taint with that key and no other, once the NodeImage tags listed when it starts have
+    /// finished (succeeded, or failed for good) or --startup-taint-deadline has passed,
+    /// whichever comes first, then never looks at it again. Needs `patch` on nodes
+    /// (deploy/overlays/startup-taint; docs/security.md).
+    #[arg(long, value_name = "KEY")]
+    pub startup_taint: Option<String>,
+    /// The longest the Node keeps --startup-taint, counted from the Node's creation (so a
+    /// restart of kruised does not extend it): from 1s to 24h.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    pub startup_taint_deadline: Duration,
     /// How to reach the container runtime.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -117,6 +129,9 @@ const MAX_RELIST: Duration = Duration::from_secs(24 * 3600);
 const MAX_API_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The longest `--drain-timeout`: ten minutes (kubelets and systemd kill long before).
 const MAX_DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The longest `--startup-taint-deadline`: a day (a node kept from pods longer is a lost node).
+const MAX_STARTUP_TAINT_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
 /// kruise's default credential provider config file.
 pub const DEFAULT_PLUGIN_CONFIG_FILE: &str = "/kruise/CredentialProviderPlugin.yaml";
@@ -324,6 +339,23 @@ impl RunArgs {
                     )
                 })?,
         };
+        let startup_taint = match self.startup_taint.as_deref().filter(|k| !k.is_empty()) {
+            None => None,
+            Some(key) => {
+                crate::config::check_taint_key(key).map_err(|e| invalid("--startup-taint", e))?;
+                let deadline = self.startup_taint_deadline;
+                if !(Duration::from_secs(1)..=MAX_STARTUP_TAINT_DEADLINE).contains(&deadline) {
+                    return Err(invalid(
+                        "--startup-taint-deadline",
+                        "must be from 1s to 24h".into(),
+                    ));
+                }
+                Some(crate::config::StartupTaint {
+                    key: key.to_string(),
+                    deadline,
+                })
+            }
+        };
         Ok(DaemonConfig {
             node_name,
             addr,
@@ -346,6 +378,7 @@ impl RunArgs {
                 config_file: self.plugin_config_file.clone(),
                 bin_dir: self.plugin_bin_dir.clone(),
             },
+            startup_taint,
             ignored: {
                 let mut ignored = self.compat.given();
                 ignored.extend(self.compat.positional.iter().map(|a| format!("{a:?}")));
@@ -437,5 +470,28 @@ mod tests {
         let mut r = base();
         r.relist_interval = Duration::from_secs(24 * 3600);
         assert!(r.resolve().is_ok(), "a day is a relist interval");
+    }
+
+    #[test]
+    fn the_startup_taint_is_off_unless_named_and_a_bad_key_or_deadline_is_refused_by_name() {
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        let mut r = run_args();
+        r.runtime.crictl_config = Some(empty.path().to_path_buf());
+        assert_eq!(r.resolve().unwrap().startup_taint, None, "off by default");
+        r.startup_taint = Some("kruised.io/warming".into());
+        let t = r.resolve().unwrap().startup_taint.unwrap();
+        assert_eq!(
+            (t.key.as_str(), t.deadline),
+            ("kruised.io/warming", Duration::from_secs(600))
+        );
+        r.startup_taint = Some("Not A Key".into());
+        let err = r.resolve().unwrap_err().to_string();
+        assert!(err.contains("--startup-taint:"), "{err}");
+        r.startup_taint = Some("kruised.io/warming".into());
+        for d in [Duration::ZERO, Duration::from_secs(24 * 3600 + 1)] {
+            r.startup_taint_deadline = d;
+            let err = r.resolve().unwrap_err().to_string();
+            assert!(err.contains("--startup-taint-deadline"), "{d:?}: {err}");
+        }
     }
 }

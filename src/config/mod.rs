@@ -115,6 +115,9 @@ pub struct DaemonConfig {
     pub slow_in_place_update: Option<Duration>,
     /// The kubelet's credential provider plugins, where they are.
     pub credential_providers: CredentialProviders,
+    /// The startup taint kruised removes from its Node once the warm set is pulled
+    /// (`--startup-taint`); `None`: off.
+    pub startup_taint: Option<StartupTaint>,
     /// kruise-daemon flags given that mean nothing here, and stray arguments (logged once).
     pub ignored: Vec<String>,
     /// Flags unknown to kruised, accepted because it runs as `kruise-daemon` (`--name` each;
@@ -132,6 +135,57 @@ pub struct CredentialProviders {
     pub config_file: PathBuf,
     /// The directory of the plugins' executables.
     pub bin_dir: PathBuf,
+}
+
+/// `--startup-taint` and its deadline: which taint of its own Node kruised removes, at the
+/// latest how long after the Node's creation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartupTaint {
+    /// The taint's key (every taint with it, whatever its value and effect).
+    pub key: String,
+    /// The longest the Node keeps it, counted from the Node's creation.
+    pub deadline: Duration,
+}
+
+/// Checks a taint key as the API server does (a qualified name: an optional DNS subdomain
+/// prefix and `/`, then a name of at most 63 alphanumerics, `-`, `_`, `.`, alphanumeric at both
+/// ends); says what is wrong.
+pub fn check_taint_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && alnum(name.chars().next())
+        && alnum(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(format!(
+            "{key:?} is not a taint key: the name (after an optional `prefix/`) must be 1 to 63 \
+             letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+        ));
+    }
+    if let Some(p) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(label_ok) {
+            return Err(format!(
+                "{key:?} is not a taint key: its prefix {p:?} must be a DNS subdomain \
+                 (lowercase, e.g. kruised.io)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Default client-side request rate (controller-runtime 0.20's default, as kruise-daemon has).
@@ -203,6 +257,29 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn taint_keys_are_checked_like_the_api_server_checks_them() {
+        for ok in [
+            "warming",
+            "kruised.io/warming",
+            "node.example.com/image-warm_set.1",
+        ] {
+            assert!(check_taint_key(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/warming",
+            "kruised.io/",
+            "-warming",
+            "Kruised.IO/w",
+            "a/b/c",
+            "w arm",
+        ] {
+            assert!(check_taint_key(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_taint_key(&"w".repeat(64)).is_err());
+    }
 
     #[test]
     fn sizes_parse_like_kubernetes_quantities() {

@@ -23,4 +23,5 @@ mod podprobe;
 mod pull_dedup;
 mod recreate;
 mod runtimes;
+mod startup_taint;
 mod systemd;

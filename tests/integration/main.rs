@@ -41,6 +41,7 @@ mod relay;
 mod runtimes;
 mod settle;
 mod silent_api;
+mod startup_taint;
 mod swap;
 mod test_tree;
 mod timeline;

@@ -18,6 +18,7 @@
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
 //! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
+//! | [`warmset`] | `--startup-taint`: the Node's startup taint removed once the NodeImage's tags at start are pulled, or at a deadline |
 //!
 //! Differences from kruise-daemon, all deliberate:
 //!
@@ -52,6 +53,7 @@ pub mod slots;
 pub mod state;
 pub mod status;
 pub mod task;
+pub mod warmset;
 
 use std::sync::Arc;
 
@@ -86,6 +88,10 @@ pub fn start_with(
     present: Option<task::PresentHook>,
 ) {
     let metrics = metrics::Metrics::register(registry);
+    // before the runtime is found: its deadline holds whatever the runtime does
+    if ctx.config.startup_taint.is_some() {
+        warmset::start(ctx, ctx.event_sink(EVENT_COMPONENT));
+    }
     let ctx = ctx.clone();
     let span = tracing::info_span!("imagepull", node = %ctx.config.node_name);
     ctx.tracker.clone().spawn(
