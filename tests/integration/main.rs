@@ -34,6 +34,7 @@ mod layers;
 mod manager;
 mod provenance;
 mod proxy;
+mod pull_turn;
 mod rbac;
 mod recreate;
 mod relay;
