@@ -5,8 +5,8 @@
 //!   the node waits for its own image ([`super::waiting`]) or an in-place pull of kruised runs
 //!   ([`super::inplace`]); it starts once none does (the pod's container started, or the pod
 //!   left the node). A pre-pull already running goes on: CRI has no way to pause a pull, and
-//!   cancelling one would throw away the bytes it fetched on runtimes that drop a cancelled
-//!   pull's content (containerd deletes the pull's lease).
+//!   cancelling one could lose what it fetched (containerd holds a pull's content by a lease
+//!   that ends with the pull; whether a later pull resumes from it is not measured here).
 //! - **Order.** Pre-pulls waiting for their turn start in this order: first the tags of images a
 //!   pod on the node names (its containers or init containers), then by the tag's `createdAt`
 //!   (oldest first; kruise-manager sets it from the ImagePullJob; none: last), then by image
