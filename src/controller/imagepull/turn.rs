@@ -124,17 +124,27 @@ impl Turn {
         slots: Option<&Arc<Slots>>,
         rank: Rank,
     ) -> impl Future<Output = Turned> + Send + use<> {
-        let ticket = self.queue.enqueue(Priority::Normal, rank.clone());
+        let mut ticket = self.queue.enqueue(Priority::Normal, rank.clone());
         let slots = slots.cloned();
+        let turn = self.clone();
         async move {
-            let cap = ticket.wait().await;
-            let slot = match slots {
-                Some(s) => Some(s.acquire_ranked(Priority::Normal, rank).await),
-                None => None,
-            };
-            Turned {
-                _cap: cap,
-                _slot: slot,
+            loop {
+                let cap = ticket.wait().await;
+                let slot = match &slots {
+                    Some(s) => Some(s.acquire_ranked(Priority::Normal, rank.clone()).await),
+                    None => None,
+                };
+                if turn.is_clear() {
+                    return Turned {
+                        _cap: cap,
+                        _slot: slot,
+                    };
+                }
+                // a pod began to wait while this one waited for a shared slot: back in line
+                // once it no longer does
+                drop((slot, cap));
+                turn.clear().await;
+                ticket = turn.queue.enqueue(Priority::Normal, rank.clone());
             }
         }
     }
@@ -198,6 +208,27 @@ mod tests {
         let gate = tokio::spawn(turn.clone().gate(cancel.clone()));
         settle().await;
         let mut pre = std::pin::pin!(turn.pre_pull(None, Rank::default()));
+        assert!(poll(pre.as_mut()).is_none(), "a pod waits");
+        own_tx.send_replace(0);
+        settle().await;
+        assert!(poll(pre.as_mut()).is_some(), "no pod waits any more");
+        cancel.cancel();
+        gate.await.expect("the gate ends");
+    }
+
+    #[tokio::test]
+    async fn a_pre_pull_that_got_its_place_under_the_cap_but_not_a_shared_slot_yields_too() {
+        let (own_tx, own) = watch::channel(0);
+        let turn = Turn::new(Some(2), own, watch::channel(0).1, None);
+        let cancel = CancellationToken::new();
+        let gate = tokio::spawn(turn.clone().gate(cancel.clone()));
+        let shared = Slots::new(1);
+        let busy = shared.acquire(Priority::Normal).await;
+        let mut pre = std::pin::pin!(turn.pre_pull(Some(&shared), Rank::default()));
+        assert!(poll(pre.as_mut()).is_none(), "the shared slot is taken");
+        own_tx.send_replace(1);
+        settle().await;
+        drop(busy);
         assert!(poll(pre.as_mut()).is_none(), "a pod waits");
         own_tx.send_replace(0);
         settle().await;
