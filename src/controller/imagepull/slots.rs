@@ -127,7 +127,10 @@ impl Slots {
     /// only), or lets them go (`false`: free slots go to the queued ones, in order).
     pub fn hold(self: &Arc<Self>, held: bool) {
         crate::sync::lock(&self.queues).held = held;
-        while !held {
+        if held {
+            return;
+        }
+        loop {
             let next = {
                 let mut q = crate::sync::lock(&self.queues);
                 if q.free == 0 || q.held {
