@@ -48,7 +48,8 @@
 # are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
 #
 #   cri-lab.sh bench-images    build and push bench/img1..4:v1 (each the busybox base plus one
-#                              16 MiB layer of random bytes) for the pre-pull benchmark
+#                              16 MiB layer of random bytes) for the pre-pull benchmark;
+#                              BENCH_IMAGES=5 adds img5 (the burst benchmark)
 #
 # One runtime ($CRI_LAB_RUNTIME, default the first of $CRI_LAB_RUNTIMES), as an upgrade or a
 # crash would treat it; its shims (conmons) and containers keep running:
@@ -809,7 +810,7 @@ cmd_bench_images() {
   local oci=$LAB/oci st=$LAB/stage-bench T=2000-01-01T00:00:00Z i
   [ -d "$oci" ] || { log "no OCI layout: run start first"; exit 1; }
   rm -rf "$st"; mkdir -p "$st"
-  for i in 1 2 3 4; do
+  for i in $(seq 1 "${BENCH_IMAGES:-4}"); do
     head -c $((16 << 20)) /dev/urandom > "$st/blob$i"
     umoci insert --image "$oci:base" --tag "bench$i" --history.created=$T "$st/blob$i" /opt/blob
     umoci config --image "$oci:bench$i" --created=$T --no-history

@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// Most image pulls at once; 0 or less: no limit (kruise-daemon's default is -1).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub max_workers_for_pull_image: i32,
+    /// Most pre-pulls (NodeImage tags, next in-place batches) at once; 0: no limit. They also
+    /// count against --max-workers-for-pull-image, and wait while a pod on the node waits for
+    /// its own image (README, "Pre-pulling").
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent_prepulls: usize,
     /// Feature gates, kruise syntax: `A=true,B=false`; kruise's gate names.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
@@ -365,6 +370,7 @@ impl RunArgs {
             burst,
             api_request_timeout: self.api_request_timeout,
             max_pull_workers,
+            max_prepulls: Some(self.max_concurrent_prepulls).filter(|n| *n > 0),
             gates,
             config_namespace: self.config_namespace.clone(),
             image_fs_min_free: self.image_fs_min_free,

@@ -96,6 +96,8 @@ pub struct DaemonConfig {
     pub api_request_timeout: Duration,
     /// Most pulls at once; `None`: unlimited.
     pub max_pull_workers: Option<usize>,
+    /// Most pre-pulls at once; `None`: unlimited.
+    pub max_prepulls: Option<usize>,
     /// Feature gates in effect.
     pub gates: FeatureGates,
     /// Namespace of pull secrets.

@@ -35,6 +35,7 @@ mod layers;
 mod manager;
 mod provenance;
 mod proxy;
+mod pull_turn;
 mod rbac;
 mod recreate;
 mod relay;

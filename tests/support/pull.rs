@@ -43,11 +43,12 @@ pub struct PullCall {
     pub ended: Instant,
 }
 
-/// An image service that records the pulls.
+/// An image service that records the pulls and the images `ImageStatus` was asked about.
 #[derive(Clone)]
 pub struct Observed {
     inner: RemoteRuntime,
     pulls: Arc<Mutex<Vec<PullCall>>>,
+    looks: Arc<Mutex<Vec<String>>>,
 }
 
 impl ImageService for Observed {
@@ -55,6 +56,7 @@ impl ImageService for Observed {
         self.inner.list_images().await
     }
     async fn image_status(&self, image: &str) -> kruised::cri::Result<Option<Image>> {
+        self.looks.lock().unwrap().push(image.to_string());
         self.inner.image_status(image).await
     }
     async fn pull_image(
@@ -100,6 +102,7 @@ pub struct PullNode {
     /// A kubeconfig for the double.
     pub kubeconfig: PathBuf,
     pulls: Arc<Mutex<Vec<PullCall>>>,
+    looks: Arc<Mutex<Vec<String>>>,
     /// Stops the puller with the node.
     _cancel: DropGuard,
     _dir: tempfile::TempDir,
@@ -191,9 +194,11 @@ impl PullNode {
             liveness,
         };
         let pulls = Arc::new(Mutex::new(Vec::new()));
+        let looks = Arc::new(Mutex::new(Vec::new()));
         let observed = Observed {
             inner: remote.clone(),
             pulls: pulls.clone(),
+            looks: looks.clone(),
         };
         imagepull::run(
             &ctx,
@@ -209,6 +214,7 @@ impl PullNode {
             runtime: remote,
             kubeconfig,
             pulls,
+            looks,
             _cancel: cancel.drop_guard(),
             _dir: dir,
         }
@@ -248,6 +254,12 @@ impl PullNode {
     /// The puller's `PullImage` calls with their times.
     pub fn pull_calls(&self) -> Vec<PullCall> {
         self.pulls.lock().unwrap().clone()
+    }
+
+    /// The images the puller asked `ImageStatus` about, in order (the watch of the node's pods
+    /// waiting for their image).
+    pub fn image_status_calls(&self) -> Vec<String> {
+        self.looks.lock().unwrap().clone()
     }
 
     /// Events with `reason`, as the core API shows them.

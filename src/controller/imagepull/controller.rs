@@ -201,7 +201,10 @@ where
             );
         }
         let node_image = write::object_ref(obj.as_ref());
-        for ((image, tag), spec) in plan.start {
+        // made in the pre-pulls' order, they queue in it (`turn.rs`)
+        let mut start = plan.start;
+        start.sort_by_cached_key(|((image, _), spec)| self.tools.turn.rank_of(image, spec));
+        for ((image, tag), spec) in start {
             let Some(ispec) = obj.spec.images.get(&image) else {
                 continue;
             };

@@ -15,6 +15,7 @@
 //! | [`disk`] | free space of the image filesystem |
 //! | [`settings`] | the puller's tunables |
 //! | [`slots`] | the pull slots, in-place pulls served first |
+//! | [`turn`] / [`waiting`] | pre-pulls yield to the node's pods waiting for their image; their order and cap |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
 //! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
@@ -53,6 +54,8 @@ pub mod slots;
 pub mod state;
 pub mod status;
 pub mod task;
+pub mod turn;
+pub mod waiting;
 pub mod warmset;
 
 use std::sync::Arc;
@@ -141,6 +144,21 @@ pub fn run<I, C>(
     I: ImageService + Clone + 'static,
     C: secrets::Credentials,
 {
+    // in-place pulls under way and the node's pods waiting for their image: pre-pulls yield
+    let (in_place_tx, in_place_busy) = watch::channel(0usize);
+    let (own_tx, own_waiting) = watch::channel(0usize);
+    let turn = turn::Turn::new(
+        settings.max_prepulls,
+        own_waiting,
+        in_place_busy.clone(),
+        ctx.pods.clone(),
+    );
+    ctx.tracker.spawn(turn.clone().gate(ctx.cancel.clone()));
+    if let Some(pods) = ctx.pods.clone() {
+        let node = ctx.config.node_name.clone();
+        let watcher = waiting::run(runtime.clone(), pods, node, own_tx, ctx.cancel.clone());
+        ctx.spawn("pods waiting for their image", watcher);
+    }
     let tools = Arc::new(task::PullTools {
         puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
         credentials,
@@ -151,6 +169,7 @@ pub fn run<I, C>(
         free_space: disk::free_bytes,
         tracker: ctx.tracker.clone(),
         present,
+        turn,
     });
     let (busy_tx, busy) = watch::channel(0usize);
     let node = &ctx.config.node_name;
@@ -163,6 +182,7 @@ pub fn run<I, C>(
     );
     tracing::info!(
         max_workers = ?settings.max_workers,
+        max_prepulls = ?settings.max_prepulls,
         image_fs_min_free = settings.image_fs_min_free,
         next_batch = settings.prepull_next_batch && ctx.pods.is_some(),
         in_place = settings.prepull_in_place_update && ctx.pods.is_some(),
@@ -174,8 +194,8 @@ pub fn run<I, C>(
             .run(ctx.cancel.clone())
             .instrument(tracing::info_span!("nodeimage", name = %node)),
     );
-    // in-place pulls under way: the next batch waits for them as for NodeImage work
-    let (in_place_tx, in_place_busy) = watch::channel(0usize);
+    // in-place pulls under way (`in_place_tx`, made above): the next batch waits for them as
+    // for NodeImage work
     if let (true, Some(pods)) = (settings.prepull_in_place_update, ctx.pods.clone()) {
         ctx.spawn(
             "in-place pull",

@@ -9,9 +9,10 @@
 //!
 //! - which images: [`plan`] (pods controlled by a kruise workload only, a bounded annotation, at
 //!   most [`plan::MAX_IMAGES_PER_POD`] per pod and [`plan::MAX_IMAGES_PER_NODE`] on the node);
-//! - low priority: only while no NodeImage task waits or pulls and no in-place pull
-//!   ([`super::inplace`]) runs, one image at a time, and through the same pull slots
-//!   (`--max-workers-for-pull-image`);
+//! - low priority: only while no NodeImage task waits or pulls, no in-place pull
+//!   ([`super::inplace`]) runs and no pod on the node waits for its own image
+//!   ([`super::turn`]), one image at a time, and through the same pull slots
+//!   (`--max-workers-for-pull-image`) and the pre-pull cap (`--max-concurrent-prepulls`);
 //! - an image already present is not pulled; identical pulls in flight are shared with NodeImage
 //!   tasks;
 //! - the disk floor of every pull (`--image-fs-min-free`): below it nothing is pre-pulled;
@@ -41,7 +42,7 @@ use super::metrics::{Outcome, Source};
 use super::pull::PullSpec;
 use super::reference::Reference;
 use super::secrets::Credentials;
-use super::slots::Priority;
+use super::slots::{Priority, Rank};
 use super::task::{PullTools, disk_refusal, find_image, pull_sandbox};
 use crate::cri::ImageService;
 use crate::k8s::crd::{NodeImage, ReferenceObject, SandboxConfig};
@@ -97,12 +98,13 @@ pub async fn run<I, C>(
             Some(Tried::Failed { retry_at, .. }) => *retry_at <= now,
         });
         if let Some((key, want)) = next {
-            // NodeImage work and in-place pulls first
+            // NodeImage work, in-place pulls and the node's pods waiting for their image first
             let idle = async {
                 loop {
                     until_zero(&mut busy).await;
                     until_zero(&mut in_place).await;
-                    if *busy.borrow() == 0 {
+                    tools.turn.clear().await;
+                    if *busy.borrow() == 0 && tools.turn.is_clear() {
                         return;
                     }
                 }
@@ -290,14 +292,18 @@ where
         namespace,
         source,
     } = target;
-    // an in-place update's image is on a pod's critical path: first to a freed slot
-    let priority = match source {
-        Source::InPlace => Priority::Urgent,
-        _ => Priority::Normal,
-    };
-    let _permit = match &tools.slots {
-        Some(s) => Some(s.acquire(priority).await),
-        None => None,
+    // an in-place update's image is on a pod's critical path: first to a freed slot; a
+    // next-batch image is a pre-pull, and waits for its turn (`turn.rs`)
+    let (_permit, _turn) = match source {
+        Source::InPlace => match &tools.slots {
+            Some(s) => (Some(s.acquire(Priority::Urgent).await), None),
+            None => (None, None),
+        },
+        _ => {
+            let rank = Rank::default();
+            let turn = tools.turn.pre_pull(tools.slots.as_ref(), rank).await;
+            (None, Some(turn))
+        }
     };
     let runtime = tools.puller.runtime();
     let images = runtime.list_images().await?;

@@ -20,6 +20,8 @@ pub struct Settings {
     pub image_fs_min_free: u64,
     /// Most pulls at once; `None`: unlimited.
     pub max_workers: Option<usize>,
+    /// Most pre-pulls (NodeImage tags, next batch) at once; `None`: unlimited.
+    pub max_prepulls: Option<usize>,
     /// Pre-pull the images of pods' next in-place batches.
     pub prepull_next_batch: bool,
     /// Pull the images of pods' in-place updates under way (grace annotation, spec change).
@@ -35,6 +37,7 @@ impl Default for Settings {
             status_min_interval: Duration::from_millis(500),
             image_fs_min_free: 0,
             max_workers: None,
+            max_prepulls: Some(super::turn::DEFAULT_MAX_PREPULLS),
             prepull_next_batch: true,
             prepull_in_place_update: true,
         }
@@ -47,6 +50,7 @@ impl Settings {
         Settings {
             image_fs_min_free: config.image_fs_min_free,
             max_workers: config.max_pull_workers,
+            max_prepulls: config.max_prepulls,
             prepull_next_batch: config.gates.prepull_next_batch,
             prepull_in_place_update: config.gates.prepull_in_place_update,
             ..Settings::default()

@@ -1,10 +1,12 @@
 //! The pull slots (`--max-workers-for-pull-image`): at most that many pulls at once, handed out
 //! in two priorities. A freed slot goes to the longest-waiting [`Priority::Urgent`] request (an
 //! in-place update's image, on a pod's critical path), else to the longest-waiting
-//! [`Priority::Normal`] one (NodeImage tags, the next batch). A slot taken is never taken back:
-//! a pull already running is not interrupted.
+//! [`Priority::Normal`] one (NodeImage tags, the next batch), normal ones in the order of their
+//! [`Rank`] (then of arrival). A slot taken is never taken back: a pull already running is not
+//! interrupted. Normal requests can be [held](Slots::hold): they queue, and are served in order
+//! once let go (the pre-pulls' yield: `turn.rs`).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -18,11 +20,27 @@ pub enum Priority {
     Normal,
 }
 
+/// Where a normal request stands in its queue: lower first, equal ones in order of arrival
+/// (the order of pre-pulls: `turn.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    /// 0: an image a pod on the node runs; 1: any other.
+    pub class: u8,
+    /// When it was asked for (seconds since the epoch); unknown ones last.
+    pub created: i64,
+    /// The image, for a stable order among equals.
+    pub name: String,
+}
+
 #[derive(Debug, Default)]
 struct Queues {
     free: usize,
     urgent: VecDeque<oneshot::Sender<Permit>>,
-    normal: VecDeque<oneshot::Sender<Permit>>,
+    normal: BTreeMap<(Rank, u64), oneshot::Sender<Permit>>,
+    /// Arrivals so far: the order among equal ranks.
+    arrivals: u64,
+    /// Normal requests are held back.
+    held: bool,
 }
 
 /// A fixed number of slots, shared.
@@ -64,31 +82,70 @@ impl Slots {
     /// Takes a slot, waiting in the queue of `priority` while there is none. Dropping the future
     /// leaves the queue.
     pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
-        loop {
-            let rx = {
-                let mut q = crate::sync::lock(&self.queues);
-                // nobody of the same or a higher priority is ahead
-                let ahead = match priority {
-                    Priority::Urgent => !q.urgent.is_empty(),
-                    Priority::Normal => !q.urgent.is_empty() || !q.normal.is_empty(),
-                };
-                if q.free > 0 && !ahead {
-                    q.free -= 1;
-                    return Permit {
-                        slots: Some(self.clone()),
-                    };
-                }
-                let (tx, rx) = oneshot::channel();
-                match priority {
-                    Priority::Urgent => q.urgent.push_back(tx),
-                    Priority::Normal => q.normal.push_back(tx),
-                }
-                rx
-            };
-            // a sender is dropped unsent only when its slots are: nothing is waited for then
-            if let Ok(p) = rx.await {
-                return p;
+        self.acquire_ranked(priority, Rank::default()).await
+    }
+
+    /// [`acquire`](Self::acquire), a normal request placed by `rank`.
+    pub async fn acquire_ranked(self: &Arc<Self>, priority: Priority, rank: Rank) -> Permit {
+        self.enqueue(priority, rank).wait().await
+    }
+
+    /// Takes a slot now, or a place in the queue of `priority` now (the order of calls is the
+    /// order of arrival); [`Ticket::wait`] waits for the slot. Dropping the ticket leaves the
+    /// queue.
+    pub fn enqueue(self: &Arc<Self>, priority: Priority, rank: Rank) -> Ticket {
+        let mut q = crate::sync::lock(&self.queues);
+        // nobody of the same or a higher priority is ahead
+        let ahead = match priority {
+            Priority::Urgent => !q.urgent.is_empty(),
+            Priority::Normal => !q.urgent.is_empty() || !q.normal.is_empty() || q.held,
+        };
+        if q.free > 0 && !ahead {
+            q.free -= 1;
+            return Ticket::Granted(Permit {
+                slots: Some(self.clone()),
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        match priority {
+            Priority::Urgent => q.urgent.push_back(tx),
+            Priority::Normal => {
+                q.arrivals += 1;
+                let at = q.arrivals;
+                q.normal.insert((rank.clone(), at), tx);
             }
+        }
+        Ticket::Queued {
+            rx,
+            slots: self.clone(),
+            priority,
+            rank,
+        }
+    }
+
+    /// Holds normal requests back (`true`: they queue, and a freed slot goes to urgent ones
+    /// only), or lets them go (`false`: free slots go to the queued ones, in order).
+    pub fn hold(self: &Arc<Self>, held: bool) {
+        crate::sync::lock(&self.queues).held = held;
+        if held {
+            return;
+        }
+        loop {
+            let next = {
+                let mut q = crate::sync::lock(&self.queues);
+                if q.free == 0 || q.held {
+                    return;
+                }
+                let Some((_, tx)) = q.normal.pop_first() else {
+                    return;
+                };
+                q.free -= 1;
+                tx
+            };
+            // a waiter that left gives the slot back as its permit drops, to the next one
+            let _ = next.send(Permit {
+                slots: Some(self.clone()),
+            });
         }
     }
 
@@ -101,7 +158,12 @@ impl Slots {
             // the lock is not held while sending: a permit dropped on the way comes back here
             let next = {
                 let mut q = crate::sync::lock(&self.queues);
-                match q.urgent.pop_front().or_else(|| q.normal.pop_front()) {
+                let next = match q.urgent.pop_front() {
+                    Some(tx) => Some(tx),
+                    None if q.held => None,
+                    None => q.normal.pop_first().map(|(_, tx)| tx),
+                };
+                match next {
                     Some(tx) => tx,
                     None => {
                         q.free += 1;
@@ -115,6 +177,43 @@ impl Slots {
                 // that waiter left: the next one
                 Err(back) => permit = back,
             }
+        }
+    }
+}
+
+/// A slot taken, or a place in its queue.
+#[derive(Debug)]
+pub enum Ticket {
+    /// The slot.
+    Granted(Permit),
+    /// A place in the queue.
+    Queued {
+        /// Where the slot comes.
+        rx: oneshot::Receiver<Permit>,
+        /// The slots, to ask again should the sender go.
+        slots: Arc<Slots>,
+        /// Its queue.
+        priority: Priority,
+        /// Its place among normal requests.
+        rank: Rank,
+    },
+}
+
+impl Ticket {
+    /// The slot, once it is this ticket's turn.
+    pub async fn wait(self) -> Permit {
+        match self {
+            Ticket::Granted(p) => p,
+            Ticket::Queued {
+                rx,
+                slots,
+                priority,
+                rank,
+            } => match rx.await {
+                Ok(p) => p,
+                // a sender is dropped unsent only when its slots are: ask again
+                Err(_) => Box::pin(slots.acquire_ranked(priority, rank)).await,
+            },
         }
     }
 }
@@ -155,6 +254,69 @@ mod tests {
         let got = ready(normal.as_mut()).expect("then the normal one");
         drop(got);
         assert_eq!(slots.available(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_freed_slot_goes_to_the_lowest_rank_then_to_the_longest_waiting() {
+        let slots = Slots::new(1);
+        let held = slots.acquire(Priority::Normal).await;
+        let rank = |class, created, name: &str| Rank {
+            class,
+            created,
+            name: name.to_string(),
+        };
+        let mut late = std::pin::pin!(slots.acquire_ranked(Priority::Normal, rank(1, 9, "a")));
+        let mut old = std::pin::pin!(slots.acquire_ranked(Priority::Normal, rank(1, 1, "z")));
+        let mut twin = std::pin::pin!(slots.acquire_ranked(Priority::Normal, rank(1, 1, "z")));
+        let mut pods = std::pin::pin!(slots.acquire_ranked(Priority::Normal, rank(0, 9, "z")));
+        assert!(ready(late.as_mut()).is_none());
+        assert!(ready(old.as_mut()).is_none());
+        assert!(ready(twin.as_mut()).is_none());
+        assert!(ready(pods.as_mut()).is_none());
+        drop(held);
+        let got = ready(pods.as_mut()).expect("a pod's image first");
+        assert!(ready(old.as_mut()).is_none() && ready(late.as_mut()).is_none());
+        drop(got);
+        let got = ready(old.as_mut()).expect("then the oldest, the first of two equals");
+        assert!(ready(twin.as_mut()).is_none());
+        drop(got);
+        let got = ready(twin.as_mut()).expect("then its equal");
+        drop(got);
+        let got = ready(late.as_mut()).expect("then the newest");
+        drop(got);
+        assert_eq!(slots.available(), 1);
+    }
+
+    #[tokio::test]
+    async fn held_normal_requests_queue_until_let_go_then_are_served_in_rank_order() {
+        let slots = Slots::new(2);
+        slots.hold(true);
+        let rank = |class| Rank {
+            class,
+            ..Rank::default()
+        };
+        let mut late = std::pin::pin!(slots.enqueue(Priority::Normal, rank(1)).wait());
+        let mut early = std::pin::pin!(slots.enqueue(Priority::Normal, rank(0)).wait());
+        let mut last = std::pin::pin!(slots.enqueue(Priority::Normal, rank(2)).wait());
+        assert!(ready(late.as_mut()).is_none(), "held, with slots free");
+        let mut urgent = std::pin::pin!(slots.acquire(Priority::Urgent));
+        let urgent = ready(urgent.as_mut()).expect("an urgent request is not held");
+        assert!(ready(early.as_mut()).is_none());
+        slots.hold(false);
+        let got = ready(early.as_mut()).expect("the lower rank first");
+        assert!(ready(late.as_mut()).is_none() && ready(last.as_mut()).is_none());
+        drop(urgent);
+        let late = ready(late.as_mut()).expect("then the next");
+        slots.hold(true);
+        drop(got);
+        assert!(
+            ready(last.as_mut()).is_none(),
+            "a slot freed while held is kept"
+        );
+        slots.hold(false);
+        let last = ready(last.as_mut()).expect("served once let go");
+        drop((late, last));
+        assert_eq!(slots.available(), 2);
     }
 
     #[tokio::test]

@@ -35,7 +35,7 @@ use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
 use super::secrets::Credentials;
 use super::settings::Settings;
-use super::slots::{Priority, Slots};
+use super::slots::Slots;
 use super::state;
 use crate::cri::{CriError, Image, ImageService, PullSandbox};
 use crate::k8s::crd::{ImageTagSpec, ImageTagStatus, ReferenceObject, SandboxConfig};
@@ -71,6 +71,8 @@ pub struct PullTools<I, C> {
     pub tracker: tokio_util::task::TaskTracker,
     /// Told when an in-place update's new image is on the node for a pod; `None`: nobody.
     pub present: Option<PresentHook>,
+    /// Whose turn: what pre-pulls yield to, their order and cap ([`super::turn`]).
+    pub turn: super::turn::Turn,
 }
 
 /// Told that an in-place update's new image is on the node for a pod: its namespace, its name,
@@ -206,23 +208,39 @@ pub fn find_image<'a>(images: &'a [Image], reference: &Reference) -> Option<&'a 
     })
 }
 
-/// Runs one tag's task to the end (or until `cancel`).
-pub async fn run<I, C>(
+/// One tag's task, to run to the end (or until `cancel`). Its place among the pre-pulls is
+/// taken when it is made: tasks made in rank order wait in that order (`turn.rs`).
+pub fn run<I, C>(
     tools: Arc<PullTools<I, C>>,
     job: TagJob,
     cell: StatusCell,
     changed: Arc<Notify>,
     cancel: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    I: ImageService + Clone + 'static,
+    C: Credentials,
+{
+    // the node's own pods first, then the tags in their order, at most the cap at once
+    let rank = tools.turn.rank_of(&job.image, &job.spec);
+    let turn = tools.turn.pre_pull(tools.slots.as_ref(), rank);
+    run_in_turn(tools, job, cell, changed, cancel, turn)
+}
+
+async fn run_in_turn<I, C>(
+    tools: Arc<PullTools<I, C>>,
+    job: TagJob,
+    cell: StatusCell,
+    changed: Arc<Notify>,
+    cancel: CancellationToken,
+    turn: impl Future<Output = super::turn::Turned>,
 ) where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
-    let _permit = match &tools.slots {
-        Some(slots) => tokio::select! {
-            () = cancel.cancelled() => return,
-            p = slots.acquire(Priority::Normal) => Some(p),
-        },
-        None => None,
+    let _turn = tokio::select! {
+        () = cancel.cancelled() => return,
+        t = turn => t,
     };
     let started = Instant::now();
     update(&cell, |s| state::start_pulling(s, now_seconds()));

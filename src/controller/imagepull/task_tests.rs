@@ -172,6 +172,7 @@ fn tools_of(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<PullTools<M
         free_space: |_| Some(100 << 30),
         tracker,
         present: None,
+        turn: Default::default(),
     })
 }
 
@@ -459,6 +460,7 @@ async fn below_the_disk_floor_the_tag_fails_at_once_without_pulling() {
         free_space: |_| Some(10 << 20),
         tracker,
         present: None,
+        turn: Default::default(),
     });
     let s = finish(&tools, job("r.io/app", "v1")).await;
     assert_eq!(s.phase, ImagePullPhase::Failed);

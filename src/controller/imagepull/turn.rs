@@ -1,0 +1,263 @@
+//! Whose turn it is to pull (kruised's own; kruise-daemon starts every tag at once): the node's
+//! own pods first, then pre-pulls in a stated order, a bounded number at once.
+//!
+//! - **Yield.** A pre-pull (a NodeImage tag, a next-batch image) does not start while a pod on
+//!   the node waits for its own image ([`super::waiting`]) or an in-place pull of kruised runs
+//!   ([`super::inplace`]); it starts once none does (the pod's container started, or the pod
+//!   left the node). A pre-pull already running goes on: CRI has no way to pause a pull, and
+//!   cancelling one could lose what it fetched (containerd holds a pull's content by a lease
+//!   that ends with the pull; whether a later pull resumes from it is not measured here).
+//! - **Order.** Pre-pulls waiting for their turn start in this order: first the tags of images a
+//!   pod on the node names (its containers or init containers), then by the tag's `createdAt`
+//!   (oldest first; kruise-manager sets it from the ImagePullJob; none: last), then by image
+//!   and tag. kruise's NodeImage and ImagePullJob have no priority field. The order decides who
+//!   takes a freed place; a pull that runs is never stopped for a later one of higher rank.
+//! - **Cap.** At most `--max-concurrent-prepulls` pre-pulls run at once (default
+//!   [`DEFAULT_MAX_PREPULLS`]; 0: no cap). `--max-workers-for-pull-image` keeps its meaning:
+//!   the most pulls of every kind at once, the in-place pull served first from it
+//!   ([`super::slots`]); the in-place pull does not count against the pre-pull cap. Bytes in
+//!   flight are not capped: an image's size is not known before its pull.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::reference::Reference;
+use super::slots::{Permit, Priority, Rank, Slots};
+use crate::k8s::crd::ImageTagSpec;
+use crate::k8s::watch::Watched;
+
+/// Default of `--max-concurrent-prepulls`.
+pub const DEFAULT_MAX_PREPULLS: usize = 4;
+
+/// Whose turn it is: the pre-pulls' queue (their cap, held while something is yielded to), what
+/// they yield to, and the pods that rank them.
+#[derive(Clone)]
+pub struct Turn {
+    /// The pre-pulls' places: the cap (or no bound), held while a pod waits.
+    queue: Arc<Slots>,
+    /// Pods on the node waiting for their own image.
+    own: watch::Receiver<usize>,
+    /// In-place pulls under way.
+    in_place: watch::Receiver<usize>,
+    pods: Option<Watched<Pod>>,
+}
+
+/// A pre-pull's places: one under the cap, one of the shared slots; given back when dropped.
+#[derive(Debug)]
+pub struct Turned {
+    _cap: Permit,
+    _slot: Option<Permit>,
+}
+
+/// The count of a channel; 0 once its sender is gone (nothing to yield to).
+fn count(rx: &watch::Receiver<usize>) -> usize {
+    if rx.has_changed().is_err() {
+        0
+    } else {
+        *rx.borrow()
+    }
+}
+
+impl Default for Turn {
+    /// Nothing to yield to, no cap, no ranking.
+    fn default() -> Self {
+        Turn::new(None, watch::channel(0).1, watch::channel(0).1, None)
+    }
+}
+
+impl Turn {
+    /// At most `cap` pre-pulls at once (`None`: no cap), yielding while `own` (pods waiting for
+    /// their image) or `in_place` (in-place pulls) is above 0 once [`gate`](Self::gate) runs,
+    /// ranked by the images of `pods`.
+    pub fn new(
+        cap: Option<usize>,
+        own: watch::Receiver<usize>,
+        in_place: watch::Receiver<usize>,
+        pods: Option<Watched<Pod>>,
+    ) -> Self {
+        Turn {
+            queue: Slots::new(cap.unwrap_or(usize::MAX)),
+            own,
+            in_place,
+            pods,
+        }
+    }
+
+    /// Whether nothing is yielded to now.
+    pub fn is_clear(&self) -> bool {
+        count(&self.own) == 0 && count(&self.in_place) == 0
+    }
+
+    /// Returns once no pod waits for its own image and no in-place pull runs.
+    pub async fn clear(&self) {
+        let (mut own, mut in_place) = (self.own.clone(), self.in_place.clone());
+        while !self.is_clear() {
+            // an error: the sender is gone, and `count` reads 0 from now on
+            let _ = own.wait_for(|n| *n == 0).await;
+            let _ = in_place.wait_for(|n| *n == 0).await;
+        }
+    }
+
+    /// Holds the pre-pulls' queue while something is yielded to, until `cancel`.
+    pub async fn gate(self, cancel: CancellationToken) {
+        let (mut own, mut in_place) = (self.own.clone(), self.in_place.clone());
+        let (mut own_open, mut in_place_open) = (true, true);
+        loop {
+            self.queue.hold(!self.is_clear());
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                r = own.changed(), if own_open => own_open = r.is_ok(),
+                r = in_place.changed(), if in_place_open => in_place_open = r.is_ok(),
+            }
+        }
+    }
+
+    /// The turn of a pre-pull of `rank`: its place in the queue is taken now (so pre-pulls
+    /// asked for in rank order queue in that order), and the future waits until nothing is
+    /// yielded to, a place under the cap is free and one of `slots` is. Dropping the future
+    /// leaves the queues.
+    pub fn pre_pull(
+        &self,
+        slots: Option<&Arc<Slots>>,
+        rank: Rank,
+    ) -> impl Future<Output = Turned> + Send + use<> {
+        let mut ticket = self.queue.enqueue(Priority::Normal, rank.clone());
+        let slots = slots.cloned();
+        let turn = self.clone();
+        async move {
+            loop {
+                let cap = ticket.wait().await;
+                let slot = match &slots {
+                    Some(s) => Some(s.acquire_ranked(Priority::Normal, rank.clone()).await),
+                    None => None,
+                };
+                if turn.is_clear() {
+                    return Turned {
+                        _cap: cap,
+                        _slot: slot,
+                    };
+                }
+                // a pod began to wait while this one waited for a shared slot: back in line
+                // once it no longer does
+                drop((slot, cap));
+                turn.clear().await;
+                ticket = turn.queue.enqueue(Priority::Normal, rank.clone());
+            }
+        }
+    }
+
+    /// The rank of a NodeImage tag ([module docs](self)).
+    pub fn rank_of(&self, image: &str, spec: &ImageTagSpec) -> Rank {
+        let key = Reference::from_name_tag(image, &spec.tag)
+            .map(|r| r.pull_key())
+            .ok();
+        let named = match (&self.pods, &key) {
+            (Some(pods), Some(key)) => pods.state().iter().any(|p| names(p, key)),
+            _ => false,
+        };
+        Rank {
+            class: u8::from(!named),
+            created: spec
+                .created_at
+                .as_ref()
+                .map_or(i64::MAX, |t| t.0.as_second()),
+            name: format!("{image}:{}", spec.tag),
+        }
+    }
+}
+
+/// Whether a container or init container of `pod` runs the image of `key` (a pull key).
+fn names(pod: &Pod, key: &str) -> bool {
+    let Some(spec) = &pod.spec else { return false };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter_map(|c| c.image.as_deref())
+        .any(|i| Reference::parse(i).is_ok_and(|r| r.pull_key() == key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poll<F: Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        match f.poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    /// Lets the gate see the latest counts.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pre_pull_waits_while_a_pod_waits_for_its_image_and_starts_after() {
+        let (own_tx, own) = watch::channel(1);
+        let (_in_place_tx, in_place) = watch::channel(0);
+        let turn = Turn::new(Some(2), own, in_place, None);
+        let cancel = CancellationToken::new();
+        let gate = tokio::spawn(turn.clone().gate(cancel.clone()));
+        settle().await;
+        let mut pre = std::pin::pin!(turn.pre_pull(None, Rank::default()));
+        assert!(poll(pre.as_mut()).is_none(), "a pod waits");
+        own_tx.send_replace(0);
+        settle().await;
+        assert!(poll(pre.as_mut()).is_some(), "no pod waits any more");
+        cancel.cancel();
+        gate.await.expect("the gate ends");
+    }
+
+    #[tokio::test]
+    async fn a_pre_pull_that_got_its_place_under_the_cap_but_not_a_shared_slot_yields_too() {
+        let (own_tx, own) = watch::channel(0);
+        let turn = Turn::new(Some(2), own, watch::channel(0).1, None);
+        let cancel = CancellationToken::new();
+        let gate = tokio::spawn(turn.clone().gate(cancel.clone()));
+        let shared = Slots::new(1);
+        let busy = shared.acquire(Priority::Normal).await;
+        let mut pre = std::pin::pin!(turn.pre_pull(Some(&shared), Rank::default()));
+        assert!(poll(pre.as_mut()).is_none(), "the shared slot is taken");
+        own_tx.send_replace(1);
+        settle().await;
+        drop(busy);
+        assert!(poll(pre.as_mut()).is_none(), "a pod waits");
+        own_tx.send_replace(0);
+        settle().await;
+        assert!(poll(pre.as_mut()).is_some(), "no pod waits any more");
+        cancel.cancel();
+        gate.await.expect("the gate ends");
+    }
+
+    #[tokio::test]
+    async fn a_pre_pull_waits_while_an_in_place_pull_runs() {
+        let (_own_tx, own) = watch::channel(0);
+        let (in_place_tx, in_place) = watch::channel(1);
+        let turn = Turn::new(None, own, in_place, None);
+        assert!(!turn.is_clear());
+        in_place_tx.send_replace(0);
+        assert!(turn.is_clear());
+        in_place_tx.send_replace(1);
+        drop(in_place_tx);
+        assert!(turn.is_clear(), "a sender gone leaves nothing to wait for");
+    }
+
+    #[tokio::test]
+    async fn at_most_the_cap_of_pre_pulls_hold_their_turn() {
+        let turn = Turn::new(Some(2), watch::channel(0).1, watch::channel(0).1, None);
+        let a = turn.pre_pull(None, Rank::default()).await;
+        let _b = turn.pre_pull(None, Rank::default()).await;
+        let mut third = std::pin::pin!(turn.pre_pull(None, Rank::default()));
+        assert!(poll(third.as_mut()).is_none(), "two hold theirs");
+        drop(a);
+        assert!(poll(third.as_mut()).is_some(), "one gave it back");
+    }
+}

@@ -1,0 +1,206 @@
+//! The node's pods first (issue 42, item 3), on the API-server double and the fake runtime:
+//! NodeImage pre-pulls wait while a pod on the node waits for its own image and start once it
+//! runs or leaves; they start in the stated order (the node's pods' images, then oldest
+//! `createdAt`); at most `--max-concurrent-prepulls` run at once.
+
+use std::time::Duration;
+
+use crate::pull_support::{LIMIT, NODE, PullNode, fast, tag};
+use crate::support::kubelet::status::{Report, set_containers, update_container};
+use crate::support::wait;
+use kruised::controller::imagepull::Settings;
+use kruised::cri::fake::FakeRuntime;
+use kruised::k8s::crd::ImagePullPhase;
+use serde_json::{Value, json};
+
+const NS: &str = "shop";
+
+async fn start(settings: Settings) -> (PullNode, FakeRuntime, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cri = FakeRuntime::start(&dir.path().join("cri.sock"), "containerd")
+        .await
+        .unwrap_or_else(|e| panic!("the fake runtime: {e}"));
+    let node = PullNode::start(settings, cri.endpoint()).await;
+    (node, cri, dir)
+}
+
+/// A pod of the node whose one container waits (`ContainerCreating`) to run `image`.
+fn waiting_pod(name: &str, image: &str) -> Value {
+    let mut pod = json!({
+        "metadata": {"namespace": NS, "name": name, "uid": format!("uid-{name}")},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": image}]},
+        "status": {"phase": "Pending"}
+    });
+    let report = Report {
+        name: "app".into(),
+        image: image.into(),
+        running: None,
+        ..Default::default()
+    };
+    set_containers(&mut pod, &[report]);
+    pod
+}
+
+/// Waits until the runtime was asked `ImageStatus` `n` times (the watcher of the node's waiting
+/// pods looks at their images on every change of a pod and every 2 s while one is a candidate).
+async fn image_status_calls(cri: &FakeRuntime, n: u64) {
+    wait::cri(
+        cri,
+        LIMIT,
+        "the waiting pods' images looked at",
+        |st| st.call_count("ImageStatus"),
+        |c| *c >= n,
+    )
+    .await;
+}
+
+fn pulls_of(cri: &FakeRuntime, image: &str) -> usize {
+    let st = cri.state();
+    st.pulls.iter().filter(|p| p.image == image).count()
+}
+
+#[tokio::test]
+async fn a_pre_pull_waits_while_a_pod_on_the_node_waits_for_its_image_and_starts_once_it_runs() {
+    let (node, cri, _dir) = start(fast()).await;
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
+        .expect("the pod");
+    // its second look: the first one's finding is published
+    image_status_calls(&cri, 2).await;
+    node.create_node_image(json!({"r.io/warm": {"tags": [{"tag": "v1", "version": 1}]}}));
+    node.wait_status("the tag waiting", |s| s.waiting == 1)
+        .await;
+    // two more looks at the pod's image (each RECHECK apart) while the tag waits
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(&cri, looked + 2).await;
+    let s = node.status().expect("a status");
+    assert_eq!((s.waiting, s.pulling), (1, 0), "{s:#?}");
+    assert_eq!(
+        pulls_of(&cri, "r.io/warm:v1"),
+        0,
+        "pulled while the pod waited"
+    );
+
+    // the kubelet pulls the pod's image and starts its container
+    cri.state().add_image("r.io/shop:v1");
+    node.api
+        .modify("pods", NS, "web-0", |p| {
+            update_container(p, "app", |s| {
+                s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+                s["ready"] = json!(true);
+            });
+        })
+        .expect("the pod runs");
+    let s = node
+        .wait_status("the tag pulled", |s| s.succeeded == 1)
+        .await;
+    assert_eq!(tag(&s, "r.io/warm", "v1").phase, ImagePullPhase::Succeeded);
+    assert_eq!(pulls_of(&cri, "r.io/warm:v1"), 1);
+}
+
+#[tokio::test]
+async fn a_pre_pull_waits_while_a_pods_pull_fails_and_starts_once_the_pod_leaves_the_node() {
+    let (node, cri, _dir) = start(fast()).await;
+    let mut pod = waiting_pod("web-0", "r.io/typo:v1");
+    update_container(&mut pod, "app", |s| {
+        s["state"] = json!({"waiting": {"reason": "ImagePullBackOff"}});
+    });
+    node.api.create("pods", pod).expect("the pod");
+    // its second look: the first one's finding is published
+    image_status_calls(&cri, 2).await;
+    node.create_node_image(json!({"r.io/warm": {"tags": [{"tag": "v1", "version": 1}]}}));
+    node.wait_status("the tag waiting", |s| s.waiting == 1)
+        .await;
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(&cri, looked + 1).await;
+    assert_eq!(
+        pulls_of(&cri, "r.io/warm:v1"),
+        0,
+        "pulled while the pod waited"
+    );
+
+    node.api
+        .delete("pods", NS, "web-0")
+        .expect("the pod deleted");
+    node.wait_status("the tag pulled", |s| s.succeeded == 1)
+        .await;
+    assert_eq!(pulls_of(&cri, "r.io/warm:v1"), 1);
+}
+
+#[tokio::test]
+async fn a_pod_being_created_with_its_image_on_the_node_holds_no_pre_pull_back() {
+    let (node, cri, _dir) = start(fast()).await;
+    cri.state().add_image("r.io/shop:v1");
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
+        .expect("the pod");
+    // its second look: the first one's finding is published
+    image_status_calls(&cri, 2).await;
+    node.create_node_image(json!({"r.io/warm": {"tags": [{"tag": "v1", "version": 1}]}}));
+    node.wait_status("the tag pulled", |s| s.succeeded == 1)
+        .await;
+    assert_eq!(pulls_of(&cri, "r.io/warm:v1"), 1);
+}
+
+#[tokio::test]
+async fn tags_start_with_the_node_pods_images_then_the_oldest_created_then_undated_ones() {
+    let (node, cri, _dir) = start(Settings {
+        max_prepulls: Some(1),
+        ..fast()
+    })
+    .await;
+    cri.delay("PullImage.body", Duration::from_millis(30));
+    // the pod waits for r.io/d:v1: the tags queue behind it, ranked with it in the store
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/d:v1"))
+        .expect("the pod");
+    // its second look: the first one's finding is published
+    image_status_calls(&cri, 2).await;
+    let tag_at = |at: Option<&str>| match at {
+        Some(t) => json!({"tags": [{"tag": "v1", "version": 1, "createdAt": t}]}),
+        None => json!({"tags": [{"tag": "v1", "version": 1}]}),
+    };
+    node.create_node_image(json!({
+        "r.io/a": tag_at(Some("2026-03-01T00:00:00Z")),
+        "r.io/b": tag_at(Some("2026-01-01T00:00:00Z")),
+        "r.io/c": tag_at(None),
+        "r.io/d": tag_at(Some("2026-06-01T00:00:00Z")),
+    }));
+    node.wait_status("four tags waiting", |s| s.waiting == 4)
+        .await;
+    assert_eq!(cri.state().call_count("PullImage"), 0);
+    // the pod leaves; the kubelet's own pull of r.io/d:v1 is the pre-pull's now
+    node.api
+        .delete("pods", NS, "web-0")
+        .expect("the pod deleted");
+    node.wait_status("all pulled", |s| s.succeeded == 4).await;
+    let st = cri.state();
+    let order: Vec<&str> = st.pulls.iter().map(|p| p.image.as_str()).collect();
+    assert_eq!(
+        order,
+        ["r.io/d:v1", "r.io/b:v1", "r.io/a:v1", "r.io/c:v1"],
+        "the pod's image, then oldest first, then undated"
+    );
+    assert_eq!(st.max_concurrent_pulls, 1);
+}
+
+#[tokio::test]
+async fn max_concurrent_prepulls_2_with_6_tags_never_runs_more_than_2_pre_pulls_at_once() {
+    let (node, cri, _dir) = start(Settings {
+        max_prepulls: Some(2),
+        ..fast()
+    })
+    .await;
+    cri.delay("PullImage.body", Duration::from_millis(150));
+    let tags: Vec<Value> = (1..=6)
+        .map(|i| json!({"tag": format!("v{i}"), "version": 1}))
+        .collect();
+    node.create_node_image(json!({"r.io/app": {"tags": tags}}));
+    node.wait_status("2 pulling, 4 waiting", |s| s.pulling == 2 && s.waiting == 4)
+        .await;
+    let s = node.wait_status("all done", |s| s.succeeded == 6).await;
+    assert_eq!((s.pulling, s.waiting, s.failed), (0, 0, 0));
+    let st = cri.state();
+    assert_eq!(st.pulls.len(), 6);
+    assert_eq!(st.max_concurrent_pulls, 2);
+}
