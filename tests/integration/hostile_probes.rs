@@ -96,12 +96,13 @@ async fn trickling_server() -> (u16, Arc<Counts>) {
                 let http2 = buf[..first].starts_with(b"PRI * HTTP/2.0");
                 let mut tick = tokio::time::interval(Duration::from_millis(500));
                 let mut head = b"HTTP/1.1 200 OK\r\nX-Trickle: ".iter();
-                while first > 0 {
+                let mut connected = first > 0;
+                while connected {
                     tokio::select! {
-                        r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
+                        r = s.read(&mut buf) => connected = !matches!(r, Ok(0) | Err(_)),
                         _ = tick.tick(), if !http2 => {
                             let byte = head.next().copied().unwrap_or(b'a');
-                            if s.write_all(&[byte]).await.is_err() { break }
+                            connected = s.write_all(&[byte]).await.is_ok();
                         }
                     }
                 }
@@ -124,7 +125,11 @@ async fn flipping_server() -> (u16, Arc<AtomicUsize>) {
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
                 let _ = s.read(&mut buf).await;
-                let status = if n % 2 == 0 { "200 OK" } else { "500 Flip" };
+                let status = if n.is_multiple_of(2) {
+                    "200 OK"
+                } else {
+                    "500 Flip"
+                };
                 let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
                 let _ = s.write_all(answer.as_bytes()).await;
             });
