@@ -113,25 +113,39 @@ async fn trickling_server() -> (u16, Arc<Counts>) {
     (port, counts)
 }
 
-/// A server answering `200` and `500` by turns, one answer a connection; counts its answers.
+/// A server answering each path `200` and `500` by turns (so a probe of its own path flips at
+/// every run), one answer a connection; counts its answers.
 async fn flipping_server() -> (u16, Arc<AtomicUsize>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
     let answered = Arc::new(AtomicUsize::new(0));
+    let by_path = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        String,
+        usize,
+    >::new()));
     let a = answered.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
-            let n = a.fetch_add(1, Ordering::SeqCst);
+            let (a, by_path) = (a.clone(), by_path.clone());
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).await;
-                let status = if n.is_multiple_of(2) {
-                    "200 OK"
-                } else {
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let path = request.split(' ').nth(1).unwrap_or("/").to_string();
+                let turn = {
+                    let mut by_path = by_path.lock().unwrap();
+                    let turn = by_path.entry(path).or_default();
+                    *turn += 1;
+                    *turn
+                };
+                let status = if turn.is_multiple_of(2) {
                     "500 Flip"
+                } else {
+                    "200 OK"
                 };
                 let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
                 let _ = s.write_all(answer.as_bytes()).await;
+                a.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
@@ -321,7 +335,7 @@ async fn probes_flipping_at_every_run_rewrite_the_nodes_status_at_most_once_an_i
             probe(
                 &format!("m#flip-{i}"),
                 1,
-                json!({"httpGet": {"port": port}}),
+                json!({"httpGet": {"port": port, "path": format!("/flip-{i}")}}),
             )
         })
         .collect();
@@ -345,7 +359,7 @@ async fn probes_flipping_at_every_run_rewrite_the_nodes_status_at_most_once_an_i
     node.api.reset_requests();
     let from = answered.load(Ordering::SeqCst);
     let started = std::time::Instant::now();
-    // 40 probes a second, each result changed: about 200 changes
+    // 40 probes a second, each result changed at every run: about 200 changes
     wait::poll(
         LIMIT,
         Duration::from_millis(50),
