@@ -13,6 +13,7 @@ use crate::support::daemon::Daemon;
 use crate::support::node::{FakeNode, NODE};
 use crate::support::wait;
 use kruised::controller::podprobe::{self, slots};
+use kruised::cri::fake::Dialect;
 use kruised::k8s::crd::ProbeState;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -265,7 +266,8 @@ async fn hundreds_of_trickling_http_and_grpc_probes_in_one_marker_hold_at_most_8
 async fn four_namespaces_sleeping_through_exec_probes_leave_a_fifth_namespace_its_period() {
     // issue 43, row 14: four namespaces' exec probes sleeping through their 60 s timeouts held
     // all 16 of the node's exec slots (4 each); a fifth namespace's probe waited up to 61 s a run
-    let mut node = FakeNode::start().await;
+    // (containerd 1.6's fake runs `sleep`, to the probe's timeout; the plain fake has no `sleep`)
+    let mut node = FakeNode::start_on(Dialect::Containerd16).await;
     let hogs = ["a", "b", "c", "d"];
     for ns in hogs.iter().chain(&["e"]) {
         node.add_pod(&format!("pod-{ns}"), main_container(), json!({}), true);
