@@ -27,6 +27,7 @@ mod faults_restart;
 mod fuzz_seeds;
 mod health_truth;
 mod hostile;
+mod hostile_probes;
 mod imagepull;
 mod inplace_pull;
 mod k8s;

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use kube::Api;
+use tokio::time::Instant;
 
-use super::controller::{ProbeController, STATUS_COALESCE};
+use super::controller::{ProbeController, STATUS_COALESCE, STATUS_WRITE_INTERVAL};
 use super::decide::{self, ProbeKey, ProbeSpec};
 use super::observe;
 use crate::backoff::Backoff;
@@ -30,7 +31,9 @@ pub fn set_result(
         return;
     };
     if event {
-        tracing::info!(pod = %key.0, probe = %key.1, state = %state.as_str(), %message, "probe result changed");
+        // the message is the container's output: one clean, bounded line in a text log
+        let logged = decide::log_message(&message);
+        tracing::info!(pod = %key.0, probe = %key.1, state = %state.as_str(), message = %logged, "probe result changed");
         shared.events.record(EventSpec {
             regarding: spec.pod.clone(),
             warning: false,
@@ -43,18 +46,23 @@ pub fn set_result(
 }
 
 /// Writes the status when results changed: one merge patch for all changes within
-/// [`STATUS_COALESCE`], and only when the status differs from the stored one.
+/// [`STATUS_COALESCE`], at most one a [`STATUS_WRITE_INTERVAL`] (however many probes change
+/// how often: what changes meanwhile waits for the next), and only when the status differs from
+/// the stored one.
 pub async fn write_status(shared: Arc<ProbeController>) {
     let api: Api<NodePodProbe> = Api::all(shared.client.clone());
     let mut retry = Backoff::status_write();
+    let mut last_write: Option<Instant> = None;
     loop {
         tokio::select! {
             () = shared.cancel.cancelled() => return,
             () = shared.memory.changes() => {}
         }
+        let coalesced = Instant::now() + STATUS_COALESCE;
+        let next = last_write.map_or(coalesced, |w| (w + STATUS_WRITE_INTERVAL).max(coalesced));
         tokio::select! {
             () = shared.cancel.cancelled() => return,
-            () = tokio::time::sleep(STATUS_COALESCE) => {}
+            () = tokio::time::sleep_until(next) => {}
         }
         let Some(npp) = observe::node_probes(&shared) else {
             continue;
@@ -63,6 +71,7 @@ pub async fn write_status(shared: Arc<ProbeController>) {
             continue;
         };
         let body = serde_json::json!({"podProbeStatuses": status.pod_probe_statuses});
+        last_write = Some(Instant::now());
         match write::patch_status(&api, &shared.node, &body).await {
             Ok(_) => {
                 retry.reset();

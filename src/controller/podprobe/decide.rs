@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Probe};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::time::Instant;
 
 use super::prober::{self, Outcome};
 use crate::k8s::crd::{
@@ -81,14 +82,40 @@ pub enum Due {
     Run,
 }
 
-/// Whether `spec`'s probe runs on its container, running or not, created at `created_at_ns`,
-/// at `now_ns` (ns since the epoch).
-pub fn due(spec: &ProbeSpec, running: bool, created_at_ns: i64, now_ns: i64) -> Due {
+/// A container's age as its probe reads it: how long it had been up when the probe's task first
+/// saw it (the runtime's creation time against the wall clock, read this once per container),
+/// and from then on the monotonic clock only, so a step of the wall clock later (NTP, a clock
+/// set back an hour, a VM resumed) neither holds a probe back nor lets it run early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Age {
+    seen: Instant,
+    up_then: Duration,
+}
+
+impl Age {
+    /// A container created at `created_at_ns` (the runtime's time, ns since the epoch), seen
+    /// first now: `now_ns` on the runtime's clock, `now` on the monotonic one.
+    pub fn first_seen(created_at_ns: i64, now_ns: i64, now: Instant) -> Age {
+        let up = now_ns.saturating_sub(created_at_ns);
+        Age {
+            seen: now,
+            up_then: Duration::from_nanos(u64::try_from(up).unwrap_or(0)),
+        }
+    }
+
+    /// How long it has been up at `now` (monotonic).
+    pub fn at(&self, now: Instant) -> Duration {
+        self.up_then
+            .saturating_add(now.saturating_duration_since(self.seen))
+    }
+}
+
+/// Whether `spec`'s probe runs on its container, running or not, up for `age`.
+pub fn due(spec: &ProbeSpec, running: bool, age: Duration) -> Due {
     if !running {
         return Due::NotRunning(format!("Container({}) is Non-running", spec.container));
     }
-    let up = Duration::from_nanos(u64::try_from(now_ns - created_at_ns).unwrap_or(0));
-    if up < seconds(spec.probe.initial_delay_seconds) {
+    if age < seconds(spec.probe.initial_delay_seconds) {
         return Due::TooEarly;
     }
     Due::Run
@@ -157,6 +184,16 @@ pub fn next_result(
         observed: now,
     };
     Some((result, event))
+}
+
+/// The longest probe message written to the daemon's log.
+pub const LOG_MESSAGE_LIMIT: usize = 256;
+
+/// A probe's message (an exec probe's output, what the tenant's container printed) as it goes
+/// to the daemon's log: one line, control characters (a forged line's newline, a terminal's
+/// escapes) and bidirectional overrides made spaces, at most [`LOG_MESSAGE_LIMIT`] bytes.
+pub fn log_message(message: &str) -> String {
+    crate::controller::text::one_line(message, LOG_MESSAGE_LIMIT)
 }
 
 /// The reason of the event of a result in `state`.
@@ -385,19 +422,68 @@ mod tests {
 
     #[test]
     fn a_probe_runs_on_a_running_container_up_its_initial_delay_and_fails_on_a_stopped_one() {
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
         let s = spec(json!({"initialDelaySeconds": 10}));
+        // seen first 5 s after its creation
+        let age = Age::first_seen(95 * SEC, 100 * SEC, t0);
+        assert_eq!(age.at(t0), secs(5));
         assert_eq!(
-            due(&s, false, 0, 100 * SEC),
+            due(&s, false, age.at(t0 + secs(100))),
             Due::NotRunning("Container(c) is Non-running".into())
         );
-        assert_eq!(due(&s, true, 95 * SEC, 100 * SEC), Due::TooEarly);
-        assert_eq!(due(&s, true, 90 * SEC, 100 * SEC), Due::Run);
+        assert_eq!(due(&s, true, age.at(t0 + secs(4))), Due::TooEarly);
+        assert_eq!(due(&s, true, age.at(t0 + secs(5))), Due::Run);
         let s = spec(json!({}));
+        let age = Age::first_seen(99 * SEC + 1, 100 * SEC, t0);
         assert_eq!(
-            due(&s, true, 99 * SEC + 1, 100 * SEC),
+            due(&s, true, age.at(t0)),
             Due::TooEarly,
             "the kubelet's floor: at least 1 s"
         );
+    }
+
+    #[test]
+    fn a_wall_clock_set_back_an_hour_after_a_container_is_seen_does_not_hold_its_probe_an_hour() {
+        // issue 43, row 16: the initial delay was measured on the wall clock at every run, so a
+        // clock stepped back an hour (NTP, a VM resumed) held every probe of the node an hour,
+        // and one stepped forward ran them before their delay. The age is read on the wall
+        // clock once, when the container is first seen, and on the monotonic clock after: the
+        // wall clock is not an input of any later decision
+        let t0 = Instant::now();
+        let s = spec(json!({"initialDelaySeconds": 10}));
+        let created = 1_000 * SEC;
+        let age = Age::first_seen(created, created + SEC, t0);
+        // 9 s later on the monotonic clock, whatever the wall clock reads by then
+        assert_eq!(due(&s, true, age.at(t0 + Duration::from_secs(9))), Due::Run);
+        assert_eq!(
+            due(&s, true, age.at(t0 + Duration::from_secs(8))),
+            Due::TooEarly,
+            "nor does a clock stepped forward let it run early"
+        );
+        // created "in the future" (a wall clock behind the runtime's when first seen): up 0 s,
+        // the whole delay on the monotonic clock
+        let age = Age::first_seen(created + 3600 * SEC, created, t0);
+        assert_eq!(
+            due(&s, true, age.at(t0 + Duration::from_secs(10))),
+            Due::Run
+        );
+    }
+
+    #[test]
+    fn an_exec_probe_printing_a_forged_log_line_and_escapes_is_logged_as_one_bounded_clean_line() {
+        // issue 43, row 16: the output went to text logs as printed, so a container could add
+        // lines of its own to kruised's log (a forged "level=ERROR ...") or drive the terminal
+        // of whoever reads it
+        let output = format!(
+            "ok\n2026-01-01T00:00:00Z ERROR kruised: forged\r\u{1b}[2J\u{202e}{}",
+            "x".repeat(2000)
+        );
+        let logged = log_message(&output);
+        assert!(!logged.chars().any(char::is_control), "{logged:?}");
+        assert!(!logged.contains('\u{202e}'));
+        assert!(logged.len() <= LOG_MESSAGE_LIMIT, "{}", logged.len());
+        assert!(logged.starts_with("ok 2026-01-01T00:00:00Z ERROR kruised: forged"));
     }
 
     #[test]

@@ -7,15 +7,16 @@
 //! - the node's containers by pod UID, as the last listing of the runtime found them (one
 //!   listing for every probe, refreshed once a second while probes exist);
 //! - each probe's current result, by (pod UID, probe name), and that they changed since the
-//!   status writer last looked;
-//! - each namespace's share of the exec slots ([`EXEC_PER_NAMESPACE`]).
+//!   status writer last looked.
+//!
+//! The probes' slots, the other thing that locks, are `slots.rs`'s.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
-use tokio::sync::{Notify, Semaphore};
 
 use super::decide::{self, ProbeKey, Result as ProbeResult};
 use crate::controller::containers::newest_named;
@@ -23,11 +24,6 @@ use crate::cri::Container;
 use crate::k8s::crd::{NodePodProbe, NodePodProbeStatus, ProbeState};
 use crate::k8s::keys;
 use crate::sync::lock;
-
-/// Exec probes of one namespace running at once: a namespace whose probes sleep through their
-/// timeouts holds at most this many of the node's slots, and the others' probes keep their
-/// periods (one tenant's probes cannot starve another's).
-pub const EXEC_PER_NAMESPACE: usize = 4;
 
 /// The controller's memory; see the module.
 #[derive(Debug, Default)]
@@ -39,8 +35,6 @@ pub struct Memory {
     results: Mutex<BTreeMap<ProbeKey, ProbeResult>>,
     /// The results changed since the status writer last looked.
     changed: Notify,
-    /// Each namespace's share of the exec slots.
-    namespace_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 impl Memory {
@@ -101,21 +95,6 @@ impl Memory {
     pub fn status_for(&self, npp: &NodePodProbe) -> Option<NodePodProbeStatus> {
         decide::status_to_write(npp, &lock(&self.results))
     }
-
-    /// The exec slots of namespace `ns` (made on first use; namespaces whose probes are all
-    /// gone are forgotten when the next one is made).
-    pub fn namespace_slots(&self, ns: &str) -> Arc<Semaphore> {
-        let mut slots = lock(&self.namespace_slots);
-        if !slots.contains_key(ns) {
-            // idle shares (no probe holds or waits for them) go: the map follows the live
-            // namespaces, not every one ever seen
-            slots.retain(|_, s| Arc::strong_count(s) > 1);
-        }
-        slots
-            .entry(ns.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(EXEC_PER_NAMESPACE)))
-            .clone()
-    }
 }
 
 #[cfg(test)]
@@ -149,18 +128,5 @@ mod tests {
             Some(true),
             "forgotten: a first failure is news"
         );
-    }
-
-    #[test]
-    fn a_namespaces_exec_slots_are_forgotten_once_no_probe_holds_them() {
-        let m = Memory::default();
-        let held = m.namespace_slots("a");
-        assert!(Arc::ptr_eq(&held, &m.namespace_slots("a")));
-        drop(m.namespace_slots("b"));
-        m.namespace_slots("c");
-        let slots = lock(&m.namespace_slots);
-        assert!(slots.contains_key("a"), "held: kept");
-        assert!(!slots.contains_key("b"), "idle: gone when another is made");
-        assert_eq!(held.available_permits(), EXEC_PER_NAMESPACE);
     }
 }

@@ -7,25 +7,27 @@
 //!   changes; a handler change resets the result to Unknown. No thread per probe: thousands of
 //!   probes are thousands of sleeping tasks.
 //! - The containers are looked up in one shared listing of the runtime, refreshed once a second
-//!   while probes exist (one CRI call whatever their number); exec probes run through a bounded
-//!   number of concurrent `ExecSync` calls.
+//!   while probes exist (one CRI call whatever their number); exec probes run in a bounded
+//!   number of `ExecSync` calls at once, network probes in a bounded number of connections,
+//!   each shared fairly by namespace and pod (`slots.rs`).
 //! - Results are keyed by (pod UID, probe name) (kruise keys by container ID, so two probes of
 //!   one container overwrite each other). The status is written only when a result changes,
-//!   coalesced across probes into one merge patch; stale entries of pods and probes gone from
-//!   the spec are dropped. The manager needs no heartbeat (it reacts to changes only).
+//!   coalesced across probes into one merge patch, at most once a `STATUS_WRITE_INTERVAL`;
+//!   stale entries of pods and probes gone from the spec are dropped. The manager needs no heartbeat (it reacts to changes only).
 //! - Events `KruiseProbeSucceeded` / `KruiseProbeFailed` on the pod when a result changes, and
 //!   for a first result only when it is a failure (kruise emits one per result on every status
 //!   pass).
 //!
 //! Laid out as container meta is: what is remembered between runs has one owner,
-//! `memory::Memory`, the only place that locks; a probe task observes, decides without I/O, and
+//! `memory::Memory`, the only place that locks besides the slots; a probe task observes, decides without I/O, and
 //! applies.
 //!
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | this map, and [`start`]: the tasks below |
-//! | `controller.rs` | what every task holds: the daemon's handles, the node's exec slots, the memory |
-//! | `memory.rs` | the containers listed, the results, the namespaces' exec slots: their one owner, the only file that locks |
+//! | `controller.rs` | what every task holds: the daemon's handles, the node's slots, the memory |
+//! | `memory.rs` | the containers listed, the results: their one owner |
+//! | `slots.rs` | the node's exec and network slots, shared fairly by namespace and pod |
 //! | `tasks.rs` | the probe tasks following the spec, and one probe's loop: observe, decide, run, keep |
 //! | `observe.rs` | the node's NodePodProbe, the container listing, a pod's IPs |
 //! | `decide.rs` | the decisions, pure: the probes wanted, whether one runs, thresholds, results, the status |
@@ -46,20 +48,21 @@ mod memory;
 mod metrics;
 mod observe;
 pub mod prober;
+pub mod slots;
 mod tasks;
 
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-pub use self::controller::EVENT_COMPONENT;
-use self::controller::{EXEC_CONCURRENCY, ProbeController};
+use self::controller::ProbeController;
+pub use self::controller::{EVENT_COMPONENT, STATUS_WRITE_INTERVAL};
 pub use self::decide::{PROBE_TIMEOUT_MAX, REASON_FAILED, REASON_SUCCEEDED};
 use self::memory::Memory;
 pub use self::metrics::Metrics;
+use self::slots::Slots;
 use super::context::Context;
 
 /// Starts the controller when probes are enabled (`PodProbeMarkerGate`).
@@ -73,7 +76,8 @@ pub fn start(ctx: &Context, registry: &mut Registry) {
         client: ctx.client.clone(),
         node: ctx.config.node_name.clone(),
         memory: Memory::default(),
-        exec_slots: Semaphore::new(EXEC_CONCURRENCY),
+        exec_slots: Slots::new(slots::EXEC),
+        network_slots: Slots::new(slots::NETWORK),
         events,
         metrics: Metrics::register(registry),
         started: Instant::now(),

@@ -22,6 +22,11 @@ use crate::cri::{CriError, RuntimeService};
 pub const MESSAGE_LIMIT: usize = 1024;
 /// How much of exec output is read (the kubelet's limit, as for HTTP bodies).
 const OUTPUT_LIMIT: usize = httpget::BODY_LIMIT;
+/// What one network probe holds of its target's answer at most: an HTTP answer's head and body
+/// as read ([`httpget::HEAD_LIMIT`] + [`httpget::BODY_LIMIT`]), its read buffer and TLS's
+/// records; a gRPC check's HTTP/2 windows, headers and message ([`super::grpc`]). With
+/// [`super::slots::NETWORK`]'s 64 probes at once: 8 MiB on the node, whatever the tenants' probes.
+pub const NETWORK_PROBE_MEMORY: usize = 128 * 1024;
 /// The User-Agent of HTTP probes and gRPC checks.
 pub const USER_AGENT: &str = "kube-probe/1.36";
 

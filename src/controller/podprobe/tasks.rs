@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::apply::set_result;
 use super::controller::ProbeController;
-use super::decide::{self, Due, ProbeKey, ProbeSpec, TaskKey, Thresholds};
+use super::decide::{self, Age, Due, ProbeKey, ProbeSpec, TaskKey, Thresholds};
 use super::observe;
 use super::prober::{self, Handler, Outcome};
 use crate::controller::target::PodIps;
@@ -101,7 +101,9 @@ async fn probe_task(
     mut spec: watch::Receiver<ProbeSpec>,
     cancel: CancellationToken,
 ) {
+    // the container probed, and its age as first seen (decide::Age)
     let mut container_id: Option<String> = None;
+    let mut age: Option<Age> = None;
     // the pod's IPs, and the IP the spec gave when they were found
     let mut pod_ips: Option<(String, PodIps)> = None;
     let mut thresholds = Thresholds::default();
@@ -144,13 +146,17 @@ async fn probe_task(
         };
         if container_id.as_deref() != Some(c.id.as_str()) {
             container_id = Some(c.id.clone());
+            // the container's creation time is the runtime's: compared on its clock, once
+            age = None;
             pod_ips = None;
             thresholds.reset();
             set_result(&shared, &key, &s, ProbeState::Unknown, String::new());
         }
-        // the container's creation time is the runtime's: compared on its clock
-        let now_ns = crate::cri::clock::now_ns();
-        match decide::due(&s, c.state == ContainerState::Running, c.created_at, now_ns) {
+        let now = Instant::now();
+        let up = age
+            .get_or_insert_with(|| Age::first_seen(c.created_at, crate::cri::clock::now_ns(), now))
+            .at(now);
+        match decide::due(&s, c.state == ContainerState::Running, up) {
             Due::NotRunning(message) => {
                 set_result(&shared, &key, &s, ProbeState::Failed, message);
                 continue;
@@ -169,21 +175,28 @@ async fn probe_task(
             .as_ref()
             .map(|(_, ips)| ips.clone())
             .unwrap_or_default();
-        let started = Instant::now();
-        let outcome = if h == Handler::Exec {
-            // the namespace's share first, then the node's: waiting for the node's slot never
-            // holds one of another namespace's
-            let ns = s.pod.namespace.clone().unwrap_or_default();
-            let share = shared.memory.namespace_slots(&ns);
-            let _ns_slot = share.acquire().await;
-            let _slot = shared.exec_slots.acquire().await;
-            prober::run(&runtime, &s.probe, &c.id, &ips, timeout).await
+        // a slot of the node's first (slots.rs: shared fairly by namespace and pod); a wait
+        // for one ends with the probe (left the spec, the daemon stopping)
+        let slots = if h == Handler::Exec {
+            &shared.exec_slots
         } else {
-            prober::run(&runtime, &s.probe, &c.id, &ips, timeout).await
+            &shared.network_slots
+        };
+        let ns = s.pod.namespace.clone().unwrap_or_default();
+        let Some(_slot) = slots.take(&ns, &key.0, &cancel).await else {
+            return;
+        };
+        let started = Instant::now();
+        // boxed: a run's state (its read buffer, a TLS or gRPC connection's) is allocated while
+        // it runs, in a slot, not carried by every probe's task while it sleeps or waits
+        let run = Box::pin(prober::run(&runtime, &s.probe, &c.id, &ips, timeout));
+        let outcome = tokio::select! {
+            () = cancel.cancelled() => return,
+            o = run => o,
         };
         shared.metrics.probed(h, &outcome, started.elapsed());
         if let Outcome::Error(e) = &outcome {
-            tracing::debug!(error = %e, "probe could not run");
+            tracing::debug!(error = %decide::log_message(e), "probe could not run");
         }
         if let Some((state, message)) = decide::judge(&mut thresholds, outcome, &s.probe) {
             set_result(&shared, &key, &s, state, message);
