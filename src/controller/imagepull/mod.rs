@@ -13,6 +13,7 @@
 //! | [`keyring`] / [`secrets`] | pull secrets and kubelet-style registry matching |
 //! | [`credprovider`] | kubelet credential provider plugins (`--plugin-config-file`) |
 //! | [`disk`] | free space of the image filesystem |
+//! | [`admit`] / [`registry`] | admission of optional pulls by the image's size, read from its manifest |
 //! | [`settings`] | the puller's tunables |
 //! | [`slots`] | the pull slots, in-place pulls served first |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
@@ -37,6 +38,7 @@
 //!   the tag's owners (kruise sends only the failure there); the activeDeadlineSeconds message
 //!   keeps the last pull error.
 
+pub mod admit;
 pub mod controller;
 pub mod credprovider;
 pub mod disk;
@@ -46,6 +48,7 @@ pub mod metrics;
 pub mod prepull;
 pub mod pull;
 pub mod reference;
+pub mod registry;
 pub mod secrets;
 pub mod settings;
 pub mod slots;
@@ -135,6 +138,7 @@ pub fn run<I, C>(
     I: ImageService + Clone + 'static,
     C: secrets::Credentials,
 {
+    let admission = admission(ctx, &settings);
     let tools = Arc::new(task::PullTools {
         puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
         credentials,
@@ -145,6 +149,7 @@ pub fn run<I, C>(
         free_space: disk::free_bytes,
         tracker: ctx.tracker.clone(),
         present,
+        admission,
     });
     let (busy_tx, busy) = watch::channel(0usize);
     let node = &ctx.config.node_name;
@@ -197,4 +202,37 @@ pub fn run<I, C>(
             .instrument(tracing::info_span!("next_batch")),
         );
     }
+}
+
+/// The admission of optional pulls by size: on when the daemon keeps a floor
+/// (`--image-fs-min-free`), with a `/readyz?verbose` line saying what it sees.
+fn admission(ctx: &Context, settings: &Settings) -> Option<Arc<admit::Admission>> {
+    if settings.image_fs_min_free == 0 {
+        return None;
+    }
+    let visible = ctx.readiness.condition("image-fs");
+    let sizes: Arc<dyn admit::SizeSource> = match registry::Registry::new() {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            tracing::error!(error = %e, "no registry client: optional pre-pulls are refused");
+            Arc::new(admit::NoSizes(e))
+        }
+    };
+    let path = settings.image_fs_path.as_ref().map_or_else(
+        || "the runtime's image filesystem".to_string(),
+        |p| p.display().to_string(),
+    );
+    visible.set_ready_noting(format!(
+        "size admission on: {path} not examined yet (GC high threshold {} %)",
+        settings.image_gc_high_percent
+    ));
+    Some(Arc::new(admit::Admission {
+        high_percent: settings.image_gc_high_percent,
+        fs_path: settings.image_fs_path.clone(),
+        space: disk::space,
+        sizes,
+        ratio: admit::Ratio::default(),
+        visible: Some(visible),
+        reserved: std::sync::Mutex::new(0),
+    }))
 }

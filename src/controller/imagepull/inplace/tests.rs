@@ -35,6 +35,7 @@ fn tools(mock: &Mock, slots: Option<Arc<Slots>>) -> Arc<PullTools<Mock, Anonymou
         free_space: |_| None,
         tracker,
         present: None,
+        admission: None,
     })
 }
 

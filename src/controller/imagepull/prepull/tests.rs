@@ -61,6 +61,7 @@ fn tools<C: Credentials>(
         free_space: free,
         tracker,
         present: None,
+        admission: None,
     }
 }
 
