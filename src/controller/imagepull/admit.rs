@@ -195,21 +195,6 @@ pub trait SizeSource: Send + Sync {
     ) -> BoxFuture<'a, Result<u64, String>>;
 }
 
-/// No sizes: every lookup fails with the reason (no registry client could be built).
-#[derive(Debug)]
-pub struct NoSizes(pub String);
-
-impl SizeSource for NoSizes {
-    fn compressed_size<'a>(
-        &'a self,
-        _reference: &'a Reference,
-        _credentials: &'a [Credential],
-    ) -> BoxFuture<'a, Result<u64, String>> {
-        let e = self.0.clone();
-        Box::pin(async move { Err(e) })
-    }
-}
-
 /// Admission by size of the optional pulls; off (`None` in the pull tools) when the daemon
 /// keeps no floor.
 pub struct Admission {

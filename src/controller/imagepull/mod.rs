@@ -211,13 +211,7 @@ fn admission(ctx: &Context, settings: &Settings) -> Option<Arc<admit::Admission>
         return None;
     }
     let visible = ctx.readiness.condition("image-fs");
-    let sizes: Arc<dyn admit::SizeSource> = match registry::Registry::new() {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            tracing::error!(error = %e, "no registry client: optional pre-pulls are refused");
-            Arc::new(admit::NoSizes(e))
-        }
-    };
+    let sizes: Arc<dyn admit::SizeSource> = Arc::new(registry::Registry::default());
     let path = settings.image_fs_path.as_ref().map_or_else(
         || "the runtime's image filesystem".to_string(),
         |p| p.display().to_string(),

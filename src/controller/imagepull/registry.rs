@@ -13,7 +13,7 @@
 //! loopback registry or realm (docker's rule: `localhost` and `127.0.0.0/8` are insecure
 //! registries by default; every other registry is asked over HTTPS with the system's roots).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -47,11 +47,13 @@ const ACCEPT_MANIFESTS: &str = "application/vnd.oci.image.index.v1+json, \
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// Reads images' sizes from their registries.
-#[derive(Clone)]
+type HttpClient = Client<Https, Empty<Bytes>>;
+
+/// Reads images' sizes from their registries. The client (and the system's root certificates)
+/// is made at the first read, so a daemon that admits no pull holds none of it.
+#[derive(Default)]
 pub struct Registry {
-    client: Client<Https, Empty<Bytes>>,
-    timeout: Duration,
+    client: OnceLock<Result<HttpClient, String>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -67,35 +69,32 @@ struct Answer {
     body: Bytes,
 }
 
-impl Registry {
-    /// A client with the system's root certificates (none found: only loopback registries
-    /// over HTTP can be read, and the error of each HTTPS one says why).
-    pub fn new() -> Result<Self, String> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = match hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider.clone())
-        {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "no system root certificates: the image size admission reads only loopback registries");
-                let tls = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| format!("TLS settings: {e}"))?
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)
-            }
-        };
-        let https = builder.https_or_http().enable_http1().wrap_connector(http);
-        Ok(Registry {
-            client: Client::builder(TokioExecutor::new()).build(https),
-            timeout: REQUEST_TIMEOUT,
-        })
-    }
+/// A client with the system's root certificates (none found: only loopback registries over
+/// HTTP can be read, and the error of each HTTPS one says why).
+fn client() -> Result<HttpClient, String> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider.clone())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "no system root certificates: the image size admission reads only loopback registries");
+            let tls = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS settings: {e}"))?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)
+        }
+    };
+    let https = builder.https_or_http().enable_http1().wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
 
+impl Registry {
     async fn get(&self, url: &str, auth: Option<&str>, limit: usize) -> Result<Answer, String> {
         let mut req = Request::get(url)
             .header(ACCEPT, ACCEPT_MANIFESTS)
@@ -106,9 +105,13 @@ impl Registry {
         let req = req
             .body(Empty::new())
             .map_err(|e| format!("bad request to {url}: {e}"))?;
+        let client = self
+            .client
+            .get_or_init(client)
+            .as_ref()
+            .map_err(Clone::clone)?;
         let exchange = async {
-            let resp = self
-                .client
+            let resp = client
                 .request(req)
                 .await
                 .map_err(|e| format!("GET {url}: {}", innermost(&e)))?;
@@ -135,9 +138,9 @@ impl Registry {
                 body,
             })
         };
-        tokio::time::timeout(self.timeout, exchange)
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
-            .map_err(|_| format!("GET {url}: no answer within {:?}", self.timeout))?
+            .map_err(|_| format!("GET {url}: no answer within {REQUEST_TIMEOUT:?}"))?
     }
 
     /// The document at `url`, authenticating with `credential` when the registry asks.

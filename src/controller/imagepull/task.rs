@@ -514,13 +514,19 @@ pub(super) async fn disk_refusal<I, C>(tools: &PullTools<I, C>, source: Source) 
 where
     I: ImageService + Clone + 'static,
 {
-    let usage = match tools.puller.runtime().image_fs_info().await {
+    let mut usage = match tools.puller.runtime().image_fs_info().await {
         Ok(u) => u,
         Err(e) => {
             tracing::debug!(error = %e, "ImageFsInfo failed; no disk check");
             return None;
         }
     };
+    // the image filesystem as the daemon sees it, when one is named (--image-fs-path)
+    if let Some(path) = tools.admission.as_ref().and_then(|a| a.fs_path.as_ref())
+        && let Some(fs) = usage.first_mut()
+    {
+        fs.mountpoint = path.display().to_string();
+    }
     let Some(fs) = disk::image_fs(&usage, tools.free_space) else {
         tracing::debug!("the runtime reports no image filesystem; no disk check");
         return None;
