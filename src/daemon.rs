@@ -188,6 +188,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<ExitCode> {
         cancel: cancel.clone(),
         tracker: tracker.clone(),
         liveness: liveness.clone(),
+        readiness: readiness.clone(),
     };
     // client-go's work queue families under client-go's names, on the unprefixed root
     let queues = crate::controller::queue::QueueMetrics::register(&mut registry);

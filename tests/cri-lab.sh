@@ -4,7 +4,8 @@
 # directories of their own under $LAB, beside a local registry on loopback with small offline
 # busybox images. Proven on Debian bookworm as root.
 #
-#   cri-lab.sh install  apt-get install the packages
+#   cri-lab.sh install  apt-get install the packages (e2fsprogs: the loop-mounted ext4 of the size
+#                       admission's e2e test)
 #   cri-lab.sh start    write configs, start registry, build+push images, start every runtime of
 #                       $CRI_LAB_RUNTIMES, wait until each answers CRI (pids in $LAB/*.pid)
 #   cri-lab.sh status   show pids / sockets
@@ -40,9 +41,11 @@
 # /bin/env); for the image-pull tests
 # imagepull/busybox:v1 and :v2 (the same shape as test/pull, with layers of their own) and
 # imagepull/present:v1, crictl/busybox:v1 and :alias (one image of its own, for the crictl tests'
-# pull and rmi), runtimes/busybox:v1 (one of its own, for the two-runtime node test), and on the authenticated registry $REG_AUTH_ADDR/secure/busybox:v1,
-# secure/plugin:v1 (the credential-provider test's own; both one image of their own) and
-# crictl/busybox:v1.
+# pull and rmi), runtimes/busybox:v1 (one of its own, for the two-runtime node test), admit/small:v1
+# and admit/refused:v1 (one image of their own, for the size admission's tests), and on the
+# authenticated registry $REG_AUTH_ADDR/secure/busybox:v1,
+# secure/plugin:v1 (the credential-provider test's own; both one image of their own),
+# crictl/busybox:v1 and secure/admit:v1 (admit's image).
 #
 # A second registry on $REG_AUTH_ADDR requires a login (htpasswd, bcrypt); its user and password
 # are in $LAB/registry-auth/credentials (user:password), chosen at random on the first start.
@@ -83,7 +86,7 @@ if [ "$CRI_RUNTIME" = crun ]; then MOUNT_HUGETLB=${MOUNT_HUGETLB:-1}; else MOUNT
 SOCK=$LAB/containerd.sock
 CTR=(ctr --address "$SOCK" -n k8s.io)
 PKGS=(containerd runc crun docker-registry skopeo umoci busybox-static curl apache2-utils xz-utils
-  conmon containernetworking-plugins)
+  conmon containernetworking-plugins e2fsprogs)
 
 log() { printf '%s [lab] %s\n' "$(date +%T.%3N)" "$*" >&2; }
 now() { date +%s.%N; }
@@ -255,6 +258,7 @@ build_images() {
   echo pull > "$st/pull"; echo pull-v1 > "$st/pv1"; echo pull-v2 > "$st/pv2"
   echo imagepull > "$st/ip"; echo imagepull-v1 > "$st/ipv1"; echo imagepull-v2 > "$st/ipv2"
   echo crictl > "$st/crictl"; echo secure > "$st/secure"; echo runtimes > "$st/runtimes"
+  echo admit > "$st/admit"
   find "$st" -exec touch -h -d @946684800 {} +
   umoci init --layout "$oci"
   umoci new --image "$oci:base"
@@ -290,6 +294,10 @@ build_images() {
   # remove them; were they test/busybox:v1 under another name, that would go too)
   umoci insert --image "$oci:base" --tag secure "$H" "$st/secure" /etc/secure-test
   umoci config --image "$oci:secure" --created=$T --no-history
+  # admit: base + a layer of its own, for the size admission's tests (tests/e2e/admit.rs), which
+  # remove it: admit/small:v1 and admit/refused:v1, and secure/admit:v1 behind the login
+  umoci insert --image "$oci:base" --tag admit "$H" "$st/admit" /etc/admit-test
+  umoci config --image "$oci:admit" --created=$T --no-history
   # noenv: busybox without its env applet: the env-from-metadata tests show the daemon does not
   # need `env` in the image
   rm -rf "$st/noenv-bundle"
@@ -304,7 +312,8 @@ build_images() {
   local s d
   for s in v1:test/busybox:v1 v2:test/busybox:v2 pull-v1:test/pull:v1 pull-v2:test/pull:v2 pause:test/pause:v1 noenv:test/noenv:v1 \
            ip-v1:imagepull/busybox:v1 ip-v2:imagepull/busybox:v2 ip-v1:imagepull/present:v1 \
-           crictl:crictl/busybox:v1 crictl:crictl/busybox:alias runtimes:runtimes/busybox:v1; do
+           crictl:crictl/busybox:v1 crictl:crictl/busybox:alias runtimes:runtimes/busybox:v1 \
+           admit:admit/small:v1 admit:admit/refused:v1; do
     d=${s#*:}
     skopeo copy --quiet --dest-tls-verify=false "oci:$oci:${s%%:*}" "docker://$REG_ADDR/$d"
     log "pushed $REG_ADDR/$d $(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REG_ADDR/$d")"
@@ -315,6 +324,8 @@ build_images() {
   log "pushed $REG_AUTH_ADDR/secure/busybox:v1 and secure/plugin:v1 (login required)"
   skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:crictl" "docker://$REG_AUTH_ADDR/crictl/busybox:v1"
   log "pushed $REG_AUTH_ADDR/crictl/busybox:v1 (login required)"
+  skopeo copy --quiet --dest-tls-verify=false --dest-creds "$creds" "oci:$oci:admit" "docker://$REG_AUTH_ADDR/secure/admit:v1"
+  log "pushed $REG_AUTH_ADDR/secure/admit:v1 (login required)"
   log "images built+pushed in $(since "$t0")s"
 }
 

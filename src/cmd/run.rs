@@ -72,6 +72,17 @@ pub struct RunArgs {
     /// message instead of filling the disk. `0` turns the check off. E.g. `5Gi`, `500Mi`.
     #[arg(long, value_parser = parse_size, default_value = "0")]
     pub image_fs_min_free: u64,
+    /// With --image-fs-min-free set, NodeImage and next-batch pulls are admitted by the image's
+    /// size (read from its registry manifest, times a ratio learned on the node) only if they
+    /// keep the floor and the image filesystem's use below this percent: the kubelet's
+    /// imageGCHighThresholdPercent. An in-place update's pull keeps the floor only.
+    #[arg(long, default_value = "85", value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub image_gc_high_threshold_percent: u8,
+    /// The image filesystem as the daemon sees it, for the size admission's statvfs. Default:
+    /// the mount point the runtime reports (CRI ImageFsInfo; containerd: /var/lib/containerd...),
+    /// which the DaemonSet mounts read-only at the same path.
+    #[arg(long, env = "KRUISED_IMAGE_FS_PATH")]
+    pub image_fs_path: Option<std::path::PathBuf>,
     /// How often the runtime is relisted in the absence of events.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub relist_interval: Duration,
@@ -374,6 +385,8 @@ impl RunArgs {
             gates,
             config_namespace: self.config_namespace.clone(),
             image_fs_min_free: self.image_fs_min_free,
+            image_gc_high_threshold_percent: self.image_gc_high_threshold_percent,
+            image_fs_path: self.image_fs_path.clone(),
             relist_interval: self.relist_interval,
             drain_timeout: self.drain_timeout,
             env_restart_delay: self.env_restart_delay,

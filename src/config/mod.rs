@@ -104,6 +104,10 @@ pub struct DaemonConfig {
     pub config_namespace: String,
     /// Free space floor of the image filesystem, bytes (0: no check).
     pub image_fs_min_free: u64,
+    /// The kubelet's image GC high threshold, percent (admission by size).
+    pub image_gc_high_threshold_percent: u8,
+    /// The image filesystem's path as the daemon sees it; `None`: the runtime's mount point.
+    pub image_fs_path: Option<std::path::PathBuf>,
     /// Relist interval.
     pub relist_interval: Duration,
     /// Drain deadline.

@@ -40,6 +40,9 @@ pub struct Context {
     /// What `/healthz` and the systemd watchdog check: every long-lived task alive, no key of a
     /// work queue worked on for too long.
     pub liveness: Liveness,
+    /// What `/readyz` reports; a controller may add a condition that is always ready and notes
+    /// what it sees (`/readyz?verbose`).
+    pub readiness: crate::health::Readiness,
 }
 
 /// How long one pass over a key may take before liveness fails: every call in a pass has its

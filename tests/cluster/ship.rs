@@ -279,6 +279,9 @@ async fn kubectl_apply_k_deploy_runs_the_image_and_it_restarts_a_stale_env() {
     let scene = Scene::new(&lab, "ship").await;
     let image = push_image(&lab);
     let port = free_addr().port();
+    // volumes/1, the image filesystem's directory for the size admission (containerd's ingest
+    // under /var/lib/containerd): the lab's containerd keeps its root elsewhere, so a directory
+    // that exists, the run directory
     let overlay = LabOverlay::new(
         "deploy",
         "kruised",
@@ -286,6 +289,7 @@ async fn kubectl_apply_k_deploy_runs_the_image_and_it_restarts_a_stale_env() {
         &format!(
             "- {{op: add, path: /spec/template/spec/hostNetwork, value: true}}\n\
              - {{op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: {dir}}}\n\
+             - {{op: replace, path: /spec/template/spec/volumes/1/hostPath/path, value: {dir}}}\n\
              - {{op: replace, path: /spec/template/spec/containers/0/args/1, value: \"--addr=:{port}\"}}\n\
              - {{op: replace, path: /spec/template/spec/containers/0/ports/0/containerPort, value: {port}}}\n{env}",
             dir = run_dir(&lab),

@@ -13,6 +13,7 @@
 use kruised_test_support as support;
 use kruised_test_support::pull as pull_support;
 
+mod admit;
 mod containermeta;
 mod cri;
 mod crictl;

@@ -322,7 +322,7 @@ fn host_mounts(pod: &Value) -> Vec<HostMount> {
 /// `/var/run/containerd` are the issue's fix ("flood the admin port", "all of the host's
 /// `/var/run`") and checked here against what the binary does with them.
 #[test]
-fn deploy_runs_kruised_run_on_the_pod_ip_with_probes_on_its_admin_port_and_only_the_runtimes_socket_directory_mounted()
+fn deploy_runs_kruised_run_on_the_pod_ip_with_probes_on_its_admin_port_and_only_the_runtimes_socket_directory_and_an_image_fs_directory_mounted()
  {
     let k = &docs("deploy/kustomization.yaml")[0];
     let resources = strings(&k["resources"]);
@@ -357,8 +357,10 @@ fn deploy_runs_kruised_run_on_the_pod_ip_with_probes_on_its_admin_port_and_only_
     argv.extend(strings(&c["args"]));
     // the admin server listens on the pod's IP, of either family, and nowhere else
     let mut run_dir = PathBuf::new();
+    let mut image_fs = None;
     for pod_ip in ["10.244.1.7", "fd00:10:244::7"] {
         let (config, dir) = resolve(c, argv.clone(), pod_ip);
+        image_fs = config.image_fs_path.clone();
         assert_eq!(
             config.addr.ip(),
             pod_ip.parse::<IpAddr>().expect("an IP"),
@@ -370,7 +372,27 @@ fn deploy_runs_kruised_run_on_the_pod_ip_with_probes_on_its_admin_port_and_only_
 
     // of the host's /var/run, only runtime socket directories, read-only, at the same place
     // under the run directory, never created on the host
-    let mounts = host_mounts(pod);
+    let mut mounts = host_mounts(pod);
+    // and one directory on the image filesystem, for the size admission's statvfs only (issue
+    // 42): containerd's ingest directory, read-only, never created on the host
+    let image_fs = image_fs.expect("--image-fs-path is set");
+    let at = mounts
+        .iter()
+        .position(|m| m.mount_path == image_fs)
+        .unwrap_or_else(|| {
+            panic!(
+                "--image-fs-path {} is a mount: {mounts:?}",
+                image_fs.display()
+            )
+        });
+    let m = mounts.remove(at);
+    assert_eq!(
+        m.host_path,
+        Path::new("/var/lib/containerd/io.containerd.content.v1.content/ingest"),
+        "{m:?}: not the snapshots (the pods' root filesystems)"
+    );
+    assert_eq!(m.kind, "Directory", "{m:?}: never created on the host");
+    assert!(m.read_only, "{m:?}");
     assert!(!mounts.is_empty(), "a runtime socket directory is mounted");
     let socket_dirs: Vec<&Path> = WELL_KNOWN_SOCKETS
         .iter()

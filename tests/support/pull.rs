@@ -192,6 +192,7 @@ impl PullNode {
             cancel: cancel.clone(),
             tracker,
             liveness,
+            readiness: readiness.clone(),
         };
         let pulls = Arc::new(Mutex::new(Vec::new()));
         let looks = Arc::new(Mutex::new(Vec::new()));

@@ -22,6 +22,25 @@ pub struct ImageFs {
     pub free_bytes: Option<u64>,
 }
 
+/// Free and total bytes of a filesystem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    /// Bytes available to unprivileged users (`f_bavail × f_frsize`).
+    pub free: u64,
+    /// Bytes of the filesystem (`f_blocks × f_frsize`).
+    pub capacity: u64,
+}
+
+/// Free and total bytes of the filesystem holding `path`, or `None` when the path cannot be
+/// examined (the size admission, `admit.rs`).
+pub fn space(path: &Path) -> Option<Space> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some(Space {
+        free: st.f_bavail.saturating_mul(st.f_frsize),
+        capacity: st.f_blocks.saturating_mul(st.f_frsize),
+    })
+}
+
 /// Free bytes of the filesystem holding `path` (`statvfs`: `f_bavail × f_frsize`), or `None`
 /// when the path cannot be examined.
 pub fn free_bytes(path: &Path) -> Option<u64> {
@@ -91,6 +110,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(free_bytes(dir.path()).is_some_and(|b| b > 0));
         assert_eq!(free_bytes(Path::new("/no/such/path/anywhere")), None);
+        let space = space(dir.path()).unwrap();
+        assert!(space.capacity >= space.free && space.free > 0, "{space:?}");
+        assert_eq!(super::space(Path::new("/no/such/path/anywhere")), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | [`keyring`] / [`secrets`] | pull secrets and kubelet-style registry matching |
 //! | [`credprovider`] | kubelet credential provider plugins (`--plugin-config-file`) |
 //! | [`disk`] | free space of the image filesystem |
+//! | [`admit`] / [`registry`] | admission of optional pulls by the image's size, read from its manifest |
 //! | [`settings`] | the puller's tunables |
 //! | [`slots`] | the pull slots, in-place pulls served first |
 //! | [`turn`] / [`waiting`] | pre-pulls yield to the node's pods waiting for their image; their order and cap |
@@ -39,6 +40,7 @@
 //!   the tag's owners (kruise sends only the failure there); the activeDeadlineSeconds message
 //!   keeps the last pull error.
 
+pub mod admit;
 pub mod controller;
 pub mod credprovider;
 pub mod disk;
@@ -48,6 +50,7 @@ pub mod metrics;
 pub mod prepull;
 pub mod pull;
 pub mod reference;
+pub mod registry;
 pub mod secrets;
 pub mod settings;
 pub mod slots;
@@ -159,6 +162,7 @@ pub fn run<I, C>(
         let watcher = waiting::run(runtime.clone(), pods, node, own_tx, ctx.cancel.clone());
         ctx.spawn("pods waiting for their image", watcher);
     }
+    let admission = admission(ctx, &settings);
     let tools = Arc::new(task::PullTools {
         puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
         credentials,
@@ -170,6 +174,7 @@ pub fn run<I, C>(
         tracker: ctx.tracker.clone(),
         present,
         turn,
+        admission,
     });
     let (busy_tx, busy) = watch::channel(0usize);
     let node = &ctx.config.node_name;
@@ -223,4 +228,31 @@ pub fn run<I, C>(
             .instrument(tracing::info_span!("next_batch")),
         );
     }
+}
+
+/// The admission of optional pulls by size: on when the daemon keeps a floor
+/// (`--image-fs-min-free`), with a `/readyz?verbose` line saying what it sees.
+fn admission(ctx: &Context, settings: &Settings) -> Option<Arc<admit::Admission>> {
+    if settings.image_fs_min_free == 0 {
+        return None;
+    }
+    let visible = ctx.readiness.condition("image-fs");
+    let sizes: Arc<dyn admit::SizeSource> = Arc::new(registry::Registry::default());
+    let path = settings.image_fs_path.as_ref().map_or_else(
+        || "the runtime's image filesystem".to_string(),
+        |p| p.display().to_string(),
+    );
+    visible.set_ready_noting(format!(
+        "size admission on: {path} not examined yet (GC high threshold {} %)",
+        settings.image_gc_high_percent
+    ));
+    Some(Arc::new(admit::Admission {
+        high_percent: settings.image_gc_high_percent,
+        fs_path: settings.image_fs_path.clone(),
+        space: disk::space,
+        sizes,
+        ratio: admit::Ratio::default(),
+        visible: Some(visible),
+        reserved: std::sync::Mutex::new(0),
+    }))
 }

@@ -43,7 +43,7 @@ use super::pull::PullSpec;
 use super::reference::Reference;
 use super::secrets::Credentials;
 use super::slots::{Priority, Rank};
-use super::task::{PullTools, disk_refusal, find_image, pull_sandbox};
+use super::task::{PullTools, admit_by_size, disk_refusal, find_image, learn, pull_sandbox};
 use crate::cri::ImageService;
 use crate::k8s::crd::{NodeImage, ReferenceObject, SandboxConfig};
 use crate::k8s::watch::Watched;
@@ -323,10 +323,15 @@ where
     if !resolved.problems.is_empty() {
         tracing::warn!(image, %namespace, ?source, problems = %resolved.problems.join("; "), "pre-pull credentials could not all be used; pulling with what was found");
     }
+    let credentials = resolved.keyring.lookup(&name);
+    // the next batch is admitted by size; an in-place update's pull keeps the floor only
+    let admitted = admit_by_size(tools, source, reference, &credentials)
+        .await
+        .map_err(|r| PrePullError::NoRoom(r.message))?;
     let spec = PullSpec {
         image: image.to_string(),
         key: reference.pull_key(),
-        credentials: resolved.keyring.lookup(&name),
+        credentials,
         secrets: resolved.keyring.secrets(),
         sandbox: Some(pull_sandbox(sandbox)),
         source,
@@ -339,7 +344,10 @@ where
             tracing::debug!(image, %namespace, ?source, credentials = spec.credentials.len(), "pulling: not present");
         }
     }
-    tools.puller.pull(spec, PULL_TIMEOUT).await?;
+    let image_ref = tools.puller.pull(spec, PULL_TIMEOUT).await?;
+    if let Some(a) = admitted {
+        learn(tools, a, &image_ref).await;
+    }
     Ok(Ensured::Pulled)
 }
 

@@ -1,5 +1,6 @@
 //! The image puller's tunables: the daemon's from its config, shorter waits in tests.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::DaemonConfig;
@@ -16,8 +17,14 @@ pub struct Settings {
     pub status_coalesce: Duration,
     /// Least time between two status writes while tasks are still running.
     pub status_min_interval: Duration,
-    /// Least free bytes on the image filesystem before a pull; 0: no check.
+    /// Least free bytes on the image filesystem before a pull; 0: no check (and no admission
+    /// by size).
     pub image_fs_min_free: u64,
+    /// The kubelet's image GC high threshold, percent: the admission by size keeps the image
+    /// filesystem's use below it.
+    pub image_gc_high_percent: u8,
+    /// The image filesystem's path as seen by the daemon; `None`: the runtime's mount point.
+    pub image_fs_path: Option<PathBuf>,
     /// Most pulls at once; `None`: unlimited.
     pub max_workers: Option<usize>,
     /// Most pre-pulls (NodeImage tags, next batch) at once; `None`: unlimited.
@@ -36,6 +43,8 @@ impl Default for Settings {
             status_coalesce: Duration::from_millis(50),
             status_min_interval: Duration::from_millis(500),
             image_fs_min_free: 0,
+            image_gc_high_percent: super::admit::DEFAULT_GC_HIGH_PERCENT,
+            image_fs_path: None,
             max_workers: None,
             max_prepulls: Some(super::turn::DEFAULT_MAX_PREPULLS),
             prepull_next_batch: true,
@@ -49,6 +58,8 @@ impl Settings {
     pub fn from_config(config: &DaemonConfig) -> Self {
         Settings {
             image_fs_min_free: config.image_fs_min_free,
+            image_gc_high_percent: config.image_gc_high_threshold_percent,
+            image_fs_path: config.image_fs_path.clone(),
             max_workers: config.max_pull_workers,
             max_prepulls: config.max_prepulls,
             prepull_next_batch: config.gates.prepull_next_batch,

@@ -10,7 +10,11 @@
 //!    once (retrying would not make room);
 //! 3. credentials: the tag's pull secrets, matched to the image's registry; problems with them
 //!    go into the tag's message, and the pull goes on with what was found;
-//! 4. `PullImage` through the shared [`Puller`], each credential in turn.
+//! 4. admission by size (`admit.rs`, when a floor is kept): the image's size from its manifest,
+//!    read with those credentials; an image that would take the filesystem below the floor or
+//!    past the kubelet's GC threshold fails the attempt (retried: the GC may make room), or the
+//!    tag at once when it would not fit even on the empty filesystem;
+//! 5. `PullImage` through the shared [`Puller`], each credential in turn.
 //!
 //! A failed attempt after which the runtime does not answer at all (`ImageFsInfo` unreachable:
 //! containerd restarting or crashed) does not count: the task asks every 250 ms and makes the
@@ -20,7 +24,7 @@
 //! A task whose tag left the spec (or got a new version) is cancelled: it stops waiting, its pull
 //! is cancelled unless another task shares it, and it writes and records nothing more.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +33,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::admit::{self, Admission};
 use super::disk;
+use super::keyring::Credential;
 use super::metrics::{Metrics, Outcome, Source};
 use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
@@ -73,6 +79,8 @@ pub struct PullTools<I, C> {
     pub present: Option<PresentHook>,
     /// Whose turn: what pre-pulls yield to, their order and cap ([`super::turn`]).
     pub turn: super::turn::Turn,
+    /// Admission of NodeImage and next-batch pulls by the image's size; `None`: off (no floor).
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// Told that an in-place update's new image is on the node for a pod: its namespace, its name,
@@ -125,6 +133,9 @@ pub enum AttemptError {
     /// The image filesystem is below its floor: another attempt cannot help.
     #[error("{0}")]
     NoRoom(String),
+    /// Not admitted by size now: the kubelet's GC may make room, or the registry answer later.
+    #[error("{0}")]
+    NotAdmitted(String),
 }
 
 impl AttemptError {
@@ -453,6 +464,11 @@ where
     if !problems.is_empty() {
         tracing::warn!(%problems, "pull secrets could not all be used; pulling with what was found");
     }
+    let admitted = match admit_by_size(tools, Source::NodeImage, reference, &credentials).await {
+        Ok(a) => a,
+        Err(r) if r.last => return Err(AttemptError::NoRoom(r.message)),
+        Err(r) => return Err(AttemptError::NotAdmitted(r.message)),
+    };
     tracing::debug!(
         credentials = credentials.len(),
         "pulling through the runtime"
@@ -474,6 +490,9 @@ where
     };
     match tools.puller.pull(spec, budget).await {
         Ok(image_ref) => {
+            if let Some(a) = admitted {
+                learn(tools, a, &image_ref).await;
+            }
             let id = if crate::cri::dialect::is_image_id(&image_ref) {
                 image_ref
             } else {
@@ -513,13 +532,19 @@ pub(super) async fn disk_refusal<I, C>(tools: &PullTools<I, C>, source: Source) 
 where
     I: ImageService + Clone + 'static,
 {
-    let usage = match tools.puller.runtime().image_fs_info().await {
+    let mut usage = match tools.puller.runtime().image_fs_info().await {
         Ok(u) => u,
         Err(e) => {
             tracing::debug!(error = %e, "ImageFsInfo failed; no disk check");
             return None;
         }
     };
+    // the image filesystem as the daemon sees it, when one is named (--image-fs-path)
+    if let Some(path) = tools.admission.as_ref().and_then(|a| a.fs_path.as_ref())
+        && let Some(fs) = usage.first_mut()
+    {
+        fs.mountpoint = path.display().to_string();
+    }
     let Some(fs) = disk::image_fs(&usage, tools.free_space) else {
         tracing::debug!("the runtime reports no image filesystem; no disk check");
         return None;
@@ -539,3 +564,168 @@ where
 #[cfg(test)]
 #[path = "task_tests.rs"]
 pub(super) mod tests;
+
+/// Why the size admission refused a pull.
+#[derive(Debug)]
+pub(super) struct SizeRefusal {
+    /// What the status and the log say.
+    pub message: String,
+    /// Another attempt cannot help (the filesystem is not visible, or too small even empty).
+    pub last: bool,
+}
+
+/// An admitted pull: what to learn the ratio from after it, and its share of the image
+/// filesystem, held until the pull ends so that concurrent pulls do not count the same space.
+pub(super) struct Admitted {
+    admission: Arc<Admission>,
+    compressed: u64,
+    free_before: u64,
+    path: PathBuf,
+    reserved: u64,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut r = crate::sync::lock(&self.admission.reserved);
+        *r = r.saturating_sub(self.reserved);
+    }
+}
+
+/// Admission of an optional pull by the image's size (`admit.rs`); `Ok(None)` when it is off.
+/// Only NodeImage tags and next-batch images: an in-place update's pull keeps the floor only.
+pub(super) async fn admit_by_size<I, C>(
+    tools: &PullTools<I, C>,
+    source: Source,
+    reference: &Reference,
+    credentials: &[Credential],
+) -> Result<Option<Admitted>, SizeRefusal>
+where
+    I: ImageService + Clone + 'static,
+{
+    let Some(admission) = &tools.admission else {
+        return Ok(None);
+    };
+    if source == Source::InPlace {
+        return Ok(None);
+    }
+    let image = reference.pull_key();
+    let refuse = |message: String, last: bool| {
+        tracing::warn!(reason = %message, "pull not admitted");
+        tools.metrics.pulled(source, Outcome::Failed);
+        SizeRefusal { message, last }
+    };
+    let path = match &admission.fs_path {
+        Some(p) => Some(p.clone()),
+        None => match tools.puller.runtime().image_fs_info().await {
+            Ok(usage) => usage
+                .first()
+                .filter(|fs| !fs.mountpoint.is_empty())
+                .map(|fs| PathBuf::from(&fs.mountpoint)),
+            Err(e) => {
+                return Err(refuse(
+                    format!(
+                        "not pulling {image}: the runtime did not say where its images are (ImageFsInfo: {e})"
+                    ),
+                    false,
+                ));
+            }
+        },
+    };
+    let Some(path) = path else {
+        let m = "the runtime reports no image filesystem: optional pre-pulls are refused (set --image-fs-path)";
+        admission.note(m.to_string());
+        return Err(refuse(format!("not pulling {image}: {m}"), true));
+    };
+    let Some(space) = (admission.space)(&path) else {
+        let m = format!(
+            "the image filesystem {} is not visible to kruised: optional pre-pulls are refused; \
+             mount it read-only at the same path (deploy/daemonset.yaml) or set --image-fs-path",
+            path.display()
+        );
+        admission.note(m.clone());
+        return Err(refuse(format!("not pulling {image}: {m}"), true));
+    };
+    let compressed = admission
+        .sizes
+        .compressed_size(reference, credentials)
+        .await
+        .map_err(|e| {
+            refuse(
+                format!("not pulling {image}: its size could not be read from its registry: {e}"),
+                false,
+            )
+        })?;
+    let mut reserved = crate::sync::lock(&admission.reserved);
+    let inputs = admit::Inputs {
+        compressed,
+        ratio: admission.ratio.get(),
+        space: disk::Space {
+            free: space.free.saturating_sub(*reserved),
+            capacity: space.capacity,
+        },
+        floor: tools.settings.image_fs_min_free,
+        high_percent: admission.high_percent,
+    };
+    admission.note(format!(
+        "the image filesystem {} is visible: {} free of {}, {} held by pulls under way; size ratio {:.2}",
+        path.display(),
+        disk::human(space.free),
+        disk::human(space.capacity),
+        disk::human(*reserved),
+        inputs.ratio
+    ));
+    match admit::decide(&image, &inputs) {
+        admit::Verdict::Admit {
+            unpacked,
+            free_after,
+        } => {
+            *reserved = reserved.saturating_add(unpacked);
+            drop(reserved);
+            tracing::info!(
+                %image,
+                compressed,
+                unpacked,
+                free_after,
+                ratio = inputs.ratio,
+                "pull admitted by size"
+            );
+            Ok(Some(Admitted {
+                admission: admission.clone(),
+                compressed,
+                free_before: space.free,
+                path,
+                reserved: unpacked,
+            }))
+        }
+        admit::Verdict::Wait(m) => Err(refuse(m, false)),
+        admit::Verdict::Refuse(m) => Err(refuse(m, true)),
+    }
+}
+
+/// Learns the size ratio from an admitted pull that ended well: what the runtime reports for
+/// `image_ref`, and what the filesystem lost meanwhile.
+pub(super) async fn learn<I, C>(tools: &PullTools<I, C>, admitted: Admitted, image_ref: &str)
+where
+    I: ImageService + Clone + 'static,
+{
+    let reported = match tools.puller.runtime().image_status(image_ref).await {
+        Ok(Some(i)) => i.size,
+        _ => 0,
+    };
+    let taken = (admitted.admission.space)(&admitted.path)
+        .map(|s| admitted.free_before.saturating_sub(s.free))
+        .unwrap_or(0);
+    if let Some(ratio) = admitted
+        .admission
+        .ratio
+        .learn(admitted.compressed, reported, taken)
+    {
+        tracing::info!(
+            compressed = admitted.compressed,
+            reported,
+            taken,
+            ratio,
+            "learned the image size ratio"
+        );
+    }
+}

@@ -173,6 +173,7 @@ fn tools_of(mock: &Mock, creds: Resolved, settings: Settings) -> Arc<PullTools<M
         tracker,
         present: None,
         turn: Default::default(),
+        admission: None,
     })
 }
 
@@ -461,6 +462,7 @@ async fn below_the_disk_floor_the_tag_fails_at_once_without_pulling() {
         tracker,
         present: None,
         turn: Default::default(),
+        admission: None,
     });
     let s = finish(&tools, job("r.io/app", "v1")).await;
     assert_eq!(s.phase, ImagePullPhase::Failed);
@@ -705,4 +707,172 @@ fn present_images_are_found_by_normalised_tag_or_digest() {
     );
     assert!(find_image(&images, &r(&format!("nginx@{DIGEST}"))).is_some());
     assert!(find_image(&images, &r(&format!("other@{DIGEST}"))).is_none());
+}
+
+// === admission by size (admit.rs) ===
+
+/// Image sizes from a fixed answer; records the users of the credentials each lookup was given.
+struct FixedSize {
+    size: Result<u64, String>,
+    seen: StdMutex<Vec<Vec<String>>>,
+}
+
+impl admit::SizeSource for FixedSize {
+    fn compressed_size<'a>(
+        &'a self,
+        _reference: &'a Reference,
+        credentials: &'a [Credential],
+    ) -> futures::future::BoxFuture<'a, Result<u64, String>> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(credentials.iter().map(|c| c.username.clone()).collect());
+        let size = self.size.clone();
+        Box::pin(async move { size })
+    }
+}
+
+/// Tools with the size admission on: 1 GiB free of 2 GiB, a floor of 512 MiB (above what the
+/// GC threshold, 85 %, keeps free: 307.2 MiB), every image
+/// `size` bytes compressed (× 2.5 on disk).
+fn admitting(
+    mock: &Mock,
+    creds: Resolved,
+    size: Result<u64, String>,
+) -> (Arc<PullTools<Mock, Fixed>>, Arc<FixedSize>) {
+    let sizes = Arc::new(FixedSize {
+        size,
+        seen: StdMutex::new(Vec::new()),
+    });
+    let settings = Settings {
+        image_fs_min_free: 512 << 20,
+        ..Settings::default()
+    };
+    let mut tools = tools_of(mock, creds, settings);
+    Arc::get_mut(&mut tools).unwrap().admission = Some(Arc::new(Admission {
+        high_percent: 85,
+        fs_path: None,
+        space: |_| {
+            Some(disk::Space {
+                free: 1 << 30,
+                capacity: 2 << 30,
+            })
+        },
+        sizes: sizes.clone(),
+        ratio: admit::Ratio::default(),
+        visible: None,
+        reserved: StdMutex::new(0),
+    }));
+    (tools, sizes)
+}
+
+fn once(j: TagJob) -> TagJob {
+    with_policy(
+        j,
+        ImageTagPullPolicy {
+            backoff_limit: Some(0),
+            ..Default::default()
+        },
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tag_that_passes_the_floor_but_not_with_its_size_is_not_pulled_and_its_message_has_the_numbers()
+ {
+    let mock = Mock::default();
+    // 400 MiB × 2.5 = 1000 MiB would leave 24 MiB of the 1 GiB free, below 512 MiB
+    let (tools, _) = admitting(&mock, Resolved::default(), Ok(400 << 20));
+    let s = finish(&tools, once(job("r.io/big", "v1"))).await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    for part in [
+        "not pulling r.io/big:v1",
+        "1000.0 MiB on disk",
+        "400.0 MiB compressed × ratio 2.50",
+        "leave 24.0 MiB free",
+        "free now 1.0 GiB",
+        "below the 512.0 MiB",
+    ] {
+        assert!(s.message.contains(part), "{part:?} missing: {}", s.message);
+    }
+    assert!(mock.st().pulls.is_empty(), "never sent to the runtime");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_size_is_read_with_the_credentials_the_pull_uses_and_a_small_image_is_pulled() {
+    let mock = Mock::default();
+    let creds = Resolved {
+        keyring: keyring(r#"{"auths": {"r.io": {"username": "u", "password": "pw"}}}"#),
+        problems: vec![],
+    };
+    let (tools, sizes) = admitting(&mock, creds, Ok(10 << 20));
+    let s = finish(&tools, once(job("r.io/small", "v1"))).await;
+    assert_eq!(s.phase, ImagePullPhase::Succeeded, "{}", s.message);
+    assert_eq!(*sizes.seen.lock().unwrap(), vec![vec!["u".to_string()]]);
+    assert_eq!(mock.st().pulls.len(), 1);
+    let admission = tools.admission.as_ref().unwrap();
+    assert_eq!(
+        *admission.reserved.lock().unwrap(),
+        0,
+        "released after the pull"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pulls_under_way_hold_their_room_so_three_at_once_admit_only_the_two_that_fit() {
+    let mock = Mock::default();
+    mock.st().pull_delay = Duration::from_secs(10);
+    // 100 MiB × 2.5 = 250 MiB each: 1024 − 250 − 250 = 524 MiB ≥ 512, a third would leave 274
+    let (tools, _) = admitting(&mock, Resolved::default(), Ok(100 << 20));
+    let (a, b, c) = tokio::join!(
+        finish(&tools, once(job("r.io/a", "v1"))),
+        finish(&tools, once(job("r.io/b", "v1"))),
+        finish(&tools, once(job("r.io/c", "v1"))),
+    );
+    let phases = [&a.phase, &b.phase, &c.phase];
+    let failed: Vec<_> = [&a, &b, &c]
+        .into_iter()
+        .filter(|s| s.phase == ImagePullPhase::Failed)
+        .collect();
+    assert_eq!(failed.len(), 1, "{phases:?}");
+    assert!(
+        failed[0].message.contains("leave 274.0 MiB free"),
+        "{}",
+        failed[0].message
+    );
+    assert_eq!(mock.st().pulls.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_registry_that_does_not_answer_the_size_fails_the_attempt_saying_so() {
+    let mock = Mock::default();
+    let (tools, _) = admitting(&mock, Resolved::default(), Err("GET …: 401".into()));
+    let s = finish(&tools, once(job("r.io/x", "v1"))).await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(
+        s.message
+            .contains("its size could not be read from its registry: GET …: 401"),
+        "{}",
+        s.message
+    );
+    assert!(mock.st().pulls.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invisible_image_filesystem_fails_the_tag_closed_at_once() {
+    let mock = Mock::default();
+    let (mut tools, sizes) = admitting(&mock, Resolved::default(), Ok(1));
+    let mut admission =
+        Arc::try_unwrap(Arc::get_mut(&mut tools).unwrap().admission.take().unwrap()).unwrap();
+    admission.space = |_| None;
+    Arc::get_mut(&mut tools).unwrap().admission = Some(Arc::new(admission));
+    let s = finish(&tools, job("r.io/x", "v1")).await;
+    assert_eq!(s.phase, ImagePullPhase::Failed);
+    assert!(
+        s.message
+            .contains("/var/lib/containerd is not visible to kruised"),
+        "{}",
+        s.message
+    );
+    assert!(mock.st().pulls.is_empty());
+    assert!(sizes.seen.lock().unwrap().is_empty(), "no registry asked");
 }

@@ -36,6 +36,7 @@ fn tools(mock: &Mock, slots: Option<Arc<Slots>>) -> Arc<PullTools<Mock, Anonymou
         tracker,
         present: None,
         turn: Default::default(),
+        admission: None,
     })
 }
 

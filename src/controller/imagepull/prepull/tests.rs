@@ -62,6 +62,7 @@ fn tools<C: Credentials>(
         tracker,
         present: None,
         turn: Default::default(),
+        admission: None,
     }
 }
 
@@ -186,4 +187,62 @@ async fn a_present_next_batch_image_is_neither_checked_nor_pulled() {
         .expect("present");
     let st = mock.st();
     assert_eq!((st.fs_calls, st.pulls.len()), (0, 0));
+}
+
+/// Every image 400 MiB compressed.
+struct Large;
+
+impl crate::controller::imagepull::admit::SizeSource for Large {
+    fn compressed_size<'a>(
+        &'a self,
+        _reference: &'a Reference,
+        _credentials: &'a [crate::controller::imagepull::keyring::Credential],
+    ) -> futures::future::BoxFuture<'a, Result<u64, String>> {
+        Box::pin(async { Ok(400 << 20) })
+    }
+}
+
+#[tokio::test]
+async fn a_next_batch_image_too_large_for_its_room_is_not_pulled_but_an_in_place_pull_keeps_the_floor_only()
+ {
+    use crate::controller::imagepull::admit::{Admission, Ratio};
+    use crate::controller::imagepull::disk::Space;
+    let mock = Mock::default();
+    // 1 GiB free of 2 GiB, 512 MiB to keep: 400 MiB × 2.5 would leave 24 MiB
+    let mut e = tools(&mock, Copies(vec![]), 512 << 20, |_| Some(1 << 30));
+    e.admission = Some(Arc::new(Admission {
+        high_percent: 85,
+        fs_path: None,
+        space: |_| {
+            Some(Space {
+                free: 1 << 30,
+                capacity: 2 << 30,
+            })
+        },
+        sizes: Arc::new(Large),
+        ratio: Ratio::default(),
+        visible: None,
+        reserved: std::sync::Mutex::new(0),
+    }));
+    let err = pull_one(&e, &want("r.io/app:v2", "t"), &[], None)
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("not pulling r.io/app:v2") && text.contains("leave 24.0 MiB free"),
+        "{text}"
+    );
+    assert!(mock.st().pulls.is_empty(), "nothing pulled");
+
+    // the pod's in-place update needs the same image now: above the floor, it is pulled
+    let w = want("r.io/app:v2", "t");
+    let target = Target {
+        image: &w.image,
+        reference: &w.reference,
+        namespace: &w.namespace,
+        source: Source::InPlace,
+    };
+    let ensured = ensure(&e, target, &[], None).await.expect("pulled");
+    assert!(matches!(ensured, Ensured::Pulled), "{ensured:?}");
+    assert_eq!(mock.st().pulls.len(), 1);
 }
