@@ -77,9 +77,11 @@ impl fmt::Debug for TimelineSource {
     }
 }
 
-/// The peer address of a connection, as its requests carry it (an extension).
+/// The peer address of a connection, and whether it is the node's ([`peers`]), as its requests
+/// carry it (an extension the server always inserts; a request without it is the daemon's own,
+/// in tests).
 #[derive(Clone, Copy, Debug)]
-struct Peer(std::net::IpAddr);
+struct Peer(std::net::IpAddr, bool);
 
 /// Content type of `/metrics` (prometheus-client's text encoder writes OpenMetrics).
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -158,7 +160,12 @@ impl Handler {
         }
         match route {
             Route::Healthz => healthz(&self.state.liveness),
-            Route::Readyz => readyz(&self.state.readiness, is_verbose(req.uri())),
+            Route::Readyz => {
+                // the conditions' details (runtime endpoints, errors) to the node only: a
+                // tenant's pod gets the verdict
+                let node = req.extensions().get::<Peer>().is_none_or(|p| p.1);
+                readyz(&self.state.readiness, is_verbose(req.uri()), node)
+            }
             Route::Metrics => self.metrics().await,
             Route::Timelines(pod) => {
                 let peer = req.extensions().get::<Peer>().map(|p| p.0);
@@ -238,11 +245,14 @@ fn healthz(liveness: &Liveness) -> Response<Full<Bytes>> {
 /// kube-apiserver's format: `ok`, or one `[+]name ok` / `[-]name failed: <detail>` line per
 /// condition and a verdict line; a condition that holds with a note (which runtime, and why)
 /// has it after `ok: `.
-fn readyz(readiness: &Readiness, verbose: bool) -> Response<Full<Bytes>> {
+fn readyz(readiness: &Readiness, verbose: bool, node: bool) -> Response<Full<Bytes>> {
     let report = readiness.report();
     let ready = crate::health::all_ready(&report);
-    if ready && !verbose {
+    if ready && (!verbose || !node) {
         return text(StatusCode::OK, "ok");
+    }
+    if !node {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "readyz check failed\n");
     }
     let mut body = String::new();
     if report.is_empty() {
@@ -492,7 +502,7 @@ async fn serve_connection<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin,
 {
-    let peer = Peer(slot.peer());
+    let peer = Peer(slot.peer(), slot.is_node());
     let state = slot.state().clone();
     let requests = state.clone();
     let _slot = slot;

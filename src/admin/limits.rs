@@ -243,10 +243,16 @@ pub(crate) struct Slot {
     slots: Slots,
     id: u64,
     peer: IpAddr,
+    node: bool,
     state: Arc<ConnState>,
 }
 
 impl Slot {
+    /// Whether the slot was taken for one of the node's own addresses.
+    pub(crate) fn is_node(&self) -> bool {
+        self.node
+    }
+
     /// The peer address the slot was taken for.
     pub(crate) fn peer(&self) -> IpAddr {
         self.peer
@@ -310,6 +316,7 @@ impl Slots {
                 slots: self.clone(),
                 id,
                 peer,
+                node,
                 state,
             },
             evicted,

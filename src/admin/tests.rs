@@ -481,6 +481,28 @@ async fn a_newcomer_takes_the_slot_of_the_busiest_peers_oldest_idle_connection()
     server.stop().await;
 }
 
+/// Issue 43, row 16: `/readyz?verbose` told any peer the daemon's conditions (its runtime's
+/// endpoint, the API server's errors). A tenant's pod now gets the verdict alone; the node
+/// (the kubelet, an operator on it) the details.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn readyz_details_are_for_the_node_and_a_tenants_pod_gets_the_verdict_alone() {
+    let server = start(limits(8, 4)).await;
+    let (code, body) = get(connect_from(pod(0), server.addr).await, "/readyz?verbose").await;
+    assert_eq!((code, body.as_str()), (503, "readyz check failed\n"));
+    let (code, body) = get(
+        connect_from(NODE.into(), server.addr).await,
+        "/readyz?verbose",
+    )
+    .await;
+    assert_eq!(code, 503);
+    assert!(
+        body.contains("[-]conditions failed: none registered yet"),
+        "{body}"
+    );
+    server.stop().await;
+}
+
 /// Sends `GET /healthz` with one header padded so that the head is `size` bytes long, reading
 /// while it writes; the answer's status (a failed write is expected when the server stops
 /// reading early).

@@ -326,6 +326,22 @@ pub struct Reader {
     /// Bytes looked at by the searches for the head's end, in all (bounded by about twice the
     /// bytes taken: what was searched is not searched again).
     looked_at: usize,
+    /// Informational (`1xx`) heads skipped so far.
+    informational: usize,
+}
+
+/// Informational (`1xx`) answers skipped before the answer, at most (Go's client: 5).
+const MAX_INFORMATIONAL: usize = 5;
+
+/// Whether `head` (a complete response head) is an informational `1xx` other than `101
+/// Switching Protocols`, which is final.
+fn is_informational(head: &[u8]) -> bool {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|b| *b == b' ');
+    let (Some(version), Some(code)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    version.starts_with(b"HTTP/") && code.len() == 3 && code[0] == b'1' && code != b"101"
 }
 
 impl Reader {
@@ -336,12 +352,23 @@ impl Reader {
             Some(end) => (end + BODY_LIMIT).saturating_sub(self.raw.len()),
         };
         self.raw.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        if self.head_end.is_none() {
+        while self.head_end.is_none() {
             let from = self.searched_to.saturating_sub(3);
             self.looked_at += self.raw.len() - from;
             match find(&self.raw[from..], b"\r\n\r\n") {
                 Some(i) if from + i + 4 <= HEAD_LIMIT => {
                     let end = from + i + 4;
+                    if is_informational(&self.raw[..end]) {
+                        // a `1xx` before the answer (`103 Early Hints`): skipped, as Go's
+                        // client (the kubelet's) skips it, at most [`MAX_INFORMATIONAL`]
+                        self.informational += 1;
+                        if self.informational > MAX_INFORMATIONAL {
+                            return Err(GetErrorKind::Malformed);
+                        }
+                        self.raw.drain(..end);
+                        self.searched_to = 0;
+                        continue;
+                    }
                     self.head_end = Some(end);
                     let head = String::from_utf8_lossy(&self.raw[..end - 4]).into_owned();
                     self.chunked = header(&head, "transfer-encoding")
@@ -765,6 +792,26 @@ mod tests {
         let head = request_head(&get_of(80, "/a b", &ok), "/a b").unwrap();
         assert!(head.starts_with("GET /a%20b HTTP/1.1\r\n"), "{head}");
         assert!(head.contains("X-A: a\tb\r\n"), "{head}");
+    }
+
+    /// Issue 43, row 16: a `103 Early Hints` before a `200` was taken as the answer (a failed
+    /// probe: 1xx is not success), where the kubelet's Go client skips it.
+    #[test]
+    fn an_early_hints_answer_before_the_real_one_is_skipped_as_the_kubelet_skips_it() {
+        let mut r = Reader::default();
+        let done = r
+            .push(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .expect("read");
+        assert!(done);
+        let (answer, _) = r.finish().expect("an answer");
+        assert_eq!((answer.status, answer.body.as_str()), (200, "ok"));
+
+        let mut r = Reader::default();
+        let endless = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(6);
+        assert!(
+            r.push(&endless).is_err(),
+            "six informational heads are refused"
+        );
     }
 
     #[test]
