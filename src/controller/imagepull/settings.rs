@@ -16,6 +16,11 @@ pub struct Settings {
     pub status_coalesce: Duration,
     /// Least time between two status writes while tasks are still running.
     pub status_min_interval: Duration,
+    /// Least time between two status writes that change only tags' `progress`.
+    pub progress_min_interval: Duration,
+    /// A pull that lands nothing for this long fails (`--image-pull-stall-timeout`), where the
+    /// runtime shows what pulls land; `None`: never.
+    pub stall_timeout: Option<Duration>,
     /// Least free bytes on the image filesystem before a pull; 0: no check.
     pub image_fs_min_free: u64,
     /// Most pulls at once; `None`: unlimited.
@@ -33,6 +38,8 @@ impl Default for Settings {
             backoff_cap: Duration::from_secs(30),
             status_coalesce: Duration::from_millis(50),
             status_min_interval: Duration::from_millis(500),
+            progress_min_interval: Duration::from_secs(1),
+            stall_timeout: Some(crate::config::DEFAULT_IMAGE_PULL_STALL_TIMEOUT),
             image_fs_min_free: 0,
             max_workers: None,
             prepull_next_batch: true,
@@ -47,6 +54,7 @@ impl Settings {
         Settings {
             image_fs_min_free: config.image_fs_min_free,
             max_workers: config.max_pull_workers,
+            stall_timeout: config.image_pull_stall_timeout,
             prepull_next_batch: config.gates.prepull_next_batch,
             prepull_in_place_update: config.gates.prepull_in_place_update,
             ..Settings::default()

@@ -12,6 +12,12 @@
 //!    go into the tag's message, and the pull goes on with what was found;
 //! 4. `PullImage` through the shared [`Puller`], each credential in turn.
 //!
+//! Where the runtime shows what a pull has landed (containerd: `progress.rs`), the tag's
+//! `progress` follows it, an attempt is cut off after `timeoutSeconds` without a byte landing
+//! rather than after `timeoutSeconds` in all (a pull that progresses goes on, within
+//! `activeDeadlineSeconds`), and a pull that lands nothing for `--image-pull-stall-timeout`
+//! fails that attempt at once. Elsewhere an attempt is cut at `timeoutSeconds`, as kruise's.
+//!
 //! A failed attempt after which the runtime does not answer at all (`ImageFsInfo` unreachable:
 //! containerd restarting or crashed) does not count: the task asks every 250 ms and makes the
 //! next attempt as soon as the runtime answers, within `activeDeadlineSeconds` when one is set.
@@ -31,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::disk;
 use super::metrics::{Metrics, Outcome, Source};
+use super::progress::{self, Landed};
 use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
 use super::secrets::Credentials;
@@ -229,12 +236,22 @@ pub async fn run<I, C>(
     changed.notify_one();
     tracing::info!("pulling");
 
+    let (landed, shown) = tokio::sync::watch::channel(None);
+    let show = |percent| {
+        update(&cell, |s| {
+            if s.phase == crate::k8s::crd::ImagePullPhase::Pulling {
+                s.progress = percent;
+            }
+        });
+        changed.notify_one();
+    };
     let outcome = tokio::select! {
         () = cancel.cancelled() => {
             tracing::info!("stopped: the tag left the spec or got a new version");
             return;
         }
-        o = attempts(&tools, &job) => o,
+        o = attempts(&tools, &job, &landed) => o,
+        never = progress::show(shown, show) => match never {},
     };
     let took = started.elapsed();
     let name_tag = format!("{}:{}", job.image, job.spec.tag);
@@ -288,7 +305,11 @@ fn record<I, C>(tools: &PullTools<I, C>, job: &TagJob, warning: bool, reason: &s
 }
 
 /// The attempts of a task; the last failure when all fail.
-async fn attempts<I, C>(tools: &PullTools<I, C>, job: &TagJob) -> Result<Done, TaskError>
+async fn attempts<I, C>(
+    tools: &PullTools<I, C>,
+    job: &TagJob,
+    landed: &tokio::sync::watch::Sender<Option<Landed>>,
+) -> Result<Done, TaskError>
 where
     I: ImageService + Clone + 'static,
     C: Credentials,
@@ -307,14 +328,19 @@ where
         let Some(budget) = state::attempt_budget(timeout, left) else {
             return Err(TaskError::Deadline { last: last_error });
         };
-        let result = match tokio::time::timeout(
+        // the budget is time without a byte landing where that is known, else a wall clock;
+        // the deadline is a wall clock. Each attempt counts its own bytes.
+        landed.send_replace(None);
+        let result = match progress::until_quiet(
             budget,
-            attempt_once(tools, job, &reference, budget),
+            left,
+            landed.subscribe(),
+            attempt_once(tools, job, &reference, budget, landed),
         )
         .await
         {
-            Ok(r) => r,
-            Err(_) => Err(AttemptError::TimedOut {
+            Some(r) => r,
+            None => Err(AttemptError::TimedOut {
                 reference: format!("{}:{}", job.image, job.spec.tag),
                 budget,
             }),
@@ -400,6 +426,7 @@ async fn attempt_once<I, C>(
     job: &TagJob,
     reference: &Reference,
     budget: Duration,
+    landed: &tokio::sync::watch::Sender<Option<Landed>>,
 ) -> Result<Done, AttemptError>
 where
     I: ImageService + Clone + 'static,
@@ -454,7 +481,7 @@ where
             format!("{m} ({problems})")
         }
     };
-    match tools.puller.pull(spec, budget).await {
+    match tools.puller.pull_watched(spec, budget, Some(landed)).await {
         Ok(image_ref) => {
             let id = if crate::cri::dialect::is_image_id(&image_ref) {
                 image_ref
