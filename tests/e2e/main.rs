@@ -21,6 +21,7 @@ mod hostile;
 mod imagepull;
 mod podprobe;
 mod pull_dedup;
+mod pull_progress;
 mod recreate;
 mod runtimes;
 mod systemd;
