@@ -83,7 +83,7 @@ async fn pull_progress(remote: &crate::cri::RemoteRuntime) -> String {
         Ok(_) => "yes (containerd's content service: NodeImage progress follows the bytes \
                    landed; --image-pull-stall-timeout applies)"
             .into(),
-        Err(e) if crate::controller::imagepull::progress::unsupported(&e) => {
+        Err(crate::cri::CriError::Unsupported { .. }) => {
             "no (no containerd content service: NodeImage progress is 0 until a pull ends; no \
              stall timeout, timeoutSeconds is a wall clock)"
                 .into()

@@ -33,6 +33,7 @@ mod kubelet;
 mod layers;
 mod manager;
 mod provenance;
+mod pull_progress;
 mod proxy;
 mod rbac;
 mod recreate;

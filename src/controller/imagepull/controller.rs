@@ -343,7 +343,7 @@ fn write_at(
     last_write: Option<Instant>,
     all_done: bool,
     only_progress: bool,
-    s: &super::Settings,
+    s: &super::settings::Settings,
 ) -> Instant {
     if all_done {
         return now;
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn progress_alone_is_written_at_most_once_a_second_and_phase_changes_at_their_pace() {
-        let s = super::super::Settings::default();
+        let s = super::super::settings::Settings::default();
         let t0 = Instant::now();
         let ms = |n: u64| Duration::from_millis(n);
         // a quiet period: any change within the coalescing delay

@@ -120,10 +120,11 @@ impl Ingests {
             }
             // an ingest that was open before the pull is counted once it moves (this pull, or a
             // merged one, resumes it)
-            if let Some(&at) = self.before.get(blob) {
-                if i.offset == at && !self.open.contains_key(blob) {
-                    continue;
-                }
+            if let Some(&at) = self.before.get(blob)
+                && i.offset == at
+                && !self.open.contains_key(blob)
+            {
+                continue;
             }
             open.insert(blob.to_string(), (i.offset, i.total.max(i.offset)));
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tonic::transport::Channel;
 
 use super::proto::content::{ListStatusesRequest, content_client::ContentClient};
-use super::{channel, request};
+use super::wire::{channel, request};
 use crate::cri::endpoint::Endpoint;
 use crate::cri::error::{CriError, Result};
 use crate::cri::grpc::Timeouts;
