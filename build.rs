@@ -1,8 +1,9 @@
 //! kruised's build script, with no dependency of its own:
 //!
 //! - checks that the committed CRI code (`src/cri/generated/runtime.v1.rs`) was generated from
-//!   the proto in the tree (`proto/runtime/v1/api.proto`): the generated file's second line is
-//!   the proto's fingerprint, written by `scripts/gen-cri.sh`; a proto changed without running it
+//!   the proto in the tree (`proto/runtime/v1/api.proto`), and so each of containerd's own
+//!   services kruised calls (`GENERATED_CONTAINERD`): the generated file's second line is the
+//!   proto's fingerprint, written by `scripts/gen-cri.sh`; a proto changed without running it
 //!   fails the build, saying so;
 //! - stamps the commit into the binary (`KRUISED_COMMIT`, read by `build_info::COMMIT`: `kruised
 //!   version` and `kruised_build_info`): `$KRUISED_COMMIT` when set (scripts/build-image.sh sets
@@ -20,13 +21,23 @@ include!("proto/fingerprint.rs");
 
 const PROTO: &str = "proto/runtime/v1/api.proto";
 const GENERATED: &str = "src/cri/generated/runtime.v1.rs";
+/// containerd's services, each `(proto, generated code)` (`src/cri/containerd`).
+const GENERATED_CONTAINERD: &[(&str, &str)] = &[(
+    "proto/containerd/services/content/v1/content.proto",
+    "src/cri/containerd/generated/containerd.services.content.v1.rs",
+)];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=proto/fingerprint.rs");
     println!("cargo:rerun-if-changed={PROTO}");
     println!("cargo:rerun-if-changed={GENERATED}");
-    check_generated();
+    check_generated(PROTO, GENERATED);
+    for (proto, generated) in GENERATED_CONTAINERD {
+        println!("cargo:rerun-if-changed={proto}");
+        println!("cargo:rerun-if-changed={generated}");
+        check_generated(proto, generated);
+    }
     println!("cargo:rerun-if-env-changed=KRUISED_COMMIT");
     let commit = std::env::var("KRUISED_COMMIT")
         .ok()
@@ -35,15 +46,16 @@ fn main() {
     println!("cargo:rustc-env=KRUISED_COMMIT={commit}");
 }
 
-fn check_generated() {
-    let proto = std::fs::read(PROTO).unwrap_or_else(|e| panic!("cannot read {PROTO}: {e}"));
-    let generated = std::fs::read_to_string(GENERATED)
-        .unwrap_or_else(|e| panic!("cannot read {GENERATED}: {e}"));
+fn check_generated(proto_path: &str, generated_path: &str) {
+    let proto =
+        std::fs::read(proto_path).unwrap_or_else(|e| panic!("cannot read {proto_path}: {e}"));
+    let generated = std::fs::read_to_string(generated_path)
+        .unwrap_or_else(|e| panic!("cannot read {generated_path}: {e}"));
     let want = fingerprint_line(&proto);
     if !generated.lines().take(3).any(|l| l == want) {
         panic!(
-            "{PROTO} is not the proto {GENERATED} was generated from (its fingerprint line is not \
-             `{want}`): run scripts/gen-cri.sh"
+            "{proto_path} is not the proto {generated_path} was generated from (its fingerprint \
+             line is not `{want}`): run scripts/gen-cri.sh"
         );
     }
 }

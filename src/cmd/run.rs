@@ -83,6 +83,14 @@ pub struct RunArgs {
     /// which the DaemonSet mounts read-only at the same path.
     #[arg(long, env = "KRUISED_IMAGE_FS_PATH")]
     pub image_fs_path: Option<std::path::PathBuf>,
+    /// A pull that lands no byte for this long fails (and is retried as its NodeImage tag's
+    /// `backoffLimit` says), whatever its `timeoutSeconds`; a pull that keeps landing bytes is
+    /// not cut off by `timeoutSeconds` (then the time without a byte), only by
+    /// `activeDeadlineSeconds`. Needs a runtime that shows what a pull has landed (containerd's
+    /// content service, on its CRI socket); elsewhere (CRI-O) pulls have no stall timeout and
+    /// `timeoutSeconds` is a wall clock, as in kruise. From 1s to 1h; `0s` turns it off.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub image_pull_stall_timeout: Duration,
     /// How often the runtime is relisted in the absence of events.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub relist_interval: Duration,
@@ -343,6 +351,14 @@ impl RunArgs {
         if self.drain_timeout > MAX_DRAIN_TIMEOUT {
             return Err(invalid("--drain-timeout", "must be at most 10m".into()));
         }
+        let (stall_min, stall_max) = crate::config::IMAGE_PULL_STALL_TIMEOUT_BOUNDS;
+        let stall = self.image_pull_stall_timeout;
+        if !stall.is_zero() && !(stall_min..=stall_max).contains(&stall) {
+            return Err(invalid(
+                "--image-pull-stall-timeout",
+                format!("{stall:?}: must be from 1s to 1h, or 0s to turn it off"),
+            ));
+        }
         let containermeta_workers = match self.containermeta_workers {
             None => DEFAULT_CONTAINERMETA_WORKERS,
             Some(n) => usize::try_from(n)
@@ -387,6 +403,7 @@ impl RunArgs {
             image_fs_min_free: self.image_fs_min_free,
             image_gc_high_threshold_percent: self.image_gc_high_threshold_percent,
             image_fs_path: self.image_fs_path.clone(),
+            image_pull_stall_timeout: Some(stall).filter(|d| !d.is_zero()),
             relist_interval: self.relist_interval,
             drain_timeout: self.drain_timeout,
             env_restart_delay: self.env_restart_delay,

@@ -1,5 +1,6 @@
 //! `kruised version`: our version, then the runtime's in crictl's format, and which runtime is
-//! the primary one, and why (the kubelet's, as its Node reports it, where several answer).
+//! the primary one, and why (the kubelet's, as its Node reports it, where several answer); and
+//! for each runtime whether pulls through it show their progress (`PullProgress`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,7 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
                 println!("RuntimeName:  {}", v.runtime_name);
                 println!("RuntimeVersion:  {}", v.runtime_version);
                 println!("RuntimeApiVersion:  {}", v.runtime_api_version);
+                println!("PullProgress:  {}", pull_progress(remote).await);
             }
             println!(
                 "PrimaryRuntime:  {}",
@@ -67,6 +69,26 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
             eprintln!("error: {e}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// Whether pulls through `remote` show their progress: NodeImage `progress` and the stall
+/// timeout need containerd's content service on the runtime's image socket.
+async fn pull_progress(remote: &crate::cri::RemoteRuntime) -> String {
+    let content = crate::cri::containerd::content::Content::new(
+        remote.image_endpoint().clone(),
+        remote.timeouts(),
+    );
+    match content.ingests().await {
+        Ok(_) => "yes (containerd's content service: NodeImage progress follows the bytes \
+                   landed; --image-pull-stall-timeout applies)"
+            .into(),
+        Err(crate::cri::CriError::Unsupported { .. }) => {
+            "no (no containerd content service: NodeImage progress is 0 until a pull ends; no \
+             stall timeout, timeoutSeconds is a wall clock)"
+                .into()
+        }
+        Err(e) => format!("unknown: {e}"),
     }
 }
 

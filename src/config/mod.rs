@@ -108,6 +108,8 @@ pub struct DaemonConfig {
     pub image_gc_high_threshold_percent: u8,
     /// The image filesystem's path as the daemon sees it; `None`: the runtime's mount point.
     pub image_fs_path: Option<std::path::PathBuf>,
+    /// A pull that lands nothing for this long fails; `None`: never (`0s`).
+    pub image_pull_stall_timeout: Option<Duration>,
     /// Relist interval.
     pub relist_interval: Duration,
     /// Drain deadline.
@@ -232,6 +234,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(factor)
         .ok_or_else(|| format!("{s:?} is too large"))
 }
+
+/// `--image-pull-stall-timeout`'s default: a registry or link that sends nothing for a minute
+/// is not coming back within the pull's timeout either.
+pub const DEFAULT_IMAGE_PULL_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// `--image-pull-stall-timeout`'s bounds (or 0, off): below a second is one poll of the
+/// runtime's ingests; above an hour is no stall detection.
+pub const IMAGE_PULL_STALL_TIMEOUT_BOUNDS: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(3600));
 
 /// The longest duration any flag takes (a year): past it a deadline computed from "now" would
 /// overflow the clock and panic the task that computes it.

@@ -438,6 +438,11 @@ impl RuntimeHandle {
         }
     }
 
+    /// The primary runtime if it is found already.
+    pub fn primary_now(&self) -> Option<RemoteRuntime> {
+        self.0.borrow().as_ref().map(|r| r.primary().clone())
+    }
+
     /// [`Runtimes::for_containers`] on the runtimes found; [`RuntimeLookupError::NotConnected`]
     /// before there are any.
     pub fn for_containers<'a>(

@@ -100,6 +100,12 @@ async fn detection_finds_the_runtime_behind_its_well_known_socket_name() {
         "{stdout}"
     );
     assert!(stdout.contains("RuntimeApiVersion:  v1"), "{stdout}");
+    // containerd's content service shows pulls' progress; CRI-O has none
+    let progress = if name == "cri-o" { "no" } else { "yes" };
+    assert!(
+        stdout.contains(&format!("PullProgress:  {progress} (")),
+        "{stdout}"
+    );
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ mod imagepull;
 mod podprobe;
 mod pull_dedup;
 mod pull_turn;
+mod pull_progress;
 mod recreate;
 mod runtimes;
 mod startup_taint;

@@ -35,6 +35,7 @@ mod kubelet;
 mod layers;
 mod manager;
 mod provenance;
+mod pull_progress;
 mod proxy;
 mod pull_turn;
 mod rbac;

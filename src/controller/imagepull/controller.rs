@@ -7,7 +7,8 @@
 //!   a quiet period is written within [`status_coalesce`] (50 ms), later ones at most every
 //!   [`status_min_interval`] (500 ms), and the moment no task is left running the final state is
 //!   written at once. A 10-tag NodeImage thus costs a handful of writes, and a finished pull is
-//!   reported without delay.
+//!   reported without delay. A change of tags' `progress` alone (`progress.rs`: each new
+//!   integer percent) is written at most every [`progress_min_interval`] (1 s, kruise's pace).
 //! - Before writing, the wanted status is compared with the freshest stored one (the watch cache
 //!   or the answer to our last write, whichever has the newer `resourceVersion`): an unchanged
 //!   status is never written, also not after a restart or a resync.
@@ -16,6 +17,7 @@
 //!
 //! [`status_coalesce`]: super::Settings::status_coalesce
 //! [`status_min_interval`]: super::Settings::status_min_interval
+//! [`progress_min_interval`]: super::Settings::progress_min_interval
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -269,15 +271,22 @@ where
             .entries
             .values()
             .all(|e| state::is_terminal(&e.snapshot().phase));
-        let at = if all_done {
-            now
-        } else {
-            match self.last_write {
-                Some(last) if now < last + s.status_min_interval => last + s.status_min_interval,
-                _ => now + s.status_coalesce,
-            }
-        };
+        let only_progress = !all_done && self.only_progress_moved();
+        let at = write_at(now, self.last_write, all_done, only_progress, s);
         planned.map_or(at, |p| p.min(at))
+    }
+
+    /// Whether the status to write differs from the last one written only in tags' progress.
+    fn only_progress_moved(&self) -> bool {
+        let (Some(obj), Some(written)) = (self.object(), &self.written) else {
+            return false;
+        };
+        let tags: BTreeMap<TagKey, ImageTagStatus> = self
+            .entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.snapshot()))
+            .collect();
+        status::only_progress_differs(&written.sent, &status::build(&obj.spec, &tags))
     }
 
     /// Writes the status if it differs from the stored one; returns when to try again after a
@@ -328,9 +337,68 @@ where
     }
 }
 
+/// When to write a change made at `now`, the last write having been at `last_write`: at once
+/// when every task is done; a change of tags' progress alone at most every
+/// `progress_min_interval`; any other within `status_coalesce`, at most every
+/// `status_min_interval`.
+fn write_at(
+    now: Instant,
+    last_write: Option<Instant>,
+    all_done: bool,
+    only_progress: bool,
+    s: &super::settings::Settings,
+) -> Instant {
+    if all_done {
+        return now;
+    }
+    let least = if only_progress {
+        s.progress_min_interval
+    } else {
+        s.status_min_interval
+    };
+    match last_write {
+        Some(last) if now < last + least => last + least,
+        _ => now + s.status_coalesce,
+    }
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn progress_alone_is_written_at_most_once_a_second_and_phase_changes_at_their_pace() {
+        let s = super::super::settings::Settings::default();
+        let t0 = Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        // a quiet period: any change within the coalescing delay
+        assert_eq!(write_at(t0, None, false, true, &s), t0 + ms(50));
+        assert_eq!(
+            write_at(t0 + ms(5000), Some(t0), false, true, &s),
+            t0 + ms(5050)
+        );
+        // progress 200 ms after a write: a second after it
+        assert_eq!(
+            write_at(t0 + ms(200), Some(t0), false, true, &s),
+            t0 + ms(1000)
+        );
+        // a phase change then: at the status pace (500 ms)
+        assert_eq!(
+            write_at(t0 + ms(200), Some(t0), false, false, &s),
+            t0 + ms(500)
+        );
+        // every task done: at once
+        assert_eq!(
+            write_at(t0 + ms(200), Some(t0), true, false, &s),
+            t0 + ms(200)
+        );
     }
 }

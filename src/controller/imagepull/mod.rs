@@ -48,6 +48,7 @@ pub mod inplace;
 pub mod keyring;
 pub mod metrics;
 pub mod prepull;
+pub mod progress;
 pub mod pull;
 pub mod reference;
 pub mod registry;
@@ -163,8 +164,21 @@ pub fn run<I, C>(
         ctx.spawn("pods waiting for their image", watcher);
     }
     let admission = admission(ctx, &settings);
+    // pulls' progress: containerd's content service, on the primary runtime's image socket
+    let ingests = ctx.runtimes.primary_now().map(|r| {
+        Arc::new(crate::cri::containerd::content::Content::new(
+            r.image_endpoint().clone(),
+            r.timeouts(),
+        )) as progress::Source
+    });
     let tools = Arc::new(task::PullTools {
-        puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
+        puller: pull::Puller::with_progress(
+            runtime,
+            ctx.tracker.clone(),
+            metrics.clone(),
+            ingests,
+            settings.stall_timeout,
+        ),
         credentials,
         slots: settings.max_workers.map(slots::Slots::new),
         settings: settings.clone(),
@@ -189,6 +203,7 @@ pub fn run<I, C>(
         max_workers = ?settings.max_workers,
         max_prepulls = ?settings.max_prepulls,
         image_fs_min_free = settings.image_fs_min_free,
+        stall_timeout = ?settings.stall_timeout,
         next_batch = settings.prepull_next_batch && ctx.pods.is_some(),
         in_place = settings.prepull_in_place_update && ctx.pods.is_some(),
         "image puller started"

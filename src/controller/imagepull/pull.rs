@@ -12,10 +12,16 @@
 //!
 //! The pull runs in its own task; every caller waits on its result with its own timeout. When
 //! the last caller stops waiting (its tag was removed), the pull is cancelled.
+//!
+//! Where the runtime shows what a pull has landed (containerd's ingests: [`super::progress`]),
+//! the pull's task follows it, publishes it to every caller, and the timeout is the time
+//! without a byte landing rather than a wall clock: a pull that progresses is not cut off, one
+//! whose bytes stop growing for the stall timeout fails at once ([`PullError::Stalled`]).
+//! Where it does not (CRI-O), the timeout is the pull's wall clock, as before.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use super::keyring::Credential;
 use super::metrics::{Metrics, Outcome, Source};
+use super::progress::{self, CutOff, Landed};
 use crate::cri::{CriError, ImageService, PullRequest, PullSandbox};
 
 /// What a pull returns: the runtime's image reference (the image ID on containerd and CRI-O),
@@ -47,9 +54,24 @@ pub enum PullError {
     /// Every waiter went away (their tags were removed) before the pull ended.
     #[error("pulling {0} was stopped")]
     Stopped(String),
-    /// The caller's time ran out (the pull may go on for other waiters).
+    /// The caller's time ran out (the pull may go on for other waiters): its wall clock, or,
+    /// where progress is known, the time without a byte landing.
     #[error("pulling timed out after {0:?}")]
     TimedOut(Duration),
+    /// Nothing landed for the stall timeout (`--image-pull-stall-timeout`).
+    #[error(
+        "pulling {image} stalled: {}, then nothing for {:.1}s (--image-pull-stall-timeout)",
+        landed_text(.landed),
+        .after.as_secs_f64()
+    )]
+    Stalled {
+        /// The image as sent to the runtime.
+        image: String,
+        /// What had landed.
+        landed: Landed,
+        /// How long nothing landed.
+        after: Duration,
+    },
     /// The pull's task ended without a result (the daemon is shutting down).
     #[error("the pull task ended without a result")]
     Lost,
@@ -87,6 +109,23 @@ impl std::fmt::Display for FailedTry {
         }
     }
 }
+
+/// `5.0 MiB landed of the 16.0 MiB seen (5242880 of 16777216 bytes)`: what a stalled pull had
+/// landed, of the blobs it had begun (not the whole image: see `progress.rs`).
+fn landed_text(l: &Landed) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    format!(
+        "{:.1} MiB landed of the {:.1} MiB seen ({} of {} bytes)",
+        mib(l.bytes),
+        mib(l.total),
+        l.bytes,
+        l.total
+    )
+}
+
+/// The time limit of a runtime's pull call whose progress is followed: the follower cuts it off
+/// when nothing lands, and a pull that progresses has no wall clock but this one.
+const FOLLOWED_CALL_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
 /// The tries' texts, in order.
 fn joined(tries: &[FailedTry]) -> String {
@@ -155,6 +194,8 @@ impl PullSpec {
 struct InFlight {
     id: u64,
     result: watch::Receiver<Option<PullResult>>,
+    /// What the pull has landed; `None` while unknown.
+    landed: watch::Receiver<Option<Landed>>,
     waiters: Arc<AtomicUsize>,
     cancel: CancellationToken,
 }
@@ -166,6 +207,12 @@ pub struct Puller<I> {
     next_id: std::sync::atomic::AtomicU64,
     tracker: TaskTracker,
     metrics: Metrics,
+    /// Where pulls' progress comes from; `None`: nowhere (no stall, wall clock timeouts).
+    ingests: Option<progress::Source>,
+    /// Set once the runtime said it has no content service: no more asking.
+    no_ingests: AtomicBool,
+    /// The stall timeout; `None`: none.
+    stall: Option<Duration>,
 }
 
 /// Drops one waiter; the last one cancels a pull that has not finished.
@@ -185,12 +232,27 @@ impl Drop for Waiter {
 impl<I: ImageService + Clone + 'static> Puller<I> {
     /// A puller over `runtime`; pulls run on `tracker`.
     pub fn new(runtime: I, tracker: TaskTracker, metrics: Metrics) -> Arc<Self> {
+        Self::with_progress(runtime, tracker, metrics, None, None)
+    }
+
+    /// A puller over `runtime` that follows its pulls' progress through `ingests` and fails
+    /// those that land nothing for `stall`.
+    pub fn with_progress(
+        runtime: I,
+        tracker: TaskTracker,
+        metrics: Metrics,
+        ingests: Option<progress::Source>,
+        stall: Option<Duration>,
+    ) -> Arc<Self> {
         Arc::new(Puller {
             runtime,
             inflight: Mutex::new(HashMap::new()),
             next_id: Default::default(),
             tracker,
             metrics,
+            ingests,
+            no_ingests: AtomicBool::new(false),
+            stall,
         })
     }
 
@@ -203,12 +265,23 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
         crate::sync::lock(&self.inflight)
     }
 
-    /// Pulls `spec`, or joins an identical pull in flight; waits at most `timeout`. Dropping the
-    /// returned future stops waiting (and cancels the pull if nobody else waits).
+    /// Pulls `spec`, or joins an identical pull in flight; waits at most `timeout` (without a
+    /// byte landing, where that is known). Dropping the returned future stops waiting (and
+    /// cancels the pull if nobody else waits).
     pub async fn pull(self: &Arc<Self>, spec: PullSpec, timeout: Duration) -> PullResult {
+        self.pull_watched(spec, timeout, None).await
+    }
+
+    /// [`Puller::pull`], telling `landed` what the pull has landed as it goes.
+    pub async fn pull_watched(
+        self: &Arc<Self>,
+        spec: PullSpec,
+        timeout: Duration,
+        landed: Option<&watch::Sender<Option<Landed>>>,
+    ) -> PullResult {
         let key = spec.merge_key();
         let source = spec.source;
-        let (mut rx, waiter, joined) = {
+        let (mut rx, mut progress, waiter, joined) = {
             let mut map = self.lock();
             match map.get(&key) {
                 Some(f) if !f.cancel.is_cancelled() => {
@@ -217,11 +290,12 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                         waiters: f.waiters.clone(),
                         cancel: f.cancel.clone(),
                     };
-                    (f.result.clone(), w, true)
+                    (f.result.clone(), f.landed.clone(), w, true)
                 }
                 _ => {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let (tx, rx) = watch::channel(None);
+                    let (landed_tx, landed_rx) = watch::channel(None);
                     let waiters = Arc::new(AtomicUsize::new(1));
                     let cancel = CancellationToken::new();
                     map.insert(
@@ -229,6 +303,7 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                         InFlight {
                             id,
                             result: rx.clone(),
+                            landed: landed_rx.clone(),
                             waiters: waiters.clone(),
                             cancel: cancel.clone(),
                         },
@@ -237,7 +312,7 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                     let task_cancel = cancel.clone();
                     self.tracker.spawn(async move {
                         let result = tokio::select! {
-                            r = this.pull_now(&spec, timeout) => r,
+                            r = this.pull_followed(&spec, timeout, &landed_tx) => r,
                             () = task_cancel.cancelled() => Err(PullError::Stopped(spec.image.clone())),
                         };
                         // the next request for this key starts afresh
@@ -248,27 +323,87 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                         drop(map);
                         let _ = tx.send(Some(result));
                     });
-                    (rx, Waiter { waiters, cancel }, false)
+                    (rx, landed_rx, Waiter { waiters, cancel }, false)
                 }
             }
         };
         if joined {
             self.metrics.pulled(source, Outcome::Shared);
         }
-        let result = tokio::time::timeout(timeout, async {
-            loop {
-                if let Some(r) = rx.borrow_and_update().clone() {
-                    return r;
-                }
-                if rx.changed().await.is_err() {
-                    return Err(PullError::Lost);
-                }
+        // the caller's clock: set back whenever bytes land
+        let mut until = crate::k8s::time::later(tokio::time::Instant::now(), timeout);
+        let mut bytes = 0;
+        let mut following = true;
+        let result = loop {
+            if let Some(r) = rx.borrow_and_update().clone() {
+                break r;
             }
-        })
-        .await
-        .unwrap_or(Err(PullError::TimedOut(timeout)));
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    break Err(PullError::Lost);
+                },
+                changed = progress.changed(), if following => match changed {
+                    Err(_) => following = false,
+                    Ok(()) => {
+                        let Some(l) = *progress.borrow_and_update() else { continue };
+                        if l.bytes > bytes {
+                            bytes = l.bytes;
+                            until = crate::k8s::time::later(tokio::time::Instant::now(), timeout);
+                        }
+                        if let Some(to) = landed {
+                            to.send_replace(Some(l));
+                        }
+                    }
+                },
+                () = tokio::time::sleep_until(until) => break Err(PullError::TimedOut(timeout)),
+            }
+        };
         drop(waiter);
         result
+    }
+
+    /// The pull, followed where the runtime shows its ingests: cut off when it lands nothing
+    /// for the stall timeout, or for `timeout` at all; else [`Puller::pull_now`] with `timeout`
+    /// as its wall clock.
+    async fn pull_followed(
+        &self,
+        spec: &PullSpec,
+        timeout: Duration,
+        landed: &watch::Sender<Option<Landed>>,
+    ) -> PullResult {
+        let Some(source) = self
+            .ingests
+            .as_ref()
+            .filter(|_| !self.no_ingests.load(Ordering::Relaxed))
+        else {
+            return self.pull_now(spec, timeout).await;
+        };
+        let before = match source.ingests().await {
+            Ok(before) => before,
+            Err(e) => {
+                if progress::unsupported(&e) {
+                    tracing::info!(error = %e, "the runtime shows no pull progress (it has no containerd content service): progress is 0 until a pull ends, and pulls have no stall timeout");
+                    self.no_ingests.store(true, Ordering::Relaxed);
+                } else {
+                    tracing::debug!(error = %e, "the runtime's ingests are unknown: pulling without following its progress");
+                }
+                return self.pull_now(spec, timeout).await;
+            }
+        };
+        tokio::select! {
+            r = self.pull_now(spec, timeout.max(FOLLOWED_CALL_LIMIT)) => r,
+            cut = progress::follow(source.as_ref(), &before, self.stall, timeout, landed) => {
+                self.metrics.pulled(spec.source, Outcome::Failed);
+                Err(match cut {
+                    CutOff::Stalled(s) => PullError::Stalled {
+                        image: spec.image.clone(),
+                        landed: s.landed,
+                        after: s.after,
+                    },
+                    CutOff::Quiet(after) => PullError::TimedOut(after),
+                })
+            }
+        }
     }
 
     /// The CRI calls of one pull: each credential in order until one works, or anonymous when

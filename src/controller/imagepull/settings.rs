@@ -17,6 +17,11 @@ pub struct Settings {
     pub status_coalesce: Duration,
     /// Least time between two status writes while tasks are still running.
     pub status_min_interval: Duration,
+    /// Least time between two status writes that change only tags' `progress`.
+    pub progress_min_interval: Duration,
+    /// A pull that lands nothing for this long fails (`--image-pull-stall-timeout`), where the
+    /// runtime shows what pulls land; `None`: never.
+    pub stall_timeout: Option<Duration>,
     /// Least free bytes on the image filesystem before a pull; 0: no check (and no admission
     /// by size).
     pub image_fs_min_free: u64,
@@ -42,6 +47,8 @@ impl Default for Settings {
             backoff_cap: Duration::from_secs(30),
             status_coalesce: Duration::from_millis(50),
             status_min_interval: Duration::from_millis(500),
+            progress_min_interval: Duration::from_secs(1),
+            stall_timeout: Some(crate::config::DEFAULT_IMAGE_PULL_STALL_TIMEOUT),
             image_fs_min_free: 0,
             image_gc_high_percent: super::admit::DEFAULT_GC_HIGH_PERCENT,
             image_fs_path: None,
@@ -62,6 +69,7 @@ impl Settings {
             image_fs_path: config.image_fs_path.clone(),
             max_workers: config.max_pull_workers,
             max_prepulls: config.max_prepulls,
+            stall_timeout: config.image_pull_stall_timeout,
             prepull_next_batch: config.gates.prepull_next_batch,
             prepull_in_place_update: config.gates.prepull_in_place_update,
             ..Settings::default()

@@ -51,6 +51,23 @@ pub fn same_owned_fields(a: &NodeImageStatus, b: &NodeImageStatus) -> bool {
         && a.image_statuses == b.image_statuses
 }
 
+/// Whether `a` and `b` differ, and only in tags' `progress`: a write that only moves progress
+/// bars, which goes at a slower pace (`Settings::progress_min_interval`).
+pub fn only_progress_differs(a: &NodeImageStatus, b: &NodeImageStatus) -> bool {
+    let without_progress = |s: &NodeImageStatus| {
+        let mut s = s.clone();
+        for tag in s
+            .image_statuses
+            .values_mut()
+            .flat_map(|i| i.tags.iter_mut())
+        {
+            tag.progress = 0;
+        }
+        s
+    };
+    !same_owned_fields(a, b) && same_owned_fields(&without_progress(a), &without_progress(b))
+}
+
 /// What this process last wrote: the status it sent and what the server stored, at the
 /// `resourceVersion` the write produced.
 #[derive(Clone, Debug, PartialEq)]
@@ -292,6 +309,40 @@ mod tests {
         changed.waiting = 0;
         changed.pulling = 1;
         assert!(decide(&changed, Some(&pruned), 8, Some(&l)).is_some());
+    }
+
+    #[test]
+    fn a_status_whose_tags_only_moved_their_progress_is_told_apart() {
+        let s = spec(&[("nginx", "1"), ("redis", "7")]);
+        let mut pulling = tag("1");
+        start_pulling(&mut pulling, now());
+        let before = build(
+            &s,
+            &[
+                (key("nginx", "1"), pulling.clone()),
+                (key("redis", "7"), tag("7")),
+            ]
+            .into(),
+        );
+        let mut moved = pulling.clone();
+        moved.progress = 40;
+        let after = build(
+            &s,
+            &[
+                (key("nginx", "1"), moved.clone()),
+                (key("redis", "7"), tag("7")),
+            ]
+            .into(),
+        );
+        assert!(only_progress_differs(&before, &after));
+        assert!(!only_progress_differs(&before, &before), "nothing differs");
+        let mut done = moved;
+        succeed(&mut done, now(), "nginx@sha256:1".into(), String::new());
+        let finished = build(
+            &s,
+            &[(key("nginx", "1"), done), (key("redis", "7"), tag("7"))].into(),
+        );
+        assert!(!only_progress_differs(&after, &finished), "a phase changed");
     }
 
     #[test]

@@ -16,6 +16,12 @@
 //!    tag at once when it would not fit even on the empty filesystem;
 //! 5. `PullImage` through the shared [`Puller`], each credential in turn.
 //!
+//! Where the runtime shows what a pull has landed (containerd: `progress.rs`), the tag's
+//! `progress` follows it, an attempt is cut off after `timeoutSeconds` without a byte landing
+//! rather than after `timeoutSeconds` in all (a pull that progresses goes on, within
+//! `activeDeadlineSeconds`), and a pull that lands nothing for `--image-pull-stall-timeout`
+//! fails that attempt at once. Elsewhere an attempt is cut at `timeoutSeconds`, as kruise's.
+//!
 //! A failed attempt after which the runtime does not answer at all (`ImageFsInfo` unreachable:
 //! containerd restarting or crashed) does not count: the task asks every 250 ms and makes the
 //! next attempt as soon as the runtime answers, within `activeDeadlineSeconds` when one is set.
@@ -37,6 +43,7 @@ use super::admit::{self, Admission};
 use super::disk;
 use super::keyring::Credential;
 use super::metrics::{Metrics, Outcome, Source};
+use super::progress::{self, Landed};
 use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
 use super::secrets::Credentials;
@@ -258,12 +265,22 @@ async fn run_in_turn<I, C>(
     changed.notify_one();
     tracing::info!("pulling");
 
+    let (landed, shown) = tokio::sync::watch::channel(None);
+    let show = |percent| {
+        update(&cell, |s| {
+            if s.phase == crate::k8s::crd::ImagePullPhase::Pulling {
+                s.progress = percent;
+            }
+        });
+        changed.notify_one();
+    };
     let outcome = tokio::select! {
         () = cancel.cancelled() => {
             tracing::info!("stopped: the tag left the spec or got a new version");
             return;
         }
-        o = attempts(&tools, &job) => o,
+        o = attempts(&tools, &job, &landed) => o,
+        never = progress::show(shown, show) => match never {},
     };
     let took = started.elapsed();
     let name_tag = format!("{}:{}", job.image, job.spec.tag);
@@ -317,7 +334,11 @@ fn record<I, C>(tools: &PullTools<I, C>, job: &TagJob, warning: bool, reason: &s
 }
 
 /// The attempts of a task; the last failure when all fail.
-async fn attempts<I, C>(tools: &PullTools<I, C>, job: &TagJob) -> Result<Done, TaskError>
+async fn attempts<I, C>(
+    tools: &PullTools<I, C>,
+    job: &TagJob,
+    landed: &tokio::sync::watch::Sender<Option<Landed>>,
+) -> Result<Done, TaskError>
 where
     I: ImageService + Clone + 'static,
     C: Credentials,
@@ -336,14 +357,19 @@ where
         let Some(budget) = state::attempt_budget(timeout, left) else {
             return Err(TaskError::Deadline { last: last_error });
         };
-        let result = match tokio::time::timeout(
+        // the budget is time without a byte landing where that is known, else a wall clock;
+        // the deadline is a wall clock. Each attempt counts its own bytes.
+        landed.send_replace(None);
+        let result = match progress::until_quiet(
             budget,
-            attempt_once(tools, job, &reference, budget),
+            left,
+            landed.subscribe(),
+            attempt_once(tools, job, &reference, budget, landed),
         )
         .await
         {
-            Ok(r) => r,
-            Err(_) => Err(AttemptError::TimedOut {
+            Some(r) => r,
+            None => Err(AttemptError::TimedOut {
                 reference: format!("{}:{}", job.image, job.spec.tag),
                 budget,
             }),
@@ -429,6 +455,7 @@ async fn attempt_once<I, C>(
     job: &TagJob,
     reference: &Reference,
     budget: Duration,
+    landed: &tokio::sync::watch::Sender<Option<Landed>>,
 ) -> Result<Done, AttemptError>
 where
     I: ImageService + Clone + 'static,
@@ -488,7 +515,7 @@ where
             format!("{m} ({problems})")
         }
     };
-    match tools.puller.pull(spec, budget).await {
+    match tools.puller.pull_watched(spec, budget, Some(landed)).await {
         Ok(image_ref) => {
             if let Some(a) = admitted {
                 learn(tools, a, &image_ref).await;

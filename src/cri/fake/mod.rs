@@ -14,6 +14,7 @@
 //! - `runtime`, `images`: the two CRI services;
 //! - `events`: the container event stream.
 
+mod content;
 mod dialect;
 mod events;
 mod images;
@@ -240,7 +241,8 @@ impl FakeRuntime {
         let server = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(RuntimeServiceServer::new(svc.clone()))
-                .add_service(ImageServiceServer::new(svc))
+                .add_service(ImageServiceServer::new(svc.clone()))
+                .add_service(content::server(svc))
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                     let _ = rx.await;
                 })
@@ -281,6 +283,13 @@ impl FakeRuntime {
                 code,
                 message: message.to_string(),
             });
+    }
+
+    /// containerd's content ingests in flight from now on (`ListStatuses`); `None`: the
+    /// content service answers `Unimplemented`, as CRI-O's (the default).
+    pub fn set_ingests(&self, ingests: Option<Vec<crate::cri::containerd::content::Ingest>>) {
+        self.state().ingests = ingests;
+        self.shared.touch();
     }
 
     /// Every call of `rpc` is delayed by `delay` (zero removes it).

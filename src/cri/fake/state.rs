@@ -36,6 +36,9 @@ pub(super) struct Fault {
 /// Everything the fake runtime holds; tests reach it through [`super::FakeRuntime::state`].
 #[derive(Debug, Default)]
 pub struct FakeState {
+    /// containerd's content ingests in flight, as `ListStatuses` in namespace `k8s.io` answers
+    /// them (pull progress); `None`: the content service answers `Unimplemented`, as CRI-O.
+    pub ingests: Option<Vec<crate::cri::containerd::content::Ingest>>,
     /// Sandboxes by ID, with their status.
     pub sandboxes: BTreeMap<String, PodSandboxStatus>,
     /// Containers by ID.
