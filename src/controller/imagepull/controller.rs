@@ -276,7 +276,10 @@ where
         planned.map_or(at, |p| p.min(at))
     }
 
-    /// Whether the status to write differs from the last one written only in tags' progress.
+    /// Whether the status to write differs from the last one written at most in tags'
+    /// progress: a change that moved nothing else (a tag's progress, or the watch echoing
+    /// this process's own write) waits for the progress pace, so that progress that moves
+    /// right after a write is not written at the status pace.
     fn only_progress_moved(&self) -> bool {
         let (Some(obj), Some(written)) = (self.object(), &self.written) else {
             return false;
@@ -286,7 +289,7 @@ where
             .iter()
             .map(|(k, e)| (k.clone(), e.snapshot()))
             .collect();
-        status::only_progress_differs(&written.sent, &status::build(&obj.spec, &tags))
+        status::at_most_progress_differs(&written.sent, &status::build(&obj.spec, &tags))
     }
 
     /// Writes the status if it differs from the stored one; returns when to try again after a

@@ -68,6 +68,12 @@ pub fn only_progress_differs(a: &NodeImageStatus, b: &NodeImageStatus) -> bool {
     !same_owned_fields(a, b) && same_owned_fields(&without_progress(a), &without_progress(b))
 }
 
+/// Whether `a` and `b` differ at most in tags' `progress` (or not at all): nothing that
+/// would need a write sooner than the progress pace.
+pub fn at_most_progress_differs(a: &NodeImageStatus, b: &NodeImageStatus) -> bool {
+    same_owned_fields(a, b) || only_progress_differs(a, b)
+}
+
 /// What this process last wrote: the status it sent and what the server stored, at the
 /// `resourceVersion` the write produced.
 #[derive(Clone, Debug, PartialEq)]

@@ -95,6 +95,9 @@ pub struct RequestRecord {
     /// `401` or `403` when authentication or RBAC refused the request (it was not served);
     /// `None` for every request that got past them.
     pub refused: Option<u16>,
+    /// When it arrived (set for every request served; not in the JSON of `/_double/`).
+    #[serde(skip)]
+    pub at: Option<std::time::Instant>,
 }
 
 impl RequestRecord {

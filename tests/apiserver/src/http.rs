@@ -197,6 +197,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         content_type: ctype.clone(),
         user_agent,
         body: String::from_utf8_lossy(&body).into_owned(),
+        at: Some(std::time::Instant::now()),
         ..RequestRecord::default()
     };
     if let Target::Resource(t) = &target {
