@@ -318,6 +318,11 @@ impl Book {
     pub fn forget(&self, uid: &str) {
         lock(&self.pods).retain(|id, _| id.uid != uid);
     }
+
+    /// Forgets every pod whose UID is not in `live` (a relist hid their deletions).
+    pub fn retain(&self, live: &std::collections::HashSet<String>) {
+        lock(&self.pods).retain(|id, _| live.contains(&id.uid));
+    }
 }
 
 #[cfg(test)]

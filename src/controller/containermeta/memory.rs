@@ -15,7 +15,7 @@
 //!   recreate a container by itself;
 //! - the pod of each sandbox a container event named (sandbox IDs never change owner).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -123,6 +123,28 @@ impl Memory {
         self.state()
             .seen_at_start
             .unchanged_since_start(uid, rv, start)
+    }
+
+    /// Forgets every pod not in `live` (the UIDs the pod store holds after a relist, or when
+    /// the controller lagged): their deletions were never told.
+    pub fn forget_all_pods_but(&self, live: &HashSet<String>) {
+        let stale: HashSet<String> = {
+            let s = self.state();
+            s.timelines
+                .keys()
+                .chain(s.last_stops.keys().map(|(uid, _)| uid))
+                .chain(s.sandbox_pods.values())
+                .chain(s.seen_at_start.0.keys())
+                .filter(|uid| !live.contains(*uid))
+                .cloned()
+                .collect()
+        };
+        for uid in &stale {
+            self.forget_pod(uid);
+        }
+        self.state()
+            .sandbox_pods
+            .retain(|_, uid| live.contains(uid));
     }
 
     /// Forgets the stops older than [`STOPPED_MEMORY`] at `now`, and the expected recreations
@@ -296,6 +318,27 @@ mod tests {
     fn pod() -> Pod {
         serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "uid": "u1"}}))
             .expect("pod")
+    }
+
+    /// Issue 43, row 10: a pod deleted while the watch was down (its deletion hidden by the
+    /// relist) was remembered for ever.
+    #[test]
+    fn pods_a_relist_no_longer_holds_are_forgotten_and_the_others_kept() {
+        let m = Memory::default();
+        let now = Instant::now();
+        for uid in ["gone", "kept"] {
+            m.saw_pod(&pod(), uid, seen(1), now);
+            m.remember_sandbox(&format!("sandbox-{uid}"), uid);
+            m.stopping(uid, "main", stop(&format!("c-{uid}")), now);
+        }
+        m.forget_all_pods_but(&HashSet::from(["kept".to_string()]));
+        let s = m.state();
+        let mut timelines: Vec<&String> = s.timelines.keys().collect();
+        timelines.sort();
+        assert_eq!(timelines, ["kept"]);
+        assert_eq!(s.sandbox_pods.values().collect::<Vec<_>>(), ["kept"]);
+        assert!(s.last_stops.keys().all(|(uid, _)| uid == "kept"));
+        assert_eq!(s.last_stops.len(), 1);
     }
 
     #[test]

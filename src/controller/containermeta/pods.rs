@@ -77,6 +77,15 @@ fn consider(c: &ContainerMeta, pod: &Pod, start: Start<'_>) {
     }
 }
 
+/// Forgets every pod the store no longer holds (issue 43, row 10: a deletion hidden by a
+/// relist or a lag left its state kept for ever).
+fn forget_all_but_the_stores(c: &ContainerMeta) {
+    let live: std::collections::HashSet<String> =
+        c.pods.state().iter().filter_map(|p| p.uid()).collect();
+    c.memory.forget_all_pods_but(&live);
+    c.book.retain(&live);
+}
+
 fn consider_all(c: &ContainerMeta, start: Start<'_>) {
     for pod in c.pods.state() {
         consider(c, &pod, start);
@@ -130,6 +139,8 @@ pub async fn watch_pods(
                 // entries came before this controller subscribed (Start::Snapshot keeps those
                 // that came through their own entries as listed)
                 let start = if synced_once {
+                    // a relist: deletions it hid are deletions
+                    forget_all_but_the_stores(&c);
                     Start::No
                 } else {
                     Start::Snapshot
@@ -140,6 +151,7 @@ pub async fn watch_pods(
             Err(RecvError::Lagged(_)) => {
                 // changes were lost: the store stands in for them
                 if synced_once {
+                    forget_all_but_the_stores(&c);
                     consider_all(&c, Start::No);
                 } else {
                     // the first list may be done, its Resynced among the lost

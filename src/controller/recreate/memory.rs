@@ -79,6 +79,25 @@ impl Memory {
         pod
     }
 
+    /// Ends every request the memory holds whose UID is not in `live` (the requests the
+    /// watch's store holds after a relist, or when this subscriber lagged): their deletions
+    /// were never told, so a kill in flight for one is called off here. The pods they were
+    /// seen for, to look at again.
+    pub fn end_all_but(&self, live: &HashSet<String>) -> Vec<Key> {
+        let stale: BTreeSet<String> = {
+            let s = self.state();
+            s.pod_of
+                .keys()
+                .chain(s.inflight.keys())
+                .chain(s.killed.keys())
+                .chain(s.completed.iter())
+                .filter(|uid| !live.contains(*uid))
+                .cloned()
+                .collect()
+        };
+        stale.iter().filter_map(|uid| self.ended(uid)).collect()
+    }
+
     /// Whether a kill for request `uid` is under way.
     pub fn kill_under_way(&self, uid: &str) -> bool {
         self.state().inflight.contains_key(uid)
@@ -151,6 +170,31 @@ mod tests {
         assert!(m.killed("r1").is_empty());
         assert!(!m.completed_here("r1"));
         assert_eq!(m.ended("r1"), None, "forgotten");
+    }
+
+    /// Issue 43, row 10: a request deleted while the watch was down (or while this subscriber
+    /// lagged) was never told deleted: its kill ran on and its state was kept for ever.
+    #[test]
+    fn a_request_a_relist_no_longer_holds_has_its_kill_called_off_and_is_forgotten() {
+        let m = Memory::default();
+        m.active("gone".into(), pod());
+        m.active("kept".into(), ("ns".to_string(), "q".to_string()));
+        let gone_kill = CancellationToken::new();
+        let kept_kill = CancellationToken::new();
+        m.kill_started("gone", "a", gone_kill.clone());
+        m.kill_started("kept", "a", kept_kill.clone());
+        m.kill_started("never-seen-active", "a", CancellationToken::new());
+        let live = HashSet::from(["kept".to_string()]);
+        assert_eq!(
+            m.end_all_but(&live),
+            vec![pod()],
+            "the gone one's pod looked at again"
+        );
+        assert!(gone_kill.is_cancelled(), "its kill called off");
+        assert!(!kept_kill.is_cancelled());
+        assert!(!m.kill_under_way("gone") && !m.kill_under_way("never-seen-active"));
+        assert!(m.kill_under_way("kept"));
+        assert!(m.end_all_but(&live).is_empty(), "nothing more to end");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The request watch: every change of the node's active requests brings its pod's next pass,
 //! and what the memory keeps of the requests follows them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -36,7 +37,13 @@ pub async fn watch_requests(shared: Arc<RecreateController>) {
                 }
             }
             Ok(Change::Resynced) | Err(RecvError::Lagged(_)) => {
-                for r in shared.requests.state() {
+                // deletions a relist or a lag hid: what the store no longer holds has ended
+                let requests = shared.requests.state();
+                let live: HashSet<String> = requests.iter().filter_map(|r| r.uid()).collect();
+                for key in shared.memory.end_all_but(&live) {
+                    shared.queue.add(key);
+                }
+                for r in requests {
                     on_change(&shared, &r);
                 }
             }
