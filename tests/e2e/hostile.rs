@@ -457,17 +457,18 @@ async fn a_connection_flood_on_the_admin_port_leaves_healthz_answering() {
     let Some(sc) = scene().await else { return };
     let mut d = sc.daemon().await;
     let addr = d.admin;
+    // a tenant's pod (another address than the node's) opens and holds all it can
     let mut held = Vec::new();
     for _ in 0..500 {
-        if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        if let Ok(s) = socket.connect(addr).await {
             held.push(s);
         }
     }
-    // the kubelet probes from the node's address, not the flooding pod's: another source
+    // the kubelet probes from the node's address (loopback in the lab)
     let probe = async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        let mut s = socket.connect(addr).await.unwrap();
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
