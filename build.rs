@@ -1,7 +1,8 @@
 //! kruised's build script, with no dependency of its own:
 //!
 //! - checks that the committed CRI code (`src/cri/generated/runtime.v1.rs`) was generated from
-//!   the proto in the tree (`proto/runtime/v1/api.proto`): the generated file's second line is
+//!   the proto in the tree (`proto/runtime/v1/api.proto`), and containerd's images service
+//!   (`src/cri/containerd/generated/`) from its own: the generated file's second line is
 //!   the proto's fingerprint, written by `scripts/gen-cri.sh`; a proto changed without running it
 //!   fails the build, saying so;
 //! - stamps the commit into the binary (`KRUISED_COMMIT`, read by `build_info::COMMIT`: `kruised
@@ -20,13 +21,18 @@ include!("proto/fingerprint.rs");
 
 const PROTO: &str = "proto/runtime/v1/api.proto";
 const GENERATED: &str = "src/cri/generated/runtime.v1.rs";
+/// containerd's images service (pinning), generated the same way (`src/cri/containerd/`).
+const IMAGES_PROTO: &str = "proto/containerd/images/v1/images.proto";
+const IMAGES_GENERATED: &str = "src/cri/containerd/generated/containerd.services.images.v1.rs";
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=proto/fingerprint.rs");
-    println!("cargo:rerun-if-changed={PROTO}");
-    println!("cargo:rerun-if-changed={GENERATED}");
-    check_generated();
+    for (proto, generated) in [(PROTO, GENERATED), (IMAGES_PROTO, IMAGES_GENERATED)] {
+        println!("cargo:rerun-if-changed={proto}");
+        println!("cargo:rerun-if-changed={generated}");
+        check_generated(proto, generated);
+    }
     println!("cargo:rerun-if-env-changed=KRUISED_COMMIT");
     let commit = std::env::var("KRUISED_COMMIT")
         .ok()
@@ -35,15 +41,16 @@ fn main() {
     println!("cargo:rustc-env=KRUISED_COMMIT={commit}");
 }
 
-fn check_generated() {
-    let proto = std::fs::read(PROTO).unwrap_or_else(|e| panic!("cannot read {PROTO}: {e}"));
-    let generated = std::fs::read_to_string(GENERATED)
-        .unwrap_or_else(|e| panic!("cannot read {GENERATED}: {e}"));
+fn check_generated(proto_path: &str, generated_path: &str) {
+    let proto =
+        std::fs::read(proto_path).unwrap_or_else(|e| panic!("cannot read {proto_path}: {e}"));
+    let generated = std::fs::read_to_string(generated_path)
+        .unwrap_or_else(|e| panic!("cannot read {generated_path}: {e}"));
     let want = fingerprint_line(&proto);
     if !generated.lines().take(3).any(|l| l == want) {
         panic!(
-            "{PROTO} is not the proto {GENERATED} was generated from (its fingerprint line is not \
-             `{want}`): run scripts/gen-cri.sh"
+            "{proto_path} is not the proto {generated_path} was generated from (its fingerprint \
+             line is not `{want}`): run scripts/gen-cri.sh"
         );
     }
 }

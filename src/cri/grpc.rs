@@ -69,7 +69,7 @@ pub struct RemoteRuntime {
     exec_output_limit: usize,
 }
 
-fn channel(endpoint: &Endpoint, connect_timeout: Duration) -> Channel {
+pub(super) fn channel(endpoint: &Endpoint, connect_timeout: Duration) -> Channel {
     let path = endpoint.path().to_path_buf();
     // The URI is required by tonic but unused: the connector dials the socket.
     tonic::transport::Endpoint::from_static("http://cri.invalid")

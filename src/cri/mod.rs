@@ -6,10 +6,12 @@
 //! - [`RemoteRuntime`]: the tonic client over a unix socket;
 //! - [`Runtimes`]: every runtime found on the node, keyed by the name that prefixes container IDs;
 //! - [`dialect`]: what containerd 1.6, containerd 2.x and CRI-O answer differently;
+//! - [`containerd`]: containerd's own API where the CRI has no call (image labels: pinning);
 //! - `fake`: an in-memory CRI server for tests, speaking the real protocol on a unix socket
 //!   (feature `test-util`: never in the shipped build).
 
 pub mod clock;
+pub mod containerd;
 mod convert;
 mod convert_detail;
 mod detail;
