@@ -15,6 +15,7 @@
 //! | [`disk`] | free space of the image filesystem |
 //! | [`settings`] | the puller's tunables |
 //! | [`slots`] | the pull slots, in-place pulls served first |
+//! | [`pin`] | pre-pulled images pinned against the kubelet's image GC until their first use |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
 //! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
@@ -43,6 +44,7 @@ pub mod disk;
 pub mod inplace;
 pub mod keyring;
 pub mod metrics;
+pub mod pin;
 pub mod prepull;
 pub mod pull;
 pub mod reference;
@@ -115,7 +117,24 @@ pub fn start_with(
                 secrets::SecretStore::new(ctx.client.clone(), &ctx.config.config_namespace)
                     .with_plugins(plugins),
             );
-            run(&ctx, runtime, credentials, settings, metrics, Some(events), present);
+            let pinning = ctx.runtimes.primary_version().map(|v| crate::cri::containerd::pinning(&v));
+            let pins = match pinning {
+                Some(p) if p.offered() => {
+                    tracing::info!(pinning = %p, "pre-pulled images are pinned until their first use");
+                    let pins = pin::Pins::new(
+                        Arc::new(pin::ContainerdPins::new(runtime.clone())),
+                        pin::CHECK_INTERVAL,
+                    );
+                    ctx.spawn("image pins", pins.clone().run(ctx.cancel.clone()));
+                    Some(pins)
+                }
+                Some(p) => {
+                    tracing::info!(pinning = %p, "pre-pulled images are not pinned");
+                    None
+                }
+                None => None,
+            };
+            run_pinning(&ctx, runtime, credentials, settings, metrics, Some(events), present, pins);
         }
         .instrument(span),
     );
@@ -135,8 +154,35 @@ pub fn run<I, C>(
     I: ImageService + Clone + 'static,
     C: secrets::Credentials,
 {
+    run_pinning(
+        ctx,
+        runtime,
+        credentials,
+        settings,
+        metrics,
+        events,
+        present,
+        None,
+    );
+}
+
+/// [`run`], pinning what is pulled with `pins` until its first use.
+#[allow(clippy::too_many_arguments)]
+pub fn run_pinning<I, C>(
+    ctx: &Context,
+    runtime: I,
+    credentials: Arc<C>,
+    settings: Settings,
+    metrics: metrics::Metrics,
+    events: Option<EventSink>,
+    present: Option<task::PresentHook>,
+    pins: Option<Arc<pin::Pins>>,
+) where
+    I: ImageService + Clone + 'static,
+    C: secrets::Credentials,
+{
     let tools = Arc::new(task::PullTools {
-        puller: pull::Puller::new(runtime, ctx.tracker.clone(), metrics.clone()),
+        puller: pull::Puller::pinning(runtime, ctx.tracker.clone(), metrics.clone(), pins),
         credentials,
         slots: settings.max_workers.map(slots::Slots::new),
         settings: settings.clone(),

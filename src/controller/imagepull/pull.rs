@@ -11,7 +11,9 @@
 //! it was pulled by. Pulls with different credentials are never merged.
 //!
 //! The pull runs in its own task; every caller waits on its result with its own timeout. When
-//! the last caller stops waiting (its tag was removed), the pull is cancelled.
+//! the last caller stops waiting (its tag was removed), the pull is cancelled. Where the runtime
+//! can pin, the image is pinned until its first use before the pull is reported done
+//! ([`super::pin`]).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -25,6 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use super::keyring::Credential;
 use super::metrics::{Metrics, Outcome, Source};
+use super::pin::Pins;
 use crate::cri::{CriError, ImageService, PullRequest, PullSandbox};
 
 /// What a pull returns: the runtime's image reference (the image ID on containerd and CRI-O),
@@ -166,6 +169,8 @@ pub struct Puller<I> {
     next_id: std::sync::atomic::AtomicU64,
     tracker: TaskTracker,
     metrics: Metrics,
+    /// Pins what it pulls until its first use (`None`: the runtime cannot).
+    pins: Option<Arc<Pins>>,
 }
 
 /// Drops one waiter; the last one cancels a pull that has not finished.
@@ -185,13 +190,29 @@ impl Drop for Waiter {
 impl<I: ImageService + Clone + 'static> Puller<I> {
     /// A puller over `runtime`; pulls run on `tracker`.
     pub fn new(runtime: I, tracker: TaskTracker, metrics: Metrics) -> Arc<Self> {
+        Self::pinning(runtime, tracker, metrics, None)
+    }
+
+    /// A puller that pins each image it pulls with `pins` before it reports the pull done.
+    pub fn pinning(
+        runtime: I,
+        tracker: TaskTracker,
+        metrics: Metrics,
+        pins: Option<Arc<Pins>>,
+    ) -> Arc<Self> {
         Arc::new(Puller {
             runtime,
             inflight: Mutex::new(HashMap::new()),
             next_id: Default::default(),
             tracker,
             metrics,
+            pins,
         })
+    }
+
+    /// What it pins with, if it pins.
+    pub fn pins(&self) -> Option<&Arc<Pins>> {
+        self.pins.as_ref()
     }
 
     /// The image service.
@@ -297,6 +318,9 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
             match result {
                 Ok(image_ref) => {
                     self.metrics.pulled(spec.source, Outcome::Succeeded);
+                    if let Some(pins) = &self.pins {
+                        pins.pin(&image_ref).await;
+                    }
                     return Ok(image_ref);
                 }
                 Err(e) => {
