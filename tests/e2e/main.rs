@@ -19,6 +19,7 @@ mod crictl;
 mod daemon;
 mod hostile;
 mod imagepull;
+mod pin;
 mod podprobe;
 mod pull_dedup;
 mod recreate;

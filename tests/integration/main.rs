@@ -26,6 +26,7 @@ mod faults_restart;
 mod fuzz_seeds;
 mod health_truth;
 mod hostile;
+mod image_gc;
 mod imagepull;
 mod inplace_pull;
 mod k8s;
