@@ -9,8 +9,10 @@
 //!   container uses (in any state) and images the runtime reports pinned (CRI `Image.pinned`),
 //!   counting each removed image's size, until enough is freed.
 //!
-//! Usage is what `ImageFsInfo` reports for the first image filesystem (the kubelet reads it from
-//! cadvisor); the capacity and both thresholds are parameters, as the kubelet's are
+//! Usage is what `ImageFsInfo` reports for the first image filesystem, and never less than the
+//! listed images' sizes: the kubelet reads the disk itself (cadvisor), which holds at least the
+//! images, while containerd samples the usage it reports every few seconds (1.6 reports 0 for a
+//! while after its start). The capacity and both thresholds are parameters, as the kubelet's are
 //! configuration. A [`ImageGc::scope`] keeps a test's collector to the images of its own
 //! repositories, so a pass never removes what a test running beside it uses; the kubelet's has
 //! no such limit.
@@ -121,7 +123,8 @@ impl ImageGc {
             .unwrap_or_else(|e| panic!("ImageFsInfo: {e}"))
             .first()
             .and_then(|f| f.used_bytes)
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(images.iter().map(|i| i.size).sum());
         let mut pass = GcPass {
             usage,
             over_threshold: usage * 100 >= self.high_percent * self.capacity,
