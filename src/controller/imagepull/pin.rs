@@ -202,6 +202,8 @@ pub struct Pins {
     held: Mutex<BTreeMap<String, Held>>,
     wake: Notify,
     interval: Duration,
+    /// Set when the runtime does not serve the calls pinning needs: nothing is tried again.
+    off: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pins {
@@ -220,6 +222,7 @@ impl Pins {
             held: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
             interval,
+            off: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -245,6 +248,9 @@ impl Pins {
             tracing::debug!(%image, "not an image ID: not pinned");
             return;
         }
+        if self.off.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let id = format!("sha256:{}", image.trim_start_matches("sha256:"));
         match self.store.pin(&id).await {
             Ok(PinOutcome::Pinned { since, size }) => {
@@ -268,6 +274,7 @@ impl Pins {
             Ok(PinOutcome::Absent) => {
                 tracing::debug!(image = %id, "image gone since its pull: not pinned");
             }
+            Err(e @ CriError::Unsupported { .. }) => self.turn_off(&e),
             Err(e) => tracing::warn!(image = %id, error = %e, "pinning the image failed"),
         }
     }
@@ -349,10 +356,23 @@ impl Pins {
         Ok(n)
     }
 
+    /// Stops pinning for good: the runtime does not serve containerd's images service.
+    fn turn_off(&self, e: &CriError) {
+        if !self.off.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(error = %e, "the runtime does not serve containerd's images service: pre-pulled images are not pinned");
+        }
+    }
+
     /// Takes up the pins kruised made before (its labels), then unpins each image at its first
     /// use, until `cancel`.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         match self.store.pinned().await {
+            Err(e @ CriError::Unsupported { .. }) => {
+                self.turn_off(&e);
+                // a long-lived task of the daemon: it ends with the daemon, not before
+                cancel.cancelled().await;
+                return;
+            }
             Ok(pinned) => {
                 let n = pinned.len();
                 let mut held = self.lock();

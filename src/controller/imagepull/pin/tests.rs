@@ -201,3 +201,47 @@ async fn pinning_more_than_the_bound_unpins_the_oldest_and_old_pins_expire() {
     assert_eq!(pins.held().len(), MAX_HELD - 1);
     assert!(!pins.held().contains(&id(101)));
 }
+
+/// A runtime that answers containerd's version but not its images service (the tests' fake).
+struct Unserved;
+
+impl PinStore for Unserved {
+    fn pin<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<PinOutcome, CriError>> {
+        Box::pin(async { Err(unsupported()) })
+    }
+    fn unpin<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), CriError>> {
+        Box::pin(async { Err(unsupported()) })
+    }
+    fn pinned(&self) -> BoxFuture<'_, Result<Vec<(String, i64, u64)>, CriError>> {
+        Box::pin(async { Err(unsupported()) })
+    }
+    fn in_use(&self) -> BoxFuture<'_, Result<Vec<String>, CriError>> {
+        Box::pin(async { Ok(vec![]) })
+    }
+}
+
+fn unsupported() -> CriError {
+    CriError::Unsupported {
+        endpoint: "unix:///run/fake.sock".into(),
+        call: "images.Get",
+        message: "unknown service containerd.services.images.v1.Images".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_runtime_without_containerds_images_service_turns_pinning_off_at_once() {
+    let pins = Pins::new(Arc::new(Unserved), Duration::from_millis(10));
+    pins.pin(&id(1)).await;
+    assert!(pins.off.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(pins.held().is_empty());
+    // the loop, a task of the daemon's, ends with the daemon and not before
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(pins.clone().run(cancel.clone()));
+    tokio::task::yield_now().await;
+    assert!(!task.is_finished());
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the loop ends at its cancel")
+        .expect("no panic");
+}
