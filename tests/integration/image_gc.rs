@@ -55,7 +55,7 @@ async fn the_collector_removes_unused_unpinned_images_oldest_first_down_to_the_l
         "oldest first: {removed:?}"
     );
     assert_eq!(removed[2], new);
-    assert_eq!(ids(&pass.skipped_pinned), [pinned.clone()]);
+    assert_eq!(ids(&pass.skipped_pinned), std::slice::from_ref(&pinned));
 
     // 2 KiB left on a 2 KiB disk, down to 0 %: everything it may, and the pinned and the used
     // one are all that is left, skipped
@@ -63,8 +63,12 @@ async fn the_collector_removes_unused_unpinned_images_oldest_first_down_to_the_l
     gc.low_percent = 0;
     let pass = gc.pass(&rt).await;
     assert!(pass.over_threshold && pass.removed.is_empty(), "{pass:?}");
-    assert_eq!(ids(&pass.skipped_pinned), [pinned.clone()]);
-    assert_eq!(ids(&pass.skipped_in_use), [used.clone()], "{pass:#?}");
+    assert_eq!(ids(&pass.skipped_pinned), std::slice::from_ref(&pinned));
+    assert_eq!(
+        ids(&pass.skipped_in_use),
+        std::slice::from_ref(&used),
+        "{pass:#?}"
+    );
     let left: Vec<String> = cri.state().images.keys().cloned().collect();
     assert!(left.contains(&pinned) && left.contains(&used), "{left:?}");
 }

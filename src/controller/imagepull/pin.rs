@@ -61,6 +61,17 @@ pub enum PinOutcome {
     Absent,
 }
 
+/// An image kruised pinned, as the runtime records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedImage {
+    /// Its ID (`sha256:<hex>`).
+    pub id: String,
+    /// When it was pulled (seconds since the epoch).
+    pub since: i64,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 /// Where the pins are kept: the runtime's image labels (containerd's images service), and the
 /// containers that use images (CRI). A trait so the logic is tested without a runtime.
 pub trait PinStore: Send + Sync + 'static {
@@ -70,7 +81,7 @@ pub trait PinStore: Send + Sync + 'static {
     fn unpin<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CriError>>;
     /// The images kruised pinned: their IDs, when each was pulled (seconds since the epoch) and
     /// its size.
-    fn pinned(&self) -> BoxFuture<'_, Result<Vec<(String, i64, u64)>, CriError>>;
+    fn pinned(&self) -> BoxFuture<'_, Result<Vec<PinnedImage>, CriError>>;
     /// The IDs of the images the node's containers run (in any state).
     fn in_use(&self) -> BoxFuture<'_, Result<Vec<String>, CriError>>;
 }
@@ -162,13 +173,17 @@ impl PinStore for ContainerdPins {
         })
     }
 
-    fn pinned(&self) -> BoxFuture<'_, Result<Vec<(String, i64, u64)>, CriError>> {
+    fn pinned(&self) -> BoxFuture<'_, Result<Vec<PinnedImage>, CriError>> {
         Box::pin(async move {
             let mut out = Vec::new();
             for r in self.images.pinned_by_kruised().await? {
                 if dialect::is_image_id(&r.name) {
                     let size = self.size(&r.name).await?;
-                    out.push((r.name, r.created_at, size));
+                    out.push(PinnedImage {
+                        id: r.name,
+                        since: r.created_at,
+                        size,
+                    });
                 }
             }
             Ok(out)
@@ -376,7 +391,7 @@ impl Pins {
             Ok(pinned) => {
                 let n = pinned.len();
                 let mut held = self.lock();
-                for (id, since, size) in pinned {
+                for PinnedImage { id, since, size } in pinned {
                     held.entry(id).or_insert(Held { since, size });
                 }
                 drop(held);

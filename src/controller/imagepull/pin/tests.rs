@@ -63,7 +63,7 @@ impl PinStore for Store {
             Ok(())
         })
     }
-    fn pinned(&self) -> BoxFuture<'_, Result<Vec<(String, i64, u64)>, CriError>> {
+    fn pinned(&self) -> BoxFuture<'_, Result<Vec<PinnedImage>, CriError>> {
         Box::pin(async move {
             Ok(self
                 .images
@@ -71,7 +71,11 @@ impl PinStore for Store {
                 .expect("lock")
                 .iter()
                 .filter(|(_, i)| i.2)
-                .map(|(id, i)| (id.clone(), i.0, i.1))
+                .map(|(id, i)| PinnedImage {
+                    id: id.clone(),
+                    since: i.0,
+                    size: i.1,
+                })
                 .collect())
         })
     }
@@ -212,7 +216,7 @@ impl PinStore for Unserved {
     fn unpin<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), CriError>> {
         Box::pin(async { Err(unsupported()) })
     }
-    fn pinned(&self) -> BoxFuture<'_, Result<Vec<(String, i64, u64)>, CriError>> {
+    fn pinned(&self) -> BoxFuture<'_, Result<Vec<PinnedImage>, CriError>> {
         Box::pin(async { Err(unsupported()) })
     }
     fn in_use(&self) -> BoxFuture<'_, Result<Vec<String>, CriError>> {
