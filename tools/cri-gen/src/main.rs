@@ -1,6 +1,7 @@
 //! Writes `src/cri/generated/runtime.v1.rs`: the CRI v1 messages, the client and (behind kruised's
 //! `test-util` feature, for the fake runtime of the tests) the server stubs, from
-//! `proto/runtime/v1/api.proto`. Run through `scripts/gen-cri.sh`.
+//! `proto/runtime/v1/api.proto`; and `src/cri/containerd/generated/` from our own minimal proto of
+//! containerd's images service (`proto/containerd/`, pinning). Run through `scripts/gen-cri.sh`.
 //!
 //! The file starts with the FNV-1a hash of the proto it was made from (`proto/fingerprint.rs`);
 //! kruised's `build.rs` fails the build when the proto changed and the code was not generated
