@@ -2,8 +2,9 @@
 //!
 //! - checks that the committed CRI code (`src/cri/generated/runtime.v1.rs`) was generated from
 //!   the proto in the tree (`proto/runtime/v1/api.proto`), and so each of containerd's own
-//!   services kruised calls (`GENERATED_CONTAINERD`): the generated file's second line is the
-//!   proto's fingerprint, written by `scripts/gen-cri.sh`; a proto changed without running it
+//!   services kruised calls (`GENERATED_CONTAINERD`: content, images): the generated file's
+//!   second line is the proto's fingerprint, written by `scripts/gen-cri.sh`; a proto changed
+//!   without running it
 //!   fails the build, saying so;
 //! - stamps the commit into the binary (`KRUISED_COMMIT`, read by `build_info::COMMIT`: `kruised
 //!   version` and `kruised_build_info`): `$KRUISED_COMMIT` when set (scripts/build-image.sh sets
@@ -21,11 +22,18 @@ include!("proto/fingerprint.rs");
 
 const PROTO: &str = "proto/runtime/v1/api.proto";
 const GENERATED: &str = "src/cri/generated/runtime.v1.rs";
-/// containerd's services, each `(proto, generated code)` (`src/cri/containerd`).
-const GENERATED_CONTAINERD: &[(&str, &str)] = &[(
-    "proto/containerd/services/content/v1/content.proto",
-    "src/cri/containerd/generated/containerd.services.content.v1.rs",
-)];
+/// containerd's services, each `(proto, generated code)` (`src/cri/containerd`): the content
+/// service (pull progress) and the images service (pinning).
+const GENERATED_CONTAINERD: &[(&str, &str)] = &[
+    (
+        "proto/containerd/services/content/v1/content.proto",
+        "src/cri/containerd/generated/containerd.services.content.v1.rs",
+    ),
+    (
+        "proto/containerd/images/v1/images.proto",
+        "src/cri/containerd/generated/containerd.services.images.v1.rs",
+    ),
+];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

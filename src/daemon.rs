@@ -405,7 +405,11 @@ async fn runtime_loop(
     let primary = runtimes.primary().clone();
     let name = runtimes.primary_version().runtime_name.clone();
     let reason = runtimes.primary_reason().clone();
-    let note = format!("{name} at {}, {reason}", primary.endpoint());
+    let pinning = crate::cri::containerd::pinning(runtimes.primary_version());
+    let note = format!(
+        "{name} at {}, {reason}; image pinning {pinning}",
+        primary.endpoint()
+    );
     ready.set_ready_noting(note.clone());
     if reason.is_fallback() {
         tracing::warn!(runtime = %name, endpoint = %primary.endpoint(), %reason, "primary container runtime: the first found, not known to be the kubelet's");

@@ -42,7 +42,8 @@
 # imagepull/busybox:v1 and :v2 (the same shape as test/pull, with layers of their own) and
 # imagepull/present:v1, crictl/busybox:v1 and :alias (one image of its own, for the crictl tests'
 # pull and rmi), runtimes/busybox:v1 (one of its own, for the two-runtime node test), admit/small:v1
-# and admit/refused:v1 (one image of their own, for the size admission's tests), and on the
+# and admit/refused:v1 (one image of their own, for the size admission's tests), pin/busybox:v1
+# (one of its own, for the pinning test, whose garbage collector removes it), and on the
 # authenticated registry $REG_AUTH_ADDR/secure/busybox:v1,
 # secure/plugin:v1 (the credential-provider test's own; both one image of their own),
 # crictl/busybox:v1 and secure/admit:v1 (admit's image).
@@ -259,6 +260,7 @@ build_images() {
   echo imagepull > "$st/ip"; echo imagepull-v1 > "$st/ipv1"; echo imagepull-v2 > "$st/ipv2"
   echo crictl > "$st/crictl"; echo secure > "$st/secure"; echo runtimes > "$st/runtimes"
   echo admit > "$st/admit"
+  echo pin > "$st/pin"
   find "$st" -exec touch -h -d @946684800 {} +
   umoci init --layout "$oci"
   umoci new --image "$oci:base"
@@ -290,6 +292,10 @@ build_images() {
   # answer (tests/e2e/runtimes.rs): removed and pulled into the kubelet's runtime only
   umoci insert --image "$oci:base" --tag runtimes "$H" "$st/runtimes" /etc/runtimes-test
   umoci config --image "$oci:runtimes" --created=$T --no-history
+  # pin/busybox: base + a layer of its own, for the pinning test (tests/e2e/pin.rs), whose
+  # garbage collector removes it
+  umoci insert --image "$oci:base" --tag pin "$H" "$st/pin" /etc/pin-test
+  umoci config --image "$oci:pin" --created=$T --no-history
   # secure: the images of the registry that wants a login, with a layer of their own (tests
   # remove them; were they test/busybox:v1 under another name, that would go too)
   umoci insert --image "$oci:base" --tag secure "$H" "$st/secure" /etc/secure-test
@@ -313,7 +319,7 @@ build_images() {
   for s in v1:test/busybox:v1 v2:test/busybox:v2 pull-v1:test/pull:v1 pull-v2:test/pull:v2 pause:test/pause:v1 noenv:test/noenv:v1 \
            ip-v1:imagepull/busybox:v1 ip-v2:imagepull/busybox:v2 ip-v1:imagepull/present:v1 \
            crictl:crictl/busybox:v1 crictl:crictl/busybox:alias runtimes:runtimes/busybox:v1 \
-           admit:admit/small:v1 admit:admit/refused:v1; do
+           admit:admit/small:v1 admit:admit/refused:v1 pin:pin/busybox:v1; do
     d=${s#*:}
     skopeo copy --quiet --dest-tls-verify=false "oci:$oci:${s%%:*}" "docker://$REG_ADDR/$d"
     log "pushed $REG_ADDR/$d $(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REG_ADDR/$d")"

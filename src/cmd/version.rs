@@ -1,6 +1,7 @@
 //! `kruised version`: our version, then the runtime's in crictl's format, and which runtime is
-//! the primary one, and why (the kubelet's, as its Node reports it, where several answer); and
-//! for each runtime whether pulls through it show their progress (`PullProgress`).
+//! the primary one, and why (the kubelet's, as its Node reports it, where several answer); for
+//! each runtime whether pulls through it show their progress (`PullProgress`); and whether it
+//! keeps the images kruised pre-pulls pinned until their first use.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,6 +64,11 @@ pub(crate) async fn run(args: VersionArgs) -> anyhow::Result<ExitCode> {
             // two runtimes of one name (k3s's containerd beside the host's) differ here only
             println!("PrimaryEndpoint:  {}", runtimes.primary().endpoint());
             println!("PrimaryBecause:  {}", runtimes.primary_reason());
+            // what the kubelet's image GC leaves alone: never claimed where it does not hold
+            println!(
+                "ImagePinning:  {}",
+                crate::cri::containerd::pinning(runtimes.primary_version())
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

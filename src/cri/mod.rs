@@ -6,7 +6,8 @@
 //! - [`RemoteRuntime`]: the tonic client over a unix socket;
 //! - [`Runtimes`]: every runtime found on the node, keyed by the name that prefixes container IDs;
 //! - [`dialect`]: what containerd 1.6, containerd 2.x and CRI-O answer differently;
-//! - [`containerd`]: containerd's own API on the same socket, for what CRI does not offer;
+//! - [`containerd`]: containerd's own API on the same socket, for what CRI does not offer (pull
+//!   progress: the content service; image labels for pinning: the images service);
 //! - `fake`: an in-memory CRI server for tests, speaking the real protocol on a unix socket
 //!   (feature `test-util`: never in the shipped build).
 

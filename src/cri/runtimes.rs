@@ -443,6 +443,14 @@ impl RuntimeHandle {
         self.0.borrow().as_ref().map(|r| r.primary().clone())
     }
 
+    /// The primary runtime's `Version` answer, once found.
+    pub fn primary_version(&self) -> Option<RuntimeVersion> {
+        self.0
+            .borrow()
+            .as_ref()
+            .map(|r| r.primary_version().clone())
+    }
+
     /// [`Runtimes::for_containers`] on the runtimes found; [`RuntimeLookupError::NotConnected`]
     /// before there are any.
     pub fn for_containers<'a>(

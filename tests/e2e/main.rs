@@ -20,6 +20,7 @@ mod crictl;
 mod daemon;
 mod hostile;
 mod imagepull;
+mod pin;
 mod podprobe;
 mod pull_dedup;
 mod pull_progress;

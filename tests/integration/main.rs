@@ -28,6 +28,7 @@ mod fuzz_seeds;
 mod health_truth;
 mod hostile;
 mod hostile_probes;
+mod image_gc;
 mod imagepull;
 mod inplace_pull;
 mod k8s;

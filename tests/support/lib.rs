@@ -19,7 +19,7 @@
 //!   [`node`]: a whole fake node (API double, fake runtime, kubelet); [`manager`]:
 //!   kruise-manager's controllers and webhooks on the API double; [`fleet`]: many simulated
 //!   nodes for the fleet benchmark; [`pull`]: a node for the image-pull tests, the puller
-//!   in-process.
+//!   in-process; [`image_gc`]: the kubelet's image garbage collector (its rule, over the CRI).
 //! - *Launchers.* [`Lab`] and [`LabRuntime`] (below): the real runtime lab; [`Plane`]: the API
 //!   double with its kubeconfig; [`daemon`]: `kruised` as its own process, its log followed;
 //!   [`cluster`]: the real cluster layer; [`restarts`]: the env-restart workload on it.
@@ -41,6 +41,7 @@ pub mod crr;
 pub mod daemon;
 pub mod events;
 pub mod fleet;
+pub mod image_gc;
 pub mod kubelet;
 pub mod manager;
 pub mod node;

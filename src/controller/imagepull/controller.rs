@@ -158,7 +158,9 @@ where
                         t.cancel();
                     }
                 }
+                let gone: Vec<_> = self.entries.values().map(Entry::snapshot).collect();
                 self.entries.clear();
+                self.unpin_removed(&gone);
                 self.written = None;
             }
             return;
@@ -183,14 +185,21 @@ where
             })
             .collect();
         let plan = state::plan(&obj.spec, obj.status.as_ref(), &tracked);
+        let mut removed = Vec::new();
         for key in &plan.stop {
-            if let Some(e) = self.entries.remove(key)
-                && let Some(t) = e.task
-            {
-                tracing::info!(image = %key.0, tag = %key.1, version = e.version, "stopping pull");
-                t.cancel();
+            if let Some(e) = self.entries.remove(key) {
+                let stays = plan.start.iter().any(|(k, _)| k == key)
+                    || plan.adopt.iter().any(|(k, _)| k == key);
+                if !stays {
+                    removed.push(e.snapshot());
+                }
+                if let Some(t) = e.task {
+                    tracing::info!(image = %key.0, tag = %key.1, version = e.version, "stopping pull");
+                    t.cancel();
+                }
             }
         }
+        self.unpin_removed(&removed);
         for (key, s) in plan.adopt {
             tracing::debug!(image = %key.0, tag = %key.1, version = s.version, phase = %s.phase, "tag already done for its version");
             self.entries.insert(
@@ -239,6 +248,38 @@ where
                     task: Some(cancel),
                 },
             );
+        }
+    }
+
+    /// Unpins the images of tags that left the spec (`removed`, their last statuses), oldest
+    /// first, unless a tag still tracked names them ([`super::pin`]).
+    fn unpin_removed(&self, removed: &[ImageTagStatus]) {
+        let Some(pins) = self.tools.puller.pins().cloned() else {
+            return;
+        };
+        let image_id = |s: &ImageTagStatus| {
+            let id = s
+                .image_id
+                .rsplit('@')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            crate::cri::dialect::is_image_id(&id).then_some(id)
+        };
+        let kept: Vec<String> = self
+            .entries
+            .values()
+            .filter_map(|e| image_id(&e.snapshot()))
+            .collect();
+        let ids: Vec<String> = removed
+            .iter()
+            .filter_map(image_id)
+            .filter(|id| !kept.contains(id))
+            .collect();
+        if !ids.is_empty() {
+            self.tools
+                .tracker
+                .spawn(async move { pins.release(&ids).await });
         }
     }
 

@@ -17,6 +17,7 @@
 //! | [`settings`] | the puller's tunables |
 //! | [`slots`] | the pull slots, in-place pulls served first |
 //! | [`turn`] / [`waiting`] | pre-pulls yield to the node's pods waiting for their image; their order and cap |
+//! | [`pin`] | pre-pulled images pinned against the kubelet's image GC until their first use |
 //! | [`prepull`] | pre-pulling the next in-place batch; [`prepull::plan`]: which pods and images, bounded |
 //! | [`inplace`] | the in-place update's image on the node before the kubelet needs it (grace annotation, spec change); [`inplace::plan`]: which, bounded |
 //! | [`metrics`] | `kruised_imagepull_*` |
@@ -47,6 +48,7 @@ pub mod disk;
 pub mod inplace;
 pub mod keyring;
 pub mod metrics;
+pub mod pin;
 pub mod prepull;
 pub mod progress;
 pub mod pull;
@@ -128,7 +130,24 @@ pub fn start_with(
                 secrets::SecretStore::new(ctx.client.clone(), &ctx.config.config_namespace)
                     .with_plugins(plugins),
             );
-            run(&ctx, runtime, credentials, settings, metrics, Some(events), present);
+            let pinning = ctx.runtimes.primary_version().map(|v| crate::cri::containerd::pinning(&v));
+            let pins = match pinning {
+                Some(p) if p.offered() => {
+                    tracing::info!(pinning = %p, "pre-pulled images are pinned until their first use");
+                    let pins = pin::Pins::new(
+                        Arc::new(pin::ContainerdPins::new(runtime.clone())),
+                        pin::CHECK_INTERVAL,
+                    );
+                    ctx.spawn("image pins", pins.clone().run(ctx.cancel.clone()));
+                    Some(pins)
+                }
+                Some(p) => {
+                    tracing::info!(pinning = %p, "pre-pulled images are not pinned");
+                    None
+                }
+                None => None,
+            };
+            run_pinning(&ctx, runtime, credentials, settings, metrics, Some(events), present, pins);
         }
         .instrument(span),
     );
@@ -144,6 +163,33 @@ pub fn run<I, C>(
     metrics: metrics::Metrics,
     events: Option<EventSink>,
     present: Option<task::PresentHook>,
+) where
+    I: ImageService + Clone + 'static,
+    C: secrets::Credentials,
+{
+    run_pinning(
+        ctx,
+        runtime,
+        credentials,
+        settings,
+        metrics,
+        events,
+        present,
+        None,
+    );
+}
+
+/// [`run`], pinning what is pulled with `pins` until its first use.
+#[allow(clippy::too_many_arguments)]
+pub fn run_pinning<I, C>(
+    ctx: &Context,
+    runtime: I,
+    credentials: Arc<C>,
+    settings: Settings,
+    metrics: metrics::Metrics,
+    events: Option<EventSink>,
+    present: Option<task::PresentHook>,
+    pins: Option<Arc<pin::Pins>>,
 ) where
     I: ImageService + Clone + 'static,
     C: secrets::Credentials,
@@ -178,6 +224,7 @@ pub fn run<I, C>(
             metrics.clone(),
             ingests,
             settings.stall_timeout,
+            pins,
         ),
         credentials,
         slots: settings.max_workers.map(slots::Slots::new),

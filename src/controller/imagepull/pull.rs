@@ -18,6 +18,9 @@
 //! without a byte landing rather than a wall clock: a pull that progresses is not cut off, one
 //! whose bytes stop growing for the stall timeout fails at once ([`PullError::Stalled`]).
 //! Where it does not (CRI-O), the timeout is the pull's wall clock, as before.
+//!
+//! Where the runtime can pin, the image is pinned until its first use before the pull is
+//! reported done ([`super::pin`]).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -31,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use super::keyring::Credential;
 use super::metrics::{Metrics, Outcome, Source};
+use super::pin::Pins;
 use super::progress::{self, CutOff, Landed};
 use crate::cri::{CriError, ImageService, PullRequest, PullSandbox};
 
@@ -213,6 +217,8 @@ pub struct Puller<I> {
     no_ingests: AtomicBool,
     /// The stall timeout; `None`: none.
     stall: Option<Duration>,
+    /// Pins what it pulls until its first use (`None`: the runtime cannot).
+    pins: Option<Arc<Pins>>,
 }
 
 /// Drops one waiter; the last one cancels a pull that has not finished.
@@ -232,17 +238,19 @@ impl Drop for Waiter {
 impl<I: ImageService + Clone + 'static> Puller<I> {
     /// A puller over `runtime`; pulls run on `tracker`.
     pub fn new(runtime: I, tracker: TaskTracker, metrics: Metrics) -> Arc<Self> {
-        Self::with_progress(runtime, tracker, metrics, None, None)
+        Self::with_progress(runtime, tracker, metrics, None, None, None)
     }
 
-    /// A puller over `runtime` that follows its pulls' progress through `ingests` and fails
-    /// those that land nothing for `stall`.
+    /// A puller over `runtime` that follows its pulls' progress through `ingests`, fails
+    /// those that land nothing for `stall`, and pins each image it pulls with `pins` before it
+    /// reports the pull done.
     pub fn with_progress(
         runtime: I,
         tracker: TaskTracker,
         metrics: Metrics,
         ingests: Option<progress::Source>,
         stall: Option<Duration>,
+        pins: Option<Arc<Pins>>,
     ) -> Arc<Self> {
         Arc::new(Puller {
             runtime,
@@ -253,7 +261,13 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
             ingests,
             no_ingests: AtomicBool::new(false),
             stall,
+            pins,
         })
+    }
+
+    /// What it pins with, if it pins.
+    pub fn pins(&self) -> Option<&Arc<Pins>> {
+        self.pins.as_ref()
     }
 
     /// The image service.
@@ -312,7 +326,7 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
                     let task_cancel = cancel.clone();
                     self.tracker.spawn(async move {
                         let result = tokio::select! {
-                            r = this.pull_followed(&spec, timeout, &landed_tx) => r,
+                            r = this.pull_followed(&spec, timeout, &landed_tx) => this.pinned(r).await,
                             () = task_cancel.cancelled() => Err(PullError::Stopped(spec.image.clone())),
                         };
                         // the next request for this key starts afresh
@@ -359,6 +373,15 @@ impl<I: ImageService + Clone + 'static> Puller<I> {
             }
         };
         drop(waiter);
+        result
+    }
+
+    /// `result`, its image pinned first when it is a pull done and the puller pins: after the
+    /// pull and outside its progress' following, so a slow pin is never taken for a stall.
+    async fn pinned(&self, result: PullResult) -> PullResult {
+        if let (Ok(image_ref), Some(pins)) = (&result, &self.pins) {
+            pins.pin(image_ref).await;
+        }
         result
     }
 

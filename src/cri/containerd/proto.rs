@@ -6,3 +6,8 @@
 pub mod content {
     include!("generated/containerd.services.content.v1.rs");
 }
+
+#[allow(clippy::all, clippy::unwrap_used, missing_docs)]
+pub mod images {
+    include!("generated/containerd.services.images.v1.rs");
+}
