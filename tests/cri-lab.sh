@@ -823,6 +823,13 @@ cmd_clean() {
 cmd_bench_images() {
   # bench/img1..4:v1: the busybox base plus one 16 MiB layer of random bytes each, so every pull
   # moves real data and shares nothing but the base with the others
+  # one at a time: e2e tests that call this run side by side (pull_dedup, pull_progress), and
+  # two at once raced on the stage directory and the OCI layout. Each test pulls an image of
+  # its own, so a later call remaking the others' images harms none (their blobs stay in the
+  # registry; only this call's own image must be new to every runtime)
+  local lock
+  exec {lock}>"$LAB/bench-images.lock"
+  flock "$lock"
   local t0; t0=$(now)
   local oci=$LAB/oci st=$LAB/stage-bench T=2000-01-01T00:00:00Z i
   [ -d "$oci" ] || { log "no OCI layout: run start first"; exit 1; }
