@@ -266,31 +266,17 @@ async fn a_relist_the_cache_refuses_reads_etcd_in_pages_of_five_hundred_and_miss
     assert_eq!(pods.state().len(), 1_001);
 
     server.create("pods", pod("heard", "n1")).unwrap();
-    let mut generation = pods.generation();
-    support::within(LIMIT, "the live watch hears a pod", async {
-        while pods
-            .store()
-            .find(|p| p.metadata.name.as_deref() == Some("heard"))
-            .is_none()
-        {
-            let _ = generation.changed().await;
-        }
-    })
-    .await;
+    let mut names: Vec<String> = (0..1_001).map(|i| format!("p{i}")).collect();
+    names.push("heard".into());
+    let want: Vec<&str> = names.iter().map(String::as_str).collect();
+    cache_holds(&pods, &want, "the live watch hears a pod").await;
     server.fail_next(1, 410, Some("list"), Some("pods"));
     server.compact();
     server.drop_watches();
     server.create("pods", pod("late", "n1")).unwrap();
-    support::within(LIMIT, "the relist through etcd", async {
-        while pods
-            .store()
-            .find(|p| p.metadata.name.as_deref() == Some("late"))
-            .is_none()
-        {
-            let _ = generation.changed().await;
-        }
-    })
-    .await;
+    names.push("late".into());
+    let want: Vec<&str> = names.iter().map(String::as_str).collect();
+    cache_holds(&pods, &want, "the relist through etcd").await;
     assert_eq!(pods.state().len(), 1_003, "every pod, none twice");
     let limits = pod_list_params(&server, "limit");
     let versions = pod_list_versions(&server);
