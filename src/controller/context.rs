@@ -83,20 +83,8 @@ impl Context {
     where
         K: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static,
     {
-        let queue = queue.clone();
-        let limit = stuck_pass();
-        self.liveness.register_check(name, move || {
-            queue
-                .longest_active()
-                .filter(|(_, d)| *d > limit)
-                .map(|(key, d)| {
-                    format!(
-                        "{name}: {key:?} in work for {}s (limit {}s)",
-                        d.as_secs(),
-                        limit.as_secs()
-                    )
-                })
-        });
+        self.liveness
+            .register_check(name, stuck_check(name, queue, stuck_pass()));
     }
 
     /// A sink of the events `component` records about this node's objects, on the daemon's
@@ -109,5 +97,30 @@ impl Context {
             self.cancel.clone(),
             &self.tracker,
         )
+    }
+}
+
+/// What [`Context::watch_queue`] registers with liveness: why `queue` (named `name`) fails
+/// it, when a key has been in work for longer than `limit`.
+pub fn stuck_check<K>(
+    name: &'static str,
+    queue: &WorkQueue<K>,
+    limit: Duration,
+) -> impl Fn() -> Option<String> + Send + Sync + 'static
+where
+    K: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static,
+{
+    let queue = queue.clone();
+    move || {
+        queue
+            .longest_active()
+            .filter(|(_, d)| *d > limit)
+            .map(|(key, d)| {
+                format!(
+                    "{name}: {key:?} in work for {}s (limit {}s)",
+                    d.as_secs(),
+                    limit.as_secs()
+                )
+            })
     }
 }

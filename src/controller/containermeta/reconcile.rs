@@ -104,7 +104,18 @@ async fn reconcile(c: &ContainerMeta, key: &Key) -> Result<(), ReconcileError> {
     apply(c, key, &seen, planned).await?;
     match seen.env_error {
         Some((container, error)) => Err(ReconcileError::Env { container, error }),
-        None => Ok(()),
+        None => {
+            if seen.env_deferred > 0 {
+                // the envs this pass left (`env::ENV_READS_PER_PASS`): the pod runs again after
+                // the others waiting, not after a backoff
+                tracing::debug!(
+                    left = seen.env_deferred,
+                    "envs left for the pod's next pass"
+                );
+                c.queue.add(key.clone());
+            }
+            Ok(())
+        }
     }
 }
 
