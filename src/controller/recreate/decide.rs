@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use tokio::time::Instant;
 
 use crate::cri::{Container, ContainerState};
 use crate::k8s::crd::{
@@ -310,10 +311,49 @@ pub enum Admission {
     Proceed,
 }
 
-/// Whether request `r` is ready to work on at `now`: phase `Recreating` first, then the
-/// unready grace (`unreadyGracePeriodSeconds`) from the time the manager took the pod out of
-/// service.
-pub fn admit(r: &ContainerRecreateRequest, now: Timestamp) -> Admission {
+/// How long the pod of a request has been out of service, as the daemon counts it: the
+/// manager's unready time (its wall clock's) read against the node's wall clock once, when the
+/// daemon first sees it, and from then on on the monotonic clock only, so that a step of the
+/// node's wall clock later (NTP, a clock set back an hour, a VM resumed) neither holds the kill
+/// back by the step nor ends the grace early, before the manager's endpoints have let the pod
+/// go (as `podprobe::decide::Age` does for a probe's initial delay).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnreadyClock {
+    since: Timestamp,
+    seen: Instant,
+    elapsed_then: Duration,
+}
+
+impl UnreadyClock {
+    /// The unready time `since`, seen first now: `wall` on the wall clock, `now` on the
+    /// monotonic one.
+    pub fn first_seen(since: Timestamp, wall: Timestamp, now: Instant) -> UnreadyClock {
+        UnreadyClock {
+            since,
+            seen: now,
+            elapsed_then: elapsed(since, wall),
+        }
+    }
+
+    /// The unready time it counts from.
+    pub fn since(&self) -> Timestamp {
+        self.since
+    }
+
+    /// How long the pod has been out of service at `now` (monotonic).
+    pub fn elapsed_at(&self, now: Instant) -> Duration {
+        self.elapsed_then
+            .saturating_add(now.saturating_duration_since(self.seen))
+    }
+}
+
+/// Whether request `r` is ready to work on: phase `Recreating` first, then the unready grace
+/// (`unreadyGracePeriodSeconds`) from the time the manager took the pod out of service;
+/// `out_of_service(since)` says how long ago that was (the daemon: an [`UnreadyClock`]).
+pub fn admit(
+    r: &ContainerRecreateRequest,
+    out_of_service: impl FnOnce(Timestamp) -> Duration,
+) -> Admission {
     if r.phase() != Phase::Recreating {
         return Admission::SetRecreating;
     }
@@ -324,7 +364,7 @@ pub fn admit(r: &ContainerRecreateRequest, now: Timestamp) -> Admission {
         Err(e) => Admission::Refuse(e.to_string()),
         Ok(None) => Admission::AwaitUnready,
         Ok(Some(since)) => {
-            let left = grace.saturating_sub(elapsed(since, now));
+            let left = grace.saturating_sub(out_of_service(since));
             if left.is_zero() {
                 Admission::Proceed
             } else {
@@ -681,6 +721,7 @@ mod tests {
         let mut r = crr(json!({"unreadyGracePeriodSeconds": 10}), json!([]));
         r.status.as_mut().unwrap().phase = Phase::Pending;
         let now = at("2026-01-01T00:01:00Z");
+        let admit = |r: &ContainerRecreateRequest, now| admit(r, |since| elapsed(since, now));
         assert_eq!(admit(&r, now), Admission::SetRecreating);
         let mut r = crr(json!({"unreadyGracePeriodSeconds": 10}), json!([]));
         assert_eq!(

@@ -11,6 +11,8 @@
 //!   `isKilled` back;
 //! - the pod of each request seen active: a request that leaves the watch is gone from the
 //!   store, and its pod must still be looked at again;
+//! - when the pod of each request in its unready grace went out of service, on the monotonic
+//!   clock ([`UnreadyClock`]): a step of the wall clock does not move the grace's end;
 //! - the requests this daemon completed, until the watch shows them completed or gone: a pass
 //!   on a watched copy older than the completion skips them. Without it such a pass completed a
 //!   request twice, counted twice (seen on CRI-O in CI: the e2e ordered recreate counted
@@ -19,9 +21,13 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::decide::Key;
+use super::decide::{Key, UnreadyClock};
 use crate::sync::lock;
 
 /// The controller's memory; see the module.
@@ -41,6 +47,8 @@ struct State {
     /// The requests this daemon completed, by UID, until the watch shows them completed or
     /// gone.
     completed: HashSet<String>,
+    /// Since when each request's pod is out of service, by request UID, on the monotonic clock.
+    unready: HashMap<String, UnreadyClock>,
 }
 
 impl Memory {
@@ -60,6 +68,7 @@ impl Memory {
         let (kill, completion_seen, pod) = {
             let mut s = self.state();
             s.killed.remove(uid);
+            s.unready.remove(uid);
             (
                 s.inflight.remove(uid),
                 s.completed.remove(uid),
@@ -91,11 +100,34 @@ impl Memory {
                 .chain(s.inflight.keys())
                 .chain(s.killed.keys())
                 .chain(s.completed.iter())
+                .chain(s.unready.keys())
                 .filter(|uid| !live.contains(*uid))
                 .cloned()
                 .collect()
         };
         stale.iter().filter_map(|uid| self.ended(uid)).collect()
+    }
+
+    /// How long the pod of request `uid` has been out of service at `now` (monotonic), its
+    /// manager's unready time being `since`: read against the wall clock (`wall`) the first
+    /// time `since` is seen for the request, on the monotonic clock from then on.
+    pub fn out_of_service(
+        &self,
+        uid: &str,
+        since: Timestamp,
+        wall: Timestamp,
+        now: Instant,
+    ) -> Duration {
+        let mut s = self.state();
+        let clock = match s.unready.get(uid) {
+            Some(c) if c.since() == since => *c,
+            _ => {
+                let c = UnreadyClock::first_seen(since, wall, now);
+                s.unready.insert(uid.to_string(), c);
+                c
+            }
+        };
+        clock.elapsed_at(now)
     }
 
     /// Whether a kill for request `uid` is under way.

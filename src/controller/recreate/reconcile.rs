@@ -17,11 +17,13 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::apply::{self, StatusPatch};
 use super::controller::{RETRY, RUNTIME_RETRY, RecreateController};
 use super::decide::{self, Admission, Key, Plan, RECREATING_POLL};
+use super::memory::Memory;
 use super::observe;
 use super::record;
 use crate::controller::containers::{containers_of_pod, newest_by_name};
@@ -100,7 +102,7 @@ async fn sync_pod(
         return Ok(None);
     };
     let name = r.name_any();
-    match decide::admit(&r, Timestamp::now()) {
+    match admission(&shared.memory, &r, Timestamp::now(), Instant::now()) {
         Admission::SetRecreating => {
             tracing::info!(request = %name, "recreating");
             apply::patch(shared, &r, StatusPatch::phase(Phase::Recreating)).await?;
@@ -121,6 +123,19 @@ async fn sync_pod(
         }
         Admission::Proceed => manage(shared, &r).await,
     }
+}
+
+/// What request `r` is ready for ([`decide::admit`]), its unready grace counted on the
+/// monotonic clock from the first time it was seen ([`super::memory::Memory::out_of_service`]):
+/// `wall` and `now` are the wall and monotonic clocks' time.
+fn admission(
+    memory: &Memory,
+    r: &ContainerRecreateRequest,
+    wall: Timestamp,
+    now: Instant,
+) -> Admission {
+    let uid = r.uid().unwrap_or_default();
+    decide::admit(r, |since| memory.out_of_service(&uid, since, wall, now))
 }
 
 /// A pass over the request picked, once it is ready: its containers observed, then the plan.
@@ -184,6 +199,66 @@ async fn manage(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request recreating its pod's container with an unready grace of `grace` seconds,
+    /// whose pod the manager took out of service at `unready`.
+    fn in_grace(grace: u64, unready: &str) -> ContainerRecreateRequest {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r", "namespace": "tenant", "uid": "r1",
+                "annotations": {(crate::k8s::keys::CRR_UNREADY_ACQUIRED): unready}},
+            "spec": {"podName": "p", "strategy": {"unreadyGracePeriodSeconds": grace},
+                "containers": [{"name": "a"}]},
+            "status": {"phase": "Recreating"}
+        }))
+        .expect("a request")
+    }
+
+    fn wall(s: &str) -> Timestamp {
+        s.parse().expect("a time")
+    }
+
+    fn left(a: Admission) -> Duration {
+        match a {
+            Admission::InGrace { left, .. } => left,
+            other => panic!("not in its grace: {other:?}"),
+        }
+    }
+
+    /// Issue 43, row 16: the grace was the wall clock's (`now - unready time`), so a clock set
+    /// forward an hour ended it at once (the container killed while the pod still took
+    /// traffic), and one set back an hour held the kill an hour.
+    #[tokio::test(start_paused = true)]
+    async fn a_wall_clock_stepped_an_hour_during_a_requests_unready_grace_neither_ends_it_early_nor_holds_it_an_hour()
+     {
+        let memory = Memory::default();
+        let r = in_grace(30, "2026-01-01T00:00:00Z");
+        let first = Instant::now();
+        // seen first 5 s after the manager took the pod out of service
+        let seen = admission(&memory, &r, wall("2026-01-01T00:00:05Z"), first);
+        assert_eq!(left(seen), Duration::from_secs(25));
+        // 10 s later, the node's clock has been set forward an hour
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let ahead = admission(&memory, &r, wall("2026-01-01T01:00:15Z"), Instant::now());
+        assert_eq!(left(ahead), Duration::from_secs(15), "the grace goes on");
+        // then back two hours: the grace ends when its 30 s have passed all the same
+        tokio::time::advance(Duration::from_secs(14)).await;
+        let behind = admission(&memory, &r, wall("2025-12-31T23:00:29Z"), Instant::now());
+        assert_eq!(left(behind), Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            admission(&memory, &r, wall("2025-12-31T23:00:30Z"), Instant::now()),
+            Admission::Proceed
+        );
+        // a new unready time (the manager took the pod out again) is read anew
+        let again = in_grace(30, "2025-12-31T23:00:20Z");
+        let now = Instant::now();
+        let seen = admission(&memory, &again, wall("2025-12-31T23:00:30Z"), now);
+        assert_eq!(left(seen), Duration::from_secs(20));
+        // and the request's end forgets it
+        memory.ended("r1");
+        let fresh = admission(&memory, &r, wall("2026-01-01T00:00:29Z"), now);
+        assert_eq!(left(fresh), Duration::from_secs(1));
+    }
 
     #[test]
     fn a_pass_the_runtime_failed_for_good_waits_as_a_failed_write_and_one_it_was_away_for_briefly()
