@@ -342,6 +342,98 @@ async fn the_matching_secret_is_sent_and_its_password_reaches_no_status_or_event
     assert!(!everything.contains(password), "{everything}");
 }
 
+/// Issue 43, row 16: a tag's owners are ImagePullJobs of any namespace sharing one pull, and the
+/// image's `pullSecrets` are every job's. Each owner's failure event carried every secret's
+/// problem: a tenant naming another's image learnt, in its own namespace, the names of the other
+/// tenant's pull secrets and what was wrong with them (and the other tenant got this tenant's
+/// in its namespace).
+#[tokio::test]
+async fn a_tag_two_tenants_share_tells_each_owner_of_its_own_secrets_problems_only() {
+    let node = Node::start(fast()).await;
+    for tenant in ["alpha", "bravo"] {
+        node.api
+            .create("namespaces", json!({"metadata": {"name": tenant}}))
+            .unwrap();
+    }
+    // kruise-manager's copies of each tenant's pull secret, neither usable
+    for (name, source) in [
+        ("alpha-regcred-x7k2p", "alpha/regcred"),
+        ("bravo-registry-login-q9w4d", "bravo/registry-login"),
+    ] {
+        node.api
+            .create(
+                "secrets",
+                json!({"metadata": {"namespace": CONFIG_NS, "name": name,
+                           "annotations": {"imagepulljobs.kruise.io/source-key": source}},
+                       "type": "kubernetes.io/dockerconfigjson", "data": {}}),
+            )
+            .unwrap();
+    }
+    node.cri.fail_pulls_of(
+        "r.io/app:v1",
+        tonic::Code::NotFound,
+        "failed to resolve reference \"r.io/app:v1\": r.io/app:v1: not found",
+    );
+    let job = |namespace: &str| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+               "namespace": namespace, "name": "pull", "uid": format!("u-{namespace}")})
+    };
+    node.create_node_image(json!({"r.io/app": {
+        "pullSecrets": [{"namespace": CONFIG_NS, "name": "alpha-regcred-x7k2p"},
+                        {"namespace": CONFIG_NS, "name": "bravo-registry-login-q9w4d"},
+                        {"namespace": CONFIG_NS, "name": "gone-z1"}],
+        "tags": [{"tag": "v1", "version": 1, "pullPolicy": {"backoffLimit": 0},
+                  "ownerReferences": [job("alpha"), job("bravo")]}]
+    }}));
+    let events = wait::events(&node.api, LIMIT, "PullImageFailed", 3).await;
+    let told = |kind: &str, namespace: Option<&str>| -> String {
+        let e = events
+            .iter()
+            .find(|e| {
+                e["involvedObject"]["kind"] == kind
+                    && namespace.is_none_or(|ns| e["involvedObject"]["namespace"] == ns)
+            })
+            .unwrap_or_else(|| panic!("no event on {kind} {namespace:?}: {events:#?}"));
+        if let Some(ns) = namespace {
+            assert_eq!(e["metadata"]["namespace"], ns, "{e:#}");
+        }
+        e["message"].as_str().unwrap().to_string()
+    };
+    let (alpha, bravo) = (
+        told("ImagePullJob", Some("alpha")),
+        told("ImagePullJob", Some("bravo")),
+    );
+    // each is told of the pull's failure, which is theirs alike, and of its own secret
+    for (message, own, other) in [
+        (&alpha, "alpha-regcred-x7k2p", "bravo-registry-login"),
+        (&bravo, "bravo-registry-login-q9w4d", "alpha-regcred"),
+    ] {
+        assert!(message.contains("r.io/app:v1: not found"), "{message}");
+        assert!(message.contains(own), "its own secret's problem: {message}");
+        assert!(
+            !message.contains(other),
+            "another tenant's secret: {message}"
+        );
+        assert!(
+            !message.contains("gone-z1"),
+            "a secret of nobody known: {message}"
+        );
+    }
+    // the cluster's objects keep the whole story: the NodeImage's event and the tag's status
+    let whole = told("NodeImage", None);
+    let s = node.wait_status("failed", |s| s.failed == 1).await;
+    let status = tag(&s, "r.io/app", "v1").message.clone();
+    for message in [&whole, &status] {
+        for name in [
+            "alpha-regcred-x7k2p",
+            "bravo-registry-login-q9w4d",
+            "gone-z1",
+        ] {
+            assert!(message.contains(name), "{name} in {message}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_removed_tag_stops_and_its_status_goes_while_the_others_continue() {
     let node = Node::start(fast()).await;
@@ -660,8 +752,8 @@ async fn pull_secrets_are_cached_briefly_missing_ones_are_looked_up_again_and_fa
 
     let r = store.resolve(&refs).await;
     assert_eq!(
-        r.problems,
-        ["pull secret kruise-daemon-config/late not found"]
+        r.problems_text(),
+        "pull secret kruise-daemon-config/late not found"
     );
     // created after the first look: found on the next one
     node.create_secret("late", "r.io", "first", "pw-1");

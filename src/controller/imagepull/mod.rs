@@ -39,7 +39,11 @@
 //!   ([`inplace`]) are kruised's own;
 //! - the success event reads "elapsedTime" (kruise: "ecalpsedTime"), and both events also go to
 //!   the tag's owners (kruise sends only the failure there); the activeDeadlineSeconds message
-//!   keeps the last pull error.
+//!   keeps the last pull error;
+//! - an owner's failure event names only the pull secrets' problems of the owner's own
+//!   namespace (and the node's credential providers'): owners of any namespace share a tag, and
+//!   another tenant's secrets are not theirs to read of (`secrets::Problem`); the NodeImage's
+//!   event and the tag's status keep every one.
 
 pub mod admit;
 pub mod controller;

@@ -321,7 +321,7 @@ where
         .resolve_for_namespace(refs, &name, namespace)
         .await;
     if !resolved.problems.is_empty() {
-        tracing::warn!(image, %namespace, ?source, problems = %resolved.problems.join("; "), "pre-pull credentials could not all be used; pulling with what was found");
+        tracing::warn!(image, %namespace, ?source, problems = %resolved.problems_text(), "pre-pull credentials could not all be used; pulling with what was found");
     }
     let credentials = resolved.keyring.lookup(&name);
     // the next batch is admitted by size; an in-place update's pull keeps the floor only

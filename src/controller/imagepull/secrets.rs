@@ -48,8 +48,87 @@ const DOCKER_CFG_KEY: &str = ".dockercfg";
 pub struct Resolved {
     /// Every credential of every secret, in `pullSecrets` order.
     pub keyring: Keyring,
-    /// One line per secret that could not be used, for the tag's message.
-    pub problems: Vec<String>,
+    /// One per secret (or credential provider) that could not be used, for the tag's message.
+    pub problems: Vec<Problem>,
+}
+
+impl Resolved {
+    /// The problems as the tag's status says them: every one, `; ` between.
+    pub fn problems_text(&self) -> String {
+        problems_text(self.problems.iter())
+    }
+}
+
+/// `problems`' texts, `; ` between.
+pub fn problems_text<'a>(problems: impl IntoIterator<Item = &'a Problem>) -> String {
+    problems
+        .into_iter()
+        .map(|p| p.text.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A pull secret or credential provider that could not be used, and whose business that is.
+/// A NodeImage tag's owners are ImagePullJobs of any namespace sharing one pull, and the image's
+/// `pullSecrets` are every job's: each owner's event names only its own secrets' problems and
+/// the node's ([`Problem::concerns`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// What went wrong (never a credential).
+    pub text: String,
+    /// Whose it is.
+    pub whose: Whose,
+}
+
+/// Whose business a [`Problem`] is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Whose {
+    /// The node's: a credential provider plugin failed (said without its words).
+    Node,
+    /// A namespace's: a secret kruise-manager copied from it (its [`SOURCE_KEY`]), or one the
+    /// NodeImage names in it (managers before kruise 1.5).
+    Namespace(String),
+    /// Nobody's known: a secret missing, unreadable, or made by hand in the config namespace;
+    /// told on the NodeImage (the cluster's) only.
+    Unknown,
+}
+
+impl Problem {
+    /// Whether an owner of the tag in `namespace` is told of it: the node's problems and those
+    /// of the secrets of `namespace`; another tenant's secret, its name and what is wrong with
+    /// it, are that tenant's.
+    pub fn concerns(&self, namespace: &str) -> bool {
+        match &self.whose {
+            Whose::Node => true,
+            Whose::Namespace(ns) => ns == namespace,
+            Whose::Unknown => false,
+        }
+    }
+}
+
+impl From<String> for Problem {
+    /// A problem of nobody's known.
+    fn from(text: String) -> Problem {
+        Problem {
+            text,
+            whose: Whose::Unknown,
+        }
+    }
+}
+
+impl From<&str> for Problem {
+    /// A problem of nobody's known.
+    fn from(text: &str) -> Problem {
+        Problem::from(text.to_string())
+    }
+}
+
+/// The namespace a [`SOURCE_KEY`] (`<namespace>/<name>`) names, if it names one.
+fn source_namespace(source: Option<&str>) -> Option<&str> {
+    source
+        .and_then(|s| s.split_once('/'))
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .map(|(ns, _)| ns)
 }
 
 /// Where a pull task gets its credentials; the real one is [`SecretStore`].
@@ -116,7 +195,12 @@ async fn with_plugins(plugins: Option<&Plugins>, mut resolved: Resolved, image: 
     {
         let (keyring, problems) = plugins.lookup(image).await;
         resolved.keyring.extend(keyring);
-        resolved.problems.extend(problems);
+        resolved
+            .problems
+            .extend(problems.into_iter().map(|text| Problem {
+                text,
+                whose: Whose::Node,
+            }));
     }
     resolved
 }
@@ -125,9 +209,7 @@ async fn with_plugins(plugins: Option<&Plugins>, mut resolved: Resolved, image: 
 /// `namespace`: only a copy kruise-manager made of a secret of that same namespace. `None` (a
 /// secret made by hand in the config namespace) lends to no pod.
 pub fn lends_to(source: Option<&str>, namespace: &str) -> bool {
-    source
-        .and_then(|s| s.split_once('/'))
-        .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty() && ns == namespace)
+    source_namespace(source) == Some(namespace)
 }
 
 /// The credentials of those of `secrets` (each with its [`SOURCE_KEY`] and keyring, in
@@ -269,7 +351,13 @@ impl Credentials for SecretStore {
             }
             let entry = self.get(&r.name).await;
             out.keyring.extend(entry.keyring);
-            out.problems.extend(entry.problem);
+            // whose: where kruise-manager copied it from, else the namespace the reference
+            // names when that is not the config namespace (a manager before kruise 1.5)
+            let whose = source_namespace(entry.source.as_deref())
+                .or(Some(r.namespace.as_str()).filter(|ns| !ns.is_empty() && *ns != self.namespace))
+                .map_or(Whose::Unknown, |ns| Whose::Namespace(ns.to_string()));
+            out.problems
+                .extend(entry.problem.map(|text| Problem { text, whose }));
         }
         out
     }
@@ -297,6 +385,10 @@ impl Credentials for SecretStore {
             .iter()
             .filter(|e| lends_to(e.source.as_deref(), namespace))
             .filter_map(|e| e.problem.clone())
+            .map(|text| Problem {
+                text,
+                whose: Whose::Namespace(namespace.to_string()),
+            })
             .collect();
         Resolved { keyring, problems }
     }

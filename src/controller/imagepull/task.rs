@@ -46,7 +46,7 @@ use super::metrics::{Metrics, Outcome, Source};
 use super::progress::{self, Landed};
 use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
-use super::secrets::Credentials;
+use super::secrets::{Credentials, Problem, problems_text};
 use super::settings::Settings;
 use super::slots::Slots;
 use super::state;
@@ -120,14 +120,16 @@ pub enum AttemptError {
     /// Listing the runtime's images (`IfNotPresent`) failed.
     #[error("listing images: {0}")]
     ListImages(CriError),
-    /// The pull failed.
-    #[error("{message}")]
+    /// The pull failed. What the tag's status says: the error scrubbed of the credentials'
+    /// secrets, and the pull secrets' problems after it.
+    #[error("{}", with_problems(.scrubbed, .problems.iter()))]
     Pull {
         /// Why.
         error: PullError,
-        /// What the tag's status says: the error scrubbed of the credentials' secrets, and the
-        /// pull secrets' problems after it.
-        message: String,
+        /// The error scrubbed of the credentials' secrets.
+        scrubbed: String,
+        /// The pull secrets' problems, each with whose it is.
+        problems: Vec<Problem>,
     },
     /// The attempt ran out of its time.
     #[error("pulling image {reference} timed out after {budget:?}")]
@@ -145,7 +147,28 @@ pub enum AttemptError {
     NotAdmitted(String),
 }
 
+/// `message`, and `problems` after it in brackets where there are any.
+fn with_problems<'a>(message: &str, problems: impl IntoIterator<Item = &'a Problem>) -> String {
+    let problems = problems_text(problems);
+    if problems.is_empty() {
+        message.to_string()
+    } else {
+        format!("{message} ({problems})")
+    }
+}
+
 impl AttemptError {
+    /// What an owner of the tag in `namespace` is told: the whole message but for the pull
+    /// secrets' problems that are not its business ([`Problem::concerns`]).
+    fn message_for(&self, namespace: &str) -> String {
+        match self {
+            AttemptError::Pull {
+                scrubbed, problems, ..
+            } => with_problems(scrubbed, problems.iter().filter(|p| p.concerns(namespace))),
+            other => other.to_string(),
+        }
+    }
+
     /// Whether another attempt cannot help.
     fn is_final(&self) -> bool {
         matches!(self, AttemptError::NoRoom(_))
@@ -180,6 +203,20 @@ pub enum TaskError {
         /// The error of the last attempt, if one was made.
         last: Option<AttemptError>,
     },
+}
+
+impl TaskError {
+    /// What an owner of the tag in `namespace` is told ([`AttemptError::message_for`]).
+    fn message_for(&self, namespace: &str) -> String {
+        match self {
+            TaskError::Attempt(e) => e.message_for(namespace),
+            TaskError::Deadline { last: Some(e) } => format!(
+                "pulling exceeds the activeDeadlineSeconds; last error: {}",
+                e.message_for(namespace)
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// A successful attempt.
@@ -290,23 +327,22 @@ async fn run_in_turn<I, C>(
             update(&cell, |s| {
                 state::succeed(s, now_seconds(), done.image_id, done.message)
             });
-            record(
-                &tools,
-                &job,
-                false,
-                REASON_SUCCEEDED,
-                format!("Image {name_tag}, elapsedTime {took:.3?}"),
-            );
+            let note = format!("Image {name_tag}, elapsedTime {took:.3?}");
+            record(&tools, &job, false, REASON_SUCCEEDED, |_| note.clone());
         }
         Err(e) => {
             let message = e.to_string();
             tracing::warn!(%message, ?took, "pull failed");
+            // each owner is told of its own secrets' problems only; the NodeImage of all
             record(
                 &tools,
                 &job,
                 true,
                 REASON_FAILED,
-                format!("Image {name_tag} {message}"),
+                |namespace| match namespace {
+                    None => format!("Image {name_tag} {message}"),
+                    Some(ns) => format!("Image {name_tag} {}", e.message_for(ns)),
+                },
             );
             update(&cell, |s| state::fail(s, now_seconds(), message));
         }
@@ -314,20 +350,28 @@ async fn run_in_turn<I, C>(
     changed.notify_one();
 }
 
-/// Records an event on the NodeImage and on each owner of the tag.
-fn record<I, C>(tools: &PullTools<I, C>, job: &TagJob, warning: bool, reason: &str, note: String) {
+/// Records an event on each owner of the tag and on the NodeImage; `note(namespace)` is what
+/// the owner in `namespace` is told, `note(None)` what the NodeImage is (the owners share the
+/// tag's pull, not their namespaces' business).
+fn record<I, C>(
+    tools: &PullTools<I, C>,
+    job: &TagJob,
+    warning: bool,
+    reason: &str,
+    note: impl Fn(Option<&str>) -> String,
+) {
     let Some(events) = &tools.events else { return };
-    for regarding in job
+    let owners = job
         .spec
         .owner_references
         .iter()
-        .chain(std::iter::once(&job.node_image))
-    {
+        .map(|o| (o, Some(o.namespace.as_deref().unwrap_or_default())));
+    for (regarding, namespace) in owners.chain(std::iter::once((&job.node_image, None))) {
         events.record(EventSpec {
             regarding: regarding.clone(),
             warning,
             reason: reason.to_string(),
-            note: note.clone(),
+            note: note(namespace),
             action: EVENT_ACTION.to_string(),
         });
     }
@@ -487,8 +531,9 @@ where
         .await;
     let credentials = resolved.keyring.lookup(&reference.name());
     let secrets = resolved.keyring.secrets();
-    let problems = resolved.problems.join("; ");
+    let problems = resolved.problems;
     if !problems.is_empty() {
+        let problems = problems_text(&problems);
         tracing::warn!(%problems, "pull secrets could not all be used; pulling with what was found");
     }
     let admitted = match admit_by_size(tools, Source::NodeImage, reference, &credentials).await {
@@ -508,13 +553,6 @@ where
         sandbox: Some(pull_sandbox(job.sandbox.as_ref())),
         source: Source::NodeImage,
     };
-    let with_problems = |m: String| {
-        if problems.is_empty() {
-            m
-        } else {
-            format!("{m} ({problems})")
-        }
-    };
     match tools.puller.pull_watched(spec, budget, Some(landed)).await {
         Ok(image_ref) => {
             if let Some(a) = admitted {
@@ -532,13 +570,17 @@ where
             };
             Ok(Done {
                 image_id: format!("{}@{id}", job.image),
-                message: problems,
+                message: problems_text(&problems),
             })
         }
         Err(error) => {
             tools.credentials.invalidate(&job.pull_secrets);
-            let message = with_problems(scrub(&error.to_string(), &secrets));
-            Err(AttemptError::Pull { error, message })
+            let scrubbed = scrub(&error.to_string(), &secrets);
+            Err(AttemptError::Pull {
+                error,
+                scrubbed,
+                problems,
+            })
         }
     }
 }
