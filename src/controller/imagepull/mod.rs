@@ -134,10 +134,13 @@ pub fn start_with(
             let pins = match pinning {
                 Some(p) if p.offered() => {
                     tracing::info!(pinning = %p, "pre-pulled images are pinned until their first use");
-                    let pins = pin::Pins::new(
-                        Arc::new(pin::ContainerdPins::new(runtime.clone())),
-                        pin::CHECK_INTERVAL,
-                    );
+                    let limits = pin::Limits {
+                        high_percent: settings.image_gc_high_percent,
+                        floor: settings.image_fs_min_free,
+                        note: Some(ctx.readiness.condition("image-pins")),
+                    };
+                    let store = pin::ContainerdPins::new(runtime.clone(), settings.image_fs_path.clone());
+                    let pins = pin::Pins::new(Arc::new(store), pin::CHECK_INTERVAL, Some(limits));
                     ctx.spawn("image pins", pins.clone().run(ctx.cancel.clone()));
                     Some(pins)
                 }
