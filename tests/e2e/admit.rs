@@ -167,15 +167,15 @@ async fn a_tag_behind_a_login_is_sized_with_its_pull_secret_refused_unread_with_
     }
 }
 
-/// A small ext4 in a file, loop-mounted; unmounted when dropped.
-struct LoopFs {
-    mount: PathBuf,
+/// A small ext4 in a file, loop-mounted; unmounted when dropped (the pins' test uses it too).
+pub(crate) struct LoopFs {
+    pub(crate) mount: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl LoopFs {
     /// `None` when this process cannot mount (not root, no e2fsprogs): said on stderr.
-    fn new(bytes: u64) -> Option<LoopFs> {
+    pub(crate) fn new(bytes: u64) -> Option<LoopFs> {
         let root =
             std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
         if !root || !Path::new("/usr/sbin/mkfs.ext4").exists() {
@@ -206,12 +206,12 @@ impl LoopFs {
         Some(LoopFs { mount, _dir: dir })
     }
 
-    fn space(&self) -> disk::Space {
+    pub(crate) fn space(&self) -> disk::Space {
         disk::space(&self.mount).unwrap()
     }
 
     /// Writes `bytes` into a new file and syncs it: the filesystem has that much less free.
-    fn fill(&self, name: &str, bytes: u64) {
+    pub(crate) fn fill(&self, name: &str, bytes: u64) {
         let mut f = std::fs::File::create(self.mount.join(name)).unwrap();
         let chunk = vec![0x5a_u8; 64 << 10];
         let mut left = bytes;
