@@ -2,9 +2,8 @@
 //! collector that follows the kubelet's rule (`support::image_gc`), on the lab's real runtime.
 //! containerd 2.x pins; containerd 1.6 (and CRI-O) do not, and kruised says so.
 //!
-//! Repositories used here and nowhere else: `pin/busybox` and `pin/giveway` (the collectors remove
-//! them). Each collector is kept to its test's, so a pass never removes what the tests running
-//! beside use.
+//! Repository used here and nowhere else: `pin/busybox` (the collector removes it). The collector
+//! is kept to it, so a pass never removes what the tests running beside use.
 
 use std::time::Duration;
 
@@ -12,7 +11,6 @@ use crate::pull_support::{LIMIT, NODE, create_node_image};
 use crate::support::image_gc::ImageGc;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, LabRuntime, Plane, daemon, unique, wait, within};
-use kruised::controller::imagepull::disk;
 use kruised::cri::ImageService;
 use serde_json::json;
 
@@ -111,159 +109,6 @@ async fn a_pre_pulled_image_survives_the_kubelets_garbage_collection_until_its_p
     within(LIMIT, "the pod's removal", k.remove_pod(&pod)).await;
     let pass = gc.pass(&rt).await;
     assert!(pass.removed_named(&name), "{pass:?}");
-    d.terminate();
-    let status = d.wait_exit(Duration::from_secs(10)).await;
-    assert!(status.success(), "exit status {status}");
-}
-
-/// Seconds since the epoch, as containerd stamps an image's record.
-fn epoch_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// `/readyz?verbose`'s line on the pins giving way.
-async fn pins_line(d: &daemon::Daemon) -> String {
-    let (_, body) = daemon::http_get(d.admin, "/readyz?verbose").await;
-    body.lines()
-        .find(|l| l.contains("image-pins"))
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The image filesystem kruised reads is a small loop-mounted ext4 (`--image-fs-path`, as in
-/// `admit.rs`): containerd's root stays in the lab, and the test fills the stand-in past the
-/// kubelet's threshold.
-#[tokio::test]
-async fn pre_pulled_images_give_way_when_the_disk_passes_the_kubelets_threshold() {
-    let Some(lab) = Lab::get() else { return };
-    if lab.runtime != LabRuntime::Containerd2 {
-        eprintln!(
-            "SKIPPED: {} offers no pinning, so no pin gives way",
-            lab.runtime.lab_name()
-        );
-        return;
-    }
-    let Some(fs) = crate::admit::LoopFs::new(32 << 20) else {
-        return;
-    };
-    let rt = lab.runtime();
-    let name = format!("{}/pin/giveway", lab.registry);
-    let (v1, v2) = (format!("{name}:v1"), format!("{name}:v2"));
-    for i in [&v1, &v2] {
-        rt.remove_image(i).await.unwrap();
-    }
-    let plane = Plane::start().await;
-    let api = &plane.api;
-    create_node_image(
-        api,
-        json!({ &name: {"tags": [{"tag": "v1", "version": 1}]}}),
-        None,
-    );
-    let path = fs.mount.display().to_string();
-    let mut d = plane
-        .start_daemon(&lab, NODE, &["--image-fs-path", &path], LIMIT)
-        .await;
-    wait::node_image(api, LIMIT, NODE, "v1 Succeeded", |s| s.succeeded == 1).await;
-    // v2 pulled in a later second than v1: containerd stamps records in seconds
-    let v1_done = epoch_secs();
-    wait::poll(
-        LIMIT,
-        Duration::from_millis(50),
-        "the next second",
-        || async { epoch_secs() },
-        |now| *now > v1_done,
-    )
-    .await;
-    api.modify("nodeimages", "", NODE, |o| {
-        o["spec"]["images"][&name]["tags"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"tag": "v2", "version": 1}));
-    })
-    .unwrap();
-    wait::node_image(api, LIMIT, NODE, "v2 Succeeded", |s| s.succeeded == 2).await;
-    let first = rt.image_status(&v1).await.unwrap().expect("v1 on the node");
-    assert!(first.pinned, "{first:?}");
-    assert!(
-        rt.image_status(&v2).await.unwrap().expect("v2").pinned,
-        "both pinned"
-    );
-
-    // the image filesystem filled to half the oldest image short of what 85 % leaves free
-    let start = fs.space();
-    let least = start.capacity * 15 / 100 + 1;
-    let short = least - first.size / 2;
-    fs.fill("other", start.free - short);
-    let full = fs.space();
-    assert!(
-        full.free < least && least - full.free < first.size,
-        "{full:?}, {least} to keep free, the oldest image {} B",
-        first.size
-    );
-    wait::poll(
-        LIMIT,
-        Duration::from_millis(250),
-        "the oldest image unpinned",
-        || async { rt.image_status(&v1).await.unwrap().map(|i| i.pinned) },
-        |pinned| *pinned == Some(false),
-    )
-    .await;
-    let line = d
-        .wait_for_log("image unpinned: the image filesystem has", LIMIT)
-        .await;
-    let message = line["message"].as_str().unwrap_or_default().to_string();
-    for part in [
-        format!(
-            "{} free of {}",
-            disk::human(full.free),
-            disk::human(full.capacity)
-        ),
-        format!("less than the {}", disk::human(least)),
-        "the kubelet's image GC high threshold (85 %)".to_string(),
-    ] {
-        assert!(message.contains(&part), "{part:?} missing from {message:?}");
-    }
-    assert_eq!(line["size"].as_u64(), Some(first.size), "{line}");
-
-    // the kubelet's collector takes the unpinned image and skips the newer, still pinned
-    let pass = collector(&name).pass(&rt).await;
-    assert!(
-        pass.removed_named(&v1) && !pass.removed_named(&v2) && pass.skipped_pinned.len() == 1,
-        "{pass:?}"
-    );
-    // what it reclaimed shows on the stand-in: the next look unpins nothing more
-    std::fs::remove_file(fs.mount.join("other")).unwrap();
-    fs.fill("other", start.free - short - first.size);
-    let relieved = disk::human(fs.space().free);
-    let seen = wait::poll(
-        LIMIT,
-        Duration::from_millis(250),
-        "a look at the relieved filesystem",
-        || pins_line(&d),
-        |l| l.contains(&format!("{relieved} free of")),
-    )
-    .await;
-    assert!(
-        rt.image_status(&v2).await.unwrap().expect("v2").pinned,
-        "the newer image stays pinned: {seen}"
-    );
-    eprintln!(
-        "pins giving way on a {} ext4: {} free, less than the {} 85 % leaves: the oldest \
-         ({}) unpinned and reclaimed, the newer kept pinned; after the collector: {}",
-        disk::human(full.capacity),
-        disk::human(full.free),
-        disk::human(least),
-        disk::human(first.size),
-        seen.trim(),
-    );
-    let gave = format!(
-        "{} unpinned for it since the start",
-        disk::human(first.size)
-    );
-    assert!(seen.contains(&gave), "{gave:?} missing from {seen:?}");
     d.terminate();
     let status = d.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "exit status {status}");
