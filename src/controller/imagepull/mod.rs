@@ -101,6 +101,9 @@ pub fn start_with(
     if ctx.config.startup_taint.is_some() {
         warmset::start(ctx, ctx.event_sink(EVENT_COMPONENT));
     }
+    // registered ready now: once the daemon is ready, no condition comes and goes
+    let pins_note = ctx.readiness.condition("image-pins");
+    pins_note.set_ready_noting("nothing pinned yet: the runtime is not known yet");
     let ctx = ctx.clone();
     let span = tracing::info_span!("imagepull", node = %ctx.config.node_name);
     ctx.tracker.clone().spawn(
@@ -137,7 +140,7 @@ pub fn start_with(
                     let limits = pin::Limits {
                         high_percent: settings.image_gc_high_percent,
                         floor: settings.image_fs_min_free,
-                        note: Some(ctx.readiness.condition("image-pins")),
+                        note: Some(pins_note),
                     };
                     let store = pin::ContainerdPins::new(runtime.clone(), settings.image_fs_path.clone());
                     let pins = pin::Pins::new(Arc::new(store), pin::CHECK_INTERVAL, Some(limits));
@@ -146,6 +149,7 @@ pub fn start_with(
                 }
                 Some(p) => {
                     tracing::info!(pinning = %p, "pre-pulled images are not pinned");
+                    pins_note.set_ready_noting(format!("nothing pinned: image pinning {p}"));
                     None
                 }
                 None => None,
