@@ -43,7 +43,8 @@
 # imagepull/present:v1, crictl/busybox:v1 and :alias (one image of its own, for the crictl tests'
 # pull and rmi), runtimes/busybox:v1 (one of its own, for the two-runtime node test), admit/small:v1
 # and admit/refused:v1 (one image of their own, for the size admission's tests), pin/busybox:v1
-# (one of its own, for the pinning test, whose garbage collector removes it), and on the
+# (one of its own, for the pinning test, whose garbage collector removes it), pin/giveway:v1 and
+# :v2 (two of their own, for the test of pins giving way to a full disk), and on the
 # authenticated registry $REG_AUTH_ADDR/secure/busybox:v1,
 # secure/plugin:v1 (the credential-provider test's own; both one image of their own),
 # crictl/busybox:v1 and secure/admit:v1 (admit's image).
@@ -260,7 +261,7 @@ build_images() {
   echo imagepull > "$st/ip"; echo imagepull-v1 > "$st/ipv1"; echo imagepull-v2 > "$st/ipv2"
   echo crictl > "$st/crictl"; echo secure > "$st/secure"; echo runtimes > "$st/runtimes"
   echo admit > "$st/admit"
-  echo pin > "$st/pin"
+  echo pin > "$st/pin"; echo giveway-v1 > "$st/gw1"; echo giveway-v2 > "$st/gw2"
   find "$st" -exec touch -h -d @946684800 {} +
   umoci init --layout "$oci"
   umoci new --image "$oci:base"
@@ -296,6 +297,11 @@ build_images() {
   # garbage collector removes it
   umoci insert --image "$oci:base" --tag pin "$H" "$st/pin" /etc/pin-test
   umoci config --image "$oci:pin" --created=$T --no-history
+  # pin/giveway:v1 and :v2: two images of their own, for the test of pins giving way to a full disk
+  umoci insert --image "$oci:base" --tag gw1 "$H" "$st/gw1" /etc/giveway-test
+  umoci insert --image "$oci:base" --tag gw2 "$H" "$st/gw2" /etc/giveway-test
+  umoci config --image "$oci:gw1" --created=$T --no-history
+  umoci config --image "$oci:gw2" --created=$T --no-history
   # secure: the images of the registry that wants a login, with a layer of their own (tests
   # remove them; were they test/busybox:v1 under another name, that would go too)
   umoci insert --image "$oci:base" --tag secure "$H" "$st/secure" /etc/secure-test
@@ -319,7 +325,8 @@ build_images() {
   for s in v1:test/busybox:v1 v2:test/busybox:v2 pull-v1:test/pull:v1 pull-v2:test/pull:v2 pause:test/pause:v1 noenv:test/noenv:v1 \
            ip-v1:imagepull/busybox:v1 ip-v2:imagepull/busybox:v2 ip-v1:imagepull/present:v1 \
            crictl:crictl/busybox:v1 crictl:crictl/busybox:alias runtimes:runtimes/busybox:v1 \
-           admit:admit/small:v1 admit:admit/refused:v1 pin:pin/busybox:v1; do
+           admit:admit/small:v1 admit:admit/refused:v1 pin:pin/busybox:v1 \
+           gw1:pin/giveway:v1 gw2:pin/giveway:v2; do
     d=${s#*:}
     skopeo copy --quiet --dest-tls-verify=false "oci:$oci:${s%%:*}" "docker://$REG_ADDR/$d"
     log "pushed $REG_ADDR/$d $(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REG_ADDR/$d")"

@@ -75,12 +75,13 @@ pub struct RunArgs {
     /// With --image-fs-min-free set, NodeImage and next-batch pulls are admitted by the image's
     /// size (read from its registry manifest, times a ratio learned on the node) only if they
     /// keep the floor and the image filesystem's use below this percent: the kubelet's
-    /// imageGCHighThresholdPercent. An in-place update's pull keeps the floor only.
+    /// imageGCHighThresholdPercent. An in-place update's pull keeps the floor only. Past it (or
+    /// below the floor), the images kruised holds pinned give way, oldest first.
     #[arg(long, default_value = "85", value_parser = clap::value_parser!(u8).range(1..=100))]
     pub image_gc_high_threshold_percent: u8,
-    /// The image filesystem as the daemon sees it, for the size admission's statvfs. Default:
-    /// the mount point the runtime reports (CRI ImageFsInfo; containerd: /var/lib/containerd...),
-    /// which the DaemonSet mounts read-only at the same path.
+    /// The image filesystem as the daemon sees it, for the statvfs of the size admission and of
+    /// the pins giving way. Default: the mount point the runtime reports (CRI ImageFsInfo;
+    /// containerd: /var/lib/containerd...), which the DaemonSet mounts read-only at the same path.
     #[arg(long, env = "KRUISED_IMAGE_FS_PATH")]
     pub image_fs_path: Option<std::path::PathBuf>,
     /// A pull that lands no byte for this long fails (and is retried as its NodeImage tag's

@@ -8,10 +8,9 @@
 //! `admit/refused`, and `secure/admit` on the registry that wants a login.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::pull_support::{self, CONFIG_NS, LIMIT, NODE, b64, owner, tag};
+use crate::support::loop_fs::LoopFs;
 use crate::support::{self, Lab, Plane, wait};
 use kruised::controller::imagepull::disk;
 use kruised::cri::ImageService;
@@ -164,69 +163,6 @@ async fn a_tag_behind_a_login_is_sized_with_its_pull_secret_refused_unread_with_
             !stored.contains(secret.as_str()),
             "the status shows a password"
         );
-    }
-}
-
-/// A small ext4 in a file, loop-mounted; unmounted when dropped.
-struct LoopFs {
-    mount: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl LoopFs {
-    /// `None` when this process cannot mount (not root, no e2fsprogs): said on stderr.
-    fn new(bytes: u64) -> Option<LoopFs> {
-        let root =
-            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
-        if !root || !Path::new("/usr/sbin/mkfs.ext4").exists() {
-            eprintln!(
-                "skipped: mounting a loop ext4 needs root and e2fsprogs (cri-lab.sh install)"
-            );
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("imagefs.ext4");
-        std::fs::File::create(&file)
-            .unwrap()
-            .set_len(bytes)
-            .unwrap();
-        let run = |cmd: &mut Command| {
-            let out = cmd.output().unwrap();
-            assert!(out.status.success(), "{cmd:?}: {out:?}");
-        };
-        run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0"])
-            .arg(&file));
-        let mount = dir.path().join("mnt");
-        std::fs::create_dir(&mount).unwrap();
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&file)
-            .arg(&mount));
-        Some(LoopFs { mount, _dir: dir })
-    }
-
-    fn space(&self) -> disk::Space {
-        disk::space(&self.mount).unwrap()
-    }
-
-    /// Writes `bytes` into a new file and syncs it: the filesystem has that much less free.
-    fn fill(&self, name: &str, bytes: u64) {
-        let mut f = std::fs::File::create(self.mount.join(name)).unwrap();
-        let chunk = vec![0x5a_u8; 64 << 10];
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            f.write_all(&chunk[..n]).unwrap();
-            left -= n as u64;
-        }
-        f.sync_all().unwrap();
-    }
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
     }
 }
 

@@ -19,7 +19,8 @@
 //!   [`node`]: a whole fake node (API double, fake runtime, kubelet); [`manager`]:
 //!   kruise-manager's controllers and webhooks on the API double; [`fleet`]: many simulated
 //!   nodes for the fleet benchmark; [`pull`]: a node for the image-pull tests, the puller
-//!   in-process; [`image_gc`]: the kubelet's image garbage collector (its rule, over the CRI).
+//!   in-process; [`image_gc`]: the kubelet's image garbage collector (its rule, over the CRI);
+//!   [`loop_fs`]: a small loop-mounted ext4 standing for the image filesystem.
 //! - *Launchers.* [`Lab`] and [`LabRuntime`] (below): the real runtime lab; [`Plane`]: the API
 //!   double with its kubeconfig; [`daemon`]: `kruised` as its own process, its log followed;
 //!   [`cluster`]: the real cluster layer; [`restarts`]: the env-restart workload on it.
@@ -43,6 +44,7 @@ pub mod events;
 pub mod fleet;
 pub mod image_gc;
 pub mod kubelet;
+pub mod loop_fs;
 pub mod manager;
 pub mod node;
 pub mod proxy;

@@ -88,7 +88,7 @@ pub enum Verdict {
 
 /// The least free bytes the limits allow: the floor, and what keeps use below the threshold
 /// (use must stay strictly below `high_percent` of the capacity).
-fn least_free(capacity: u64, floor: u64, high_percent: u8) -> u64 {
+pub(super) fn least_free(capacity: u64, floor: u64, high_percent: u8) -> u64 {
     let high = u128::from(high_percent.min(100));
     // used < capacity × high / 100  ⇔  free > capacity × (100 − high) / 100
     let by_threshold = if high >= 100 {

@@ -105,6 +105,9 @@ pub fn start_with(
     if ctx.config.startup_taint.is_some() {
         warmset::start(ctx, ctx.event_sink(EVENT_COMPONENT));
     }
+    // registered ready now: once the daemon is ready, no condition comes and goes
+    let pins_note = ctx.readiness.condition("image-pins");
+    pins_note.set_ready_noting("nothing pinned yet: the runtime is not known yet");
     let ctx = ctx.clone();
     let span = tracing::info_span!("imagepull", node = %ctx.config.node_name);
     ctx.tracker.clone().spawn(
@@ -138,15 +141,19 @@ pub fn start_with(
             let pins = match pinning {
                 Some(p) if p.offered() => {
                     tracing::info!(pinning = %p, "pre-pulled images are pinned until their first use");
-                    let pins = pin::Pins::new(
-                        Arc::new(pin::ContainerdPins::new(runtime.clone())),
-                        pin::CHECK_INTERVAL,
-                    );
+                    let limits = pin::Limits {
+                        high_percent: settings.image_gc_high_percent,
+                        floor: settings.image_fs_min_free,
+                        note: Some(pins_note),
+                    };
+                    let store = pin::ContainerdPins::new(runtime.clone(), settings.image_fs_path.clone());
+                    let pins = pin::Pins::new(Arc::new(store), pin::CHECK_INTERVAL, Some(limits));
                     ctx.spawn("image pins", pins.clone().run(ctx.cancel.clone()));
                     Some(pins)
                 }
                 Some(p) => {
                     tracing::info!(pinning = %p, "pre-pulled images are not pinned");
+                    pins_note.set_ready_noting(format!("nothing pinned: image pinning {p}"));
                     None
                 }
                 None => None,

@@ -13,8 +13,13 @@
 //! - [`Pins::run`] unpins an image once a container on the node runs it (CRI `ListContainers`,
 //!   every [`CHECK_INTERVAL`] while kruised holds a pin, never otherwise).
 //! - When a NodeImage tag leaves the spec, its images are unpinned ([`Pins::release`], oldest
-//!   first), unless another tag still names them; [`Pins::unpin_oldest`] is the hook for an
-//!   image budget that shrinks.
+//!   first), unless another tag still names them.
+//! - Pins give way to a full disk ([`Pins::give_way`], at the same checks): once the image
+//!   filesystem's free space is below what the kubelet's GC high threshold
+//!   (`--image-gc-high-threshold-percent`) or the floor (`--image-fs-min-free`) leave, kruised
+//!   unpins its unused images oldest first, as many bytes (the sizes the runtime reports) as are
+//!   missing, so that the kubelet's collector may reclaim them; what it unpinned counts until the
+//!   free space rises by as much (the collector ran) or is within the limits again.
 //! - Bounded: at most [`MAX_HELD`] images (the oldest unpinned first), none longer than
 //!   [`MAX_AGE`] unused.
 //!
@@ -29,8 +34,10 @@ use futures::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::disk::{self, Space};
 use crate::cri::containerd::images::{self, Images};
 use crate::cri::{ContainerFilter, CriError, ImageService, RemoteRuntime, RuntimeService, dialect};
+use crate::health::ReadinessCondition;
 
 /// How often the containers are listed while kruised holds a pin.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -84,6 +91,10 @@ pub trait PinStore: Send + Sync + 'static {
     fn pinned(&self) -> BoxFuture<'_, Result<Vec<PinnedImage>, CriError>>;
     /// The IDs of the images the node's containers run (in any state).
     fn in_use(&self) -> BoxFuture<'_, Result<Vec<String>, CriError>>;
+    /// Free and total bytes of the image filesystem; `None` when it cannot be read.
+    fn space(&self) -> BoxFuture<'_, Option<Space>> {
+        Box::pin(async { None })
+    }
 }
 
 /// The pin store of containerd: image labels through its images service, sizes and containers
@@ -91,14 +102,18 @@ pub trait PinStore: Send + Sync + 'static {
 pub struct ContainerdPins {
     images: Images,
     runtime: RemoteRuntime,
+    /// The image filesystem's path: `--image-fs-path`, else the runtime's mount point.
+    mount: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl ContainerdPins {
-    /// The store of the containerd behind `runtime`.
-    pub fn new(runtime: RemoteRuntime) -> Self {
+    /// The store of the containerd behind `runtime`, its image filesystem seen at `fs_path`
+    /// (`None`: where the runtime says).
+    pub fn new(runtime: RemoteRuntime, fs_path: Option<std::path::PathBuf>) -> Self {
         ContainerdPins {
             images: Images::of(&runtime),
             runtime,
+            mount: fs_path.map(std::sync::OnceLock::from).unwrap_or_default(),
         }
     }
 
@@ -202,6 +217,39 @@ impl PinStore for ContainerdPins {
                 .collect())
         })
     }
+
+    fn space(&self) -> BoxFuture<'_, Option<Space>> {
+        Box::pin(async move {
+            if self.mount.get().is_none() {
+                let usage = self.runtime.image_fs_info().await.ok()?;
+                let fs = usage.first().filter(|f| !f.mountpoint.is_empty())?;
+                let _ = self.mount.set(fs.mountpoint.clone().into());
+            }
+            disk::space(self.mount.get()?)
+        })
+    }
+}
+
+/// The limits of the image filesystem that pins give way to.
+#[derive(Debug)]
+pub struct Limits {
+    /// The kubelet's image GC high threshold, percent (`--image-gc-high-threshold-percent`).
+    pub high_percent: u8,
+    /// Bytes kept free (`--image-fs-min-free`).
+    pub floor: u64,
+    /// `/readyz?verbose`'s line on it (always ready).
+    pub note: Option<ReadinessCondition>,
+}
+
+/// What the pins gave way so far.
+#[derive(Debug, Default)]
+struct GaveWay {
+    /// The free bytes at the last look.
+    free: Option<u64>,
+    /// Bytes unpinned for the limits that the free space does not show yet.
+    pending: u64,
+    /// Bytes unpinned for the limits since the start.
+    total: u64,
 }
 
 /// One image kruised pinned.
@@ -219,6 +267,9 @@ pub struct Pins {
     interval: Duration,
     /// Set when the runtime does not serve the calls pinning needs: nothing is tried again.
     off: std::sync::atomic::AtomicBool,
+    /// The image filesystem's limits pins give way to; `None`: they do not.
+    limits: Option<Limits>,
+    gave: Mutex<GaveWay>,
 }
 
 impl std::fmt::Debug for Pins {
@@ -230,14 +281,22 @@ impl std::fmt::Debug for Pins {
 }
 
 impl Pins {
-    /// Pins kept in `store`, checked for use every `interval` while any is held.
-    pub fn new(store: Arc<dyn PinStore>, interval: Duration) -> Arc<Self> {
+    /// Pins kept in `store`, checked for use (and against `limits`) every `interval` while any
+    /// is held.
+    pub fn new(store: Arc<dyn PinStore>, interval: Duration, limits: Option<Limits>) -> Arc<Self> {
+        if let Some(note) = limits.as_ref().and_then(|l| l.note.as_ref()) {
+            note.set_ready_noting(
+                "pinned images give way to a full image filesystem: not examined yet",
+            );
+        }
         Arc::new(Pins {
             store,
             held: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
             interval,
             off: std::sync::atomic::AtomicBool::new(false),
+            limits,
+            gave: Mutex::default(),
         })
     }
 
@@ -307,18 +366,84 @@ impl Pins {
         }
     }
 
-    /// Unpins the oldest images kruised holds until at least `bytes` of them are unpinned (the
-    /// hook of an image budget that shrinks); returns the bytes unpinned.
-    pub async fn unpin_oldest(&self, bytes: u64) -> u64 {
+    /// Unpins the oldest images kruised holds until at least `bytes` of them are unpinned,
+    /// saying `why`; returns the bytes unpinned.
+    pub async fn unpin_oldest(&self, bytes: u64, why: &str) -> u64 {
         let mut done = 0;
         for id in self.held() {
             if done >= bytes {
                 break;
             }
             let size = self.lock().get(&id).map_or(0, |h| h.size);
-            if self.unpin(&id, "the image budget shrank").await {
+            if self.unpin(&id, why).await {
                 done += size;
             }
+        }
+        done
+    }
+
+    /// Gives way to a full image filesystem: when its free space is below what the kubelet's GC
+    /// high threshold and the floor leave ([`Limits`]), unpins the oldest images kruised holds,
+    /// as many bytes as are missing and not already unpinned for it; returns the bytes unpinned.
+    pub async fn give_way(&self) -> u64 {
+        let Some(limits) = &self.limits else { return 0 };
+        if self.lock().is_empty() {
+            return 0;
+        }
+        let Some(Space { free, capacity }) = self.store.space().await else {
+            if let Some(note) = &limits.note {
+                note.set_ready_noting(
+                    "the image filesystem is not visible to kruised: pinned images do not give \
+                     way to a full disk (set --image-fs-path)",
+                );
+            }
+            return 0;
+        };
+        let least = super::admit::least_free(capacity, limits.floor, limits.high_percent);
+        let missing = {
+            let mut gave = crate::sync::lock(&self.gave);
+            // what the free space gained since the last look, the collector reclaimed
+            let gained = gave.free.map_or(0, |f| free.saturating_sub(f));
+            gave.pending = gave.pending.saturating_sub(gained);
+            if free >= least {
+                gave.pending = 0;
+            }
+            gave.free = Some(free);
+            least.saturating_sub(free).saturating_sub(gave.pending)
+        };
+        let done = if missing > 0 {
+            let why = format!(
+                "the image filesystem has {} free of {}, less than the {} the kubelet's image GC \
+                 high threshold ({} %) and the floor ({}) leave; {} unpinned, oldest first, for \
+                 the kubelet's GC to reclaim",
+                disk::human(free),
+                disk::human(capacity),
+                disk::human(least),
+                limits.high_percent,
+                disk::human(limits.floor),
+                disk::human(missing),
+            );
+            self.unpin_oldest(missing, &why).await
+        } else {
+            0
+        };
+        let total = {
+            let mut gave = crate::sync::lock(&self.gave);
+            gave.pending = gave.pending.saturating_add(done);
+            gave.total = gave.total.saturating_add(done);
+            gave.total
+        };
+        if let Some(note) = &limits.note {
+            note.set_ready_noting(format!(
+                "pinned images give way below {} free (GC high threshold {} %, floor {}): {} \
+                 free of {} at the last look, {} unpinned for it since the start",
+                disk::human(least),
+                limits.high_percent,
+                disk::human(limits.floor),
+                disk::human(free),
+                disk::human(capacity),
+                disk::human(total),
+            ));
         }
         done
     }
@@ -327,8 +452,8 @@ impl Pins {
     async fn unpin(&self, id: &str, why: &str) -> bool {
         match self.store.unpin(id).await {
             Ok(()) => {
-                self.lock().remove(id);
-                tracing::info!(image = %id, "image unpinned: {why}");
+                let size = self.lock().remove(id).map_or(0, |h| h.size);
+                tracing::info!(image = %id, size, "image unpinned: {why}");
                 true
             }
             Err(e) => {
@@ -420,6 +545,7 @@ impl Pins {
             if let Err(e) = self.unpin_used().await {
                 tracing::warn!(error = %e, "listing the containers to unpin used images failed");
             }
+            self.give_way().await;
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::*;
+use crate::health::Readiness;
 
 fn id(n: u8) -> String {
     format!("sha256:{}", format!("{n:02x}").repeat(32))
@@ -19,6 +20,8 @@ struct Store {
     images: Mutex<BTreeMap<String, (i64, u64, bool, bool)>>,
     used: Mutex<BTreeSet<String>>,
     unpins: Mutex<Vec<String>>,
+    /// The image filesystem as statvfs would show it; `None`: not visible.
+    space: Mutex<Option<Space>>,
 }
 
 impl Store {
@@ -82,11 +85,14 @@ impl PinStore for Store {
     fn in_use(&self) -> BoxFuture<'_, Result<Vec<String>, CriError>> {
         Box::pin(async move { Ok(self.used.lock().expect("lock").iter().cloned().collect()) })
     }
+    fn space(&self) -> BoxFuture<'_, Option<Space>> {
+        Box::pin(async move { *self.space.lock().expect("lock") })
+    }
 }
 
 fn pins() -> (Arc<Store>, Arc<Pins>) {
     let store = Arc::new(Store::default());
-    let pins = Pins::new(store.clone(), Duration::from_millis(10));
+    let pins = Pins::new(store.clone(), Duration::from_millis(10), None);
     (store, pins)
 }
 
@@ -161,7 +167,7 @@ async fn a_shrinking_budget_unpins_the_oldest_until_enough_bytes_are_unpinned() 
         store.add(&id(n), at, size);
         pins.pin(&id(n)).await;
     }
-    assert_eq!(pins.unpin_oldest(25).await, 30);
+    assert_eq!(pins.unpin_oldest(25, "the budget shrank").await, 30);
     assert_eq!(*store.unpins.lock().expect("lock"), [id(8), id(9)]);
     assert_eq!(pins.held(), [id(7)]);
 }
@@ -172,7 +178,7 @@ async fn a_restarted_kruised_takes_up_its_pins_and_unpins_them_at_first_use() {
     store.add(&id(10), 100, 10);
     pins.pin(&id(10)).await;
     // a new process: nothing in memory, the label in the runtime
-    let again = Pins::new(store.clone(), Duration::from_millis(10));
+    let again = Pins::new(store.clone(), Duration::from_millis(10), None);
     let cancel = CancellationToken::new();
     let task = tokio::spawn(again.clone().run(cancel.clone()));
     store.used.lock().expect("lock").insert(id(10));
@@ -234,7 +240,7 @@ fn unsupported() -> CriError {
 
 #[tokio::test]
 async fn a_runtime_without_containerds_images_service_turns_pinning_off_at_once() {
-    let pins = Pins::new(Arc::new(Unserved), Duration::from_millis(10));
+    let pins = Pins::new(Arc::new(Unserved), Duration::from_millis(10), None);
     pins.pin(&id(1)).await;
     assert!(pins.off.load(std::sync::atomic::Ordering::Relaxed));
     assert!(pins.held().is_empty());
@@ -248,4 +254,116 @@ async fn a_runtime_without_containerds_images_service_turns_pinning_off_at_once(
         .await
         .expect("the loop ends at its cancel")
         .expect("no panic");
+}
+
+/// Pins over a store whose image filesystem is `capacity` bytes with `free` free, giving way
+/// below the kubelet's default threshold (85 %) and a `floor`, noting on `/readyz?verbose`.
+fn pins_within(capacity: u64, free: u64, floor: u64) -> (Arc<Store>, Arc<Pins>, Readiness) {
+    let store = Arc::new(Store::default());
+    *store.space.lock().expect("lock") = Some(Space { free, capacity });
+    let readiness = Readiness::new();
+    let limits = Limits {
+        high_percent: 85,
+        floor,
+        note: Some(readiness.condition("image-pins")),
+    };
+    let pins = Pins::new(store.clone(), Duration::from_millis(10), Some(limits));
+    (store, pins, readiness)
+}
+
+fn set_free(store: &Store, free: u64) {
+    if let Some(s) = store.space.lock().expect("lock").as_mut() {
+        s.free = free;
+    }
+}
+
+#[tokio::test]
+async fn past_the_kubelets_threshold_the_oldest_pins_give_way_for_the_missing_bytes_once() {
+    // 1000 B at 85 %: use must stay below 850 B, so at least 151 B free; 100 B free: 51 missing
+    let (store, pins, readiness) = pins_within(1000, 100, 0);
+    for (n, at, size) in [(11, 300, 30), (12, 100, 40), (13, 200, 20), (14, 400, 50)] {
+        store.add(&id(n), at, size);
+        pins.pin(&id(n)).await;
+    }
+    assert_eq!(pins.give_way().await, 60, "the two oldest: 40 + 20 >= 51");
+    assert_eq!(*store.unpins.lock().expect("lock"), [id(12), id(13)]);
+    assert_eq!(pins.held(), [id(11), id(14)]);
+    assert_eq!(
+        pins.give_way().await,
+        0,
+        "the kubelet's GC has not run yet: what was unpinned still counts"
+    );
+    // the GC reclaims 40 B (11 B missing, 20 B still to reclaim), then a pull takes 30 B
+    set_free(&store, 140);
+    assert_eq!(pins.give_way().await, 0, "11 missing, 20 to come");
+    set_free(&store, 110);
+    assert_eq!(
+        pins.give_way().await,
+        30,
+        "41 missing, 20 to come: the next oldest"
+    );
+    assert_eq!(pins.held(), [id(14)]);
+    let report = readiness.report();
+    assert!(readiness.is_ready(), "{report:?}");
+    let note = &report[0].detail;
+    for part in [
+        "below 151 B free",
+        "85 %",
+        "110 B free of 1000 B",
+        "90 B unpinned",
+    ] {
+        assert!(note.contains(part), "{part:?} missing from {note:?}");
+    }
+}
+
+#[tokio::test]
+async fn within_the_limits_or_where_the_filesystem_is_not_visible_no_pin_gives_way() {
+    let (store, pins, readiness) = pins_within(1000, 151, 0);
+    assert!(readiness.is_ready(), "ready before any look");
+    store.add(&id(15), 100, 10);
+    pins.pin(&id(15)).await;
+    assert_eq!(pins.give_way().await, 0, "151 B free: use stays below 85 %");
+    *store.space.lock().expect("lock") = None;
+    assert_eq!(pins.give_way().await, 0, "nothing known, nothing unpinned");
+    let note = readiness.report()[0].detail.clone();
+    assert!(note.contains("not visible"), "{note}");
+    let (store, pins) = self::pins();
+    *store.space.lock().expect("lock") = Some(Space {
+        free: 0,
+        capacity: 1000,
+    });
+    store.add(&id(16), 100, 10);
+    pins.pin(&id(16)).await;
+    assert_eq!(pins.give_way().await, 0, "no limits: pins never give way");
+    assert_eq!(pins.held(), [id(16)]);
+}
+
+#[tokio::test]
+async fn below_the_floor_pins_give_way_even_under_the_threshold() {
+    // 50 % in use, but 500 B free is less than the 600 B floor
+    let (store, pins, _readiness) = pins_within(1000, 500, 600);
+    for (n, at) in [(17, 200), (18, 100)] {
+        store.add(&id(n), at, 100);
+        pins.pin(&id(n)).await;
+    }
+    assert_eq!(pins.give_way().await, 100);
+    assert_eq!(pins.held(), [id(17)]);
+}
+
+#[tokio::test]
+async fn the_loop_gives_way_while_it_holds_pins() {
+    let (store, pins, _readiness) = pins_within(1000, 0, 0);
+    store.add(&id(19), 100, 10);
+    pins.pin(&id(19)).await;
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(pins.clone().run(cancel.clone()));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while store.pinned_by_kruised(&id(19)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("still pinned after 10 s; held: {:?}", pins.held()));
+    cancel.cancel();
+    task.await.expect("the loop ends");
 }
