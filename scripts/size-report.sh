@@ -11,6 +11,7 @@
 #     to that crate, and its column `std generic` says how much of it did; `serde` is the part
 #     whose name mentions serde (derived (de)serialisers, visitors); symbols without a Rust path
 #     (glibc, ring's C and assembly) by name;
+#   - kruised's own bytes by module (two levels: `kruised::cmd::crictl`);
 #   - the largest N functions.
 #
 #   scripts/size-report.sh                   build (about 12 CPU-minutes from scratch), then report
@@ -79,8 +80,10 @@ def owner(name):
                 return other, True
     return crate, False
 
+OWN_MODULE = re.compile(r"kruised((?:::[a-z_][a-z0-9_]*){1,2})")
 seen = set()
 by_crate = {}
+by_module = {}
 functions = []
 symbol_bytes = 0
 bad = 0
@@ -112,6 +115,11 @@ for line in sys.stdin:
     symbol_bytes += size
     if is_text:
         functions.append((size, crate, name))
+    if crate == "kruised":
+        # its first two module levels: kruised::cmd::crictl, kruised::controller::recreate
+        m = OWN_MODULE.search(name)
+        module = "kruised" + (m.group(1) if m else "")
+        by_module[module] = by_module.get(module, 0) + size
 if bad:
     print(f"size-report: {bad} lines not in nm's `address size type name` form", file=sys.stderr)
 if not by_crate:
@@ -135,6 +143,13 @@ if rest:
           f"({len(rest)} more crates)")
 serde = sum(c["serde"] for c in by_crate.values())
 print(f"{'':>11} {'':>5} {'':>11} {'':>10} {'':>11} {serde:>10,}  serde in all")
+print()
+print(f"## kruised's own, by module ({top} largest)")
+print()
+print(f"{'bytes':>11}  module")
+modules = sorted(by_module.items(), key=lambda kv: -kv[1])
+for module, size in modules[:top]:
+    print(f"{size:>11,}  {module}")
 print()
 print(f"## The {top} largest functions")
 print()

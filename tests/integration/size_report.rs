@@ -71,6 +71,11 @@ fn the_size_report_gives_std_generic_code_to_the_crate_of_its_type() {
     // std's own code stays std's; a symbol's hash is not part of its name
     assert_eq!(crate_row(&out, "alloc")[0], "48", "{out}");
     assert!(out.contains("kruised::main\n"), "{out}");
+    // and kruised's own by module
+    assert!(
+        out.contains("## kruised's own, by module (10 largest)\n\n      bytes  module\n         80  kruised::main\n"),
+        "{out}"
+    );
     assert_eq!(
         crate_row(&out, "serde_json")[3],
         "32",
