@@ -176,6 +176,7 @@ revision=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
 if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2> /dev/null)" ]; then
   revision=$revision-dirty
 fi
+given=$binary
 if [ -z "$binary" ]; then
   # the target and flags of scripts/build-image.sh, and its profile with the symbols kept
   target=${KRUISED_TARGET:-}
@@ -197,17 +198,22 @@ if [ -z "$binary" ]; then
   binary=$target_dir/$target/dist/kruised
 fi
 [ -f "$binary" ] || { log "no binary at $binary"; exit 1; }
+if [ -n "$given" ]; then
+  # the commit it was built from, as it says (`kruised version`), not this checkout's
+  revision=$(timeout 10 "$binary" version 2> /dev/null | sed -n 's/^Commit: *//p' | cut -c1-7 || true)
+  revision="${revision:-unknown} (the given binary's)"
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 strip -o "$work/kruised" "$binary"
 stripped=$(stat -c %s "$work/kruised")
 kind=$(file -b "$binary")
-echo "# kruised's size, $(git log -1 --format='%h (%cs)' 2> /dev/null || echo "$revision")"
+echo "# kruised's size, source $revision, $(date -u +%Y-%m-%d)"
 echo
 echo "binary:   $binary, $(stat -c %s "$binary") bytes with symbols"
 echo "          ${kind%%, BuildID*}"
-echo "rustc:    $(rustc --version 2> /dev/null || echo unknown); source $revision"
+echo "rustc:    $(rustc --version 2> /dev/null || echo unknown)"
 printf 'stripped: %s bytes (%s MB, %s MiB): the shipped size\n' \
   "$(echo "$stripped" | sed ':a; s/\B[0-9]\{3\}\>/,&/; ta')" \
   "$(awk -v s="$stripped" 'BEGIN {printf "%.2f", s / 1e6}')" \
