@@ -20,8 +20,9 @@
 #   scripts/size-report.sh --target-dir DIR  cargo's target directory for the build: by default
 #                                            target/size-report (CARGO_TARGET_DIR if set), so the
 #                                            unstripped build never replaces target/dist's
-#   scripts/size-report.sh --bloat           also cargo-bloat's crate table, if it is installed
-#                                            (`cargo install cargo-bloat`; optional, not needed)
+#   scripts/size-report.sh --bloat           also cargo-bloat's crate table of the same build, if
+#                                            it is installed (`cargo install cargo-bloat`;
+#                                            optional, not needed; not with --binary)
 #   scripts/size-report.sh --parse [N]       read `nm -S --size-sort -C` lines on stdin and print
 #                                            only the crate and function tables (the tests' entry)
 #
@@ -177,23 +178,28 @@ if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-file
   revision=$revision-dirty
 fi
 given=$binary
-if [ -z "$binary" ]; then
-  # the target and flags of scripts/build-image.sh, and its profile with the symbols kept
-  target=${KRUISED_TARGET:-}
-  if [ -z "$target" ]; then
-    if rustup target list --installed 2> /dev/null | grep -qx x86_64-unknown-linux-musl; then
-      target=x86_64-unknown-linux-musl
-    else
-      target=x86_64-unknown-linux-gnu
-    fi
+if [ -n "$given" ] && [ -n "$bloat" ]; then
+  log "--bloat runs cargo-bloat on the build this script makes: not with --binary"
+  exit 2
+fi
+# the target and flags of scripts/build-image.sh, and its profile with the symbols kept
+target=${KRUISED_TARGET:-}
+if [ -z "$target" ]; then
+  if rustup target list --installed 2> /dev/null | grep -qx x86_64-unknown-linux-musl; then
+    target=x86_64-unknown-linux-musl
+  else
+    target=x86_64-unknown-linux-gnu
   fi
-  cargo_home=${CARGO_HOME:-$HOME/.cargo}
-  flags="-C target-feature=+crt-static --remap-path-prefix=$ROOT=/kruised --remap-path-prefix=$cargo_home=/cargo"
+fi
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+flags="-C target-feature=+crt-static --remap-path-prefix=$ROOT=/kruised --remap-path-prefix=$cargo_home=/cargo"
+commit=$(git rev-parse HEAD 2> /dev/null || echo unknown)
+# the same build's environment for cargo build and cargo bloat: one build, not two
+build_env=(KRUISED_COMMIT="$commit" RUSTFLAGS="$flags" CARGO_PROFILE_DIST_STRIP=none CARGO_TARGET_DIR="$target_dir")
+if [ -z "$binary" ]; then
   log "building the dist profile for $target with symbols kept, in $target_dir"
   t0=$(date +%s)
-  KRUISED_COMMIT=$(git rev-parse HEAD 2> /dev/null || echo unknown) RUSTFLAGS=$flags \
-    CARGO_PROFILE_DIST_STRIP=none CARGO_TARGET_DIR=$target_dir \
-    cargo build --locked --profile dist --target "$target" --bin kruised
+  env "${build_env[@]}" cargo build --locked --profile dist --target "$target" --bin kruised
   log "built in $(($(date +%s) - t0))s"
   binary=$target_dir/$target/dist/kruised
 fi
@@ -230,11 +236,9 @@ if [ -n "$bloat" ]; then
   if cargo bloat --version > /dev/null 2>&1; then
     echo "## cargo-bloat's view (crates; it counts std's generic code as std)"
     echo
-    KRUISED_COMMIT=$(git rev-parse HEAD 2> /dev/null || echo unknown) RUSTFLAGS=${flags:-} \
-      CARGO_PROFILE_DIST_STRIP=none CARGO_TARGET_DIR=$target_dir \
-      cargo bloat --locked --profile dist --target "${target:-x86_64-unknown-linux-gnu}" \
-      --bin kruised --crates -n "$top" 2> /dev/null || log "cargo bloat failed"
+    env "${build_env[@]}" cargo bloat --locked --profile dist --target "$target" \
+      --bin kruised --crates -n "$top" || log "cargo bloat failed"
   else
-    log "--bloat: cargo-bloat is not installed (cargo install cargo-bloat); the tables above need it not"
+    log "--bloat: cargo-bloat is not installed (cargo install cargo-bloat); the tables above do not need it"
   fi
 fi
