@@ -3,7 +3,8 @@
 # does (the `dist` profile, fat LTO, static glibc or musl, the same flags) but keeps its
 # symbols, then prints:
 #
-#   - the stripped size (of a copy: `strip`, as the `dist` profile strips), which is what ships;
+#   - the stripped size (`strip` of a copy: what ships, within a few KB of the `dist` profile's
+#     own strip);
 #   - the stripped copy's sections (`size -A`): code, read-only data, unwind tables;
 #   - the size by crate, from the symbol table (`nm --size-sort -S -C`): each symbol goes to the
 #     crate its demangled path starts with (`<A as B>::f` to A's); code of std, core and alloc
@@ -15,7 +16,7 @@
 #   - the largest N functions.
 #
 #   scripts/size-report.sh                   build (about 12 CPU-minutes from scratch), then report
-#   scripts/size-report.sh --top N           the N largest functions (30) and crates (N too)
+#   scripts/size-report.sh --top N           the N largest crates, modules and functions (30)
 #   scripts/size-report.sh --binary PATH     report on PATH (an unstripped build) instead of building
 #   scripts/size-report.sh --target-dir DIR  cargo's target directory for the build: by default
 #                                            target/size-report (CARGO_TARGET_DIR if set), so the
