@@ -235,7 +235,7 @@ nm -S --size-sort -C "$binary" | tables "$top"
 if [ -n "$bloat" ]; then
   echo
   if cargo bloat --version > /dev/null 2>&1; then
-    echo "## cargo-bloat's view (crates; it counts std's generic code as std)"
+    echo "## cargo-bloat's view (crates; it gives generic code to the crate that instantiated it)"
     echo
     env "${build_env[@]}" cargo bloat --locked --profile dist --target "$target" \
       --bin kruised --crates -n "$top" || log "cargo bloat failed"
