@@ -8,7 +8,8 @@
 //!
 //! 1. rollout: every daemon started at once; requests by verb and resource until the last is
 //!    ready, the time until then, the API server's CPU and memory;
-//! 2. at rest: requests a minute, the watches the API server holds open, its CPU;
+//! 2. at rest: requests a minute, the watches the API server holds open, its CPU, and each
+//!    daemon's resident memory, all of it and by kind (anon, file: `support::daemon::Resident`);
 //! 3. a fleet-wide in-place update of one env-from-metadata value of every pod, 10 % of the
 //!    pods at a time as kruise-manager rolls out (`InPlaceUpdateReady=False`, then the
 //!    annotation): restarts per pod (exactly one is right, and one more where a kubelet
@@ -22,6 +23,8 @@
 //!     KRUISED_KRUISE_DAEMON=/path/to/kruise-daemon KRUISED_TEST_BIN=target/dist/kruised \
 //!     KRUISED_FLEET_NODES=10,50,100 cargo bench --bench fleet
 //!     # KRUISED_FLEET_PODS (30 a node), KRUISED_FLEET_REST_SECS (600)
+//!     # one node of 100 pods at rest (docs/PERFORMANCE.md's memory figures):
+//!     # KRUISED_FLEET_NODES=1 KRUISED_FLEET_PODS=100 KRUISED_FLEET_REST_SECS=60
 //!
 //! Under `cargo test` (no `--bench` argument) a smoke run (5 nodes, 2 pods each, 5 s at rest,
 //! the update half the pods at a time) checks the harness, kruised alone unless `KRUISED_KRUISE_DAEMON` is set, and asserts what
@@ -41,6 +44,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::k8s::keys;
 use kruised_test_support as support;
+use kruised_test_support::daemon::Resident;
 use kruised_test_support::wait;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -83,7 +87,9 @@ struct Figures {
     once_per_change: usize,
     writes_per_pod: f64,
     update_writes: Counts,
-    api_rss: u64,
+    api_rss: Resident,
+    /// Each daemon's resident memory at the end of the window at rest, smallest first.
+    rest_resident: Vec<Resident>,
 }
 
 fn total(c: &Counts) -> u64 {
@@ -283,6 +289,8 @@ async fn run(
     f.rest_per_minute = total(&f.rest_counts) as f64 / sizes.rest.as_secs_f64() * 60.0;
     f.rest_watches = lab.open_watches().await;
     f.rest_api_cpu = api1.cpu.saturating_sub(api0.cpu);
+    f.rest_resident = daemons.iter().filter_map(FleetDaemon::resident).collect();
+    f.rest_resident.sort_by_key(|r| r.total);
 
     // 3. the in-place update, 10 % of the pods at a time
     let before = running_value(kubelets, nodes);
@@ -389,7 +397,7 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
         if on_double {
             String::new()
         } else {
-            format!("; API server CPU {:.2?}, RSS {} MiB", u.cpu, u.rss >> 20)
+            format!("; API server CPU {:.2?}, RSS {}", u.cpu, u.rss)
         }
     };
     for (kind, f) in rows {
@@ -411,6 +419,16 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
                 format!("; API server CPU {:.2?} over the window", f.rest_api_cpu)
             }
         );
+        // the median daemon's and the largest (a node's pods are spread evenly)
+        if let (Some(mid), Some(max)) = (
+            f.rest_resident.get(f.rest_resident.len() / 2),
+            f.rest_resident.last(),
+        ) {
+            println!(
+                "  resident at rest, a daemon of {} pods: median {mid}, largest {max}",
+                pods / n
+            );
+        }
         println!(
             "  update: {:.1?}; restarts per pod {:?} ({} stale recreations by the kubelets); {:.2} API writes per pod ({}){}",
             f.update,
@@ -421,7 +439,7 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
             if on_double {
                 String::new()
             } else {
-                format!("; API server RSS {} MiB", f.api_rss >> 20)
+                format!("; API server RSS {}", f.api_rss)
             }
         );
     }

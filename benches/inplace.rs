@@ -27,13 +27,14 @@ use kruised_test_support as support;
 use std::time::Duration;
 
 use support::cluster::{self, KubeLab, Rbac, Scene};
+use support::daemon::Resident;
 use support::restarts::{self, ChangeResult, CpuLoad, HookServer};
 
 const PODS: usize = 50;
 const WAVE: usize = 10;
 
-/// Resident memory (anonymous, file-backed) of the daemon with its pods loaded, and after the changes.
-type Memory = [Option<(u64, u64)>; 2];
+/// Resident memory of the daemon with its pods loaded, and after the changes.
+type Memory = [Option<Resident>; 2];
 
 async fn run_mode(
     lab: &KubeLab,
@@ -48,7 +49,7 @@ async fn run_mode(
         .await;
     let hooks = HookServer::start().await;
     let pods = restarts::create_pods(&scene, &hooks, "b", pods).await;
-    let loaded = d.rss_split();
+    let loaded = d.resident();
     // the measurement: always two busy loops; the smoke run only tops the machine's load up
     let load = if full {
         CpuLoad::start(2)
@@ -60,7 +61,7 @@ async fn run_mode(
         results.extend(restarts::change_wave(&scene, &hooks, wave, "v2").await);
     }
     drop(load);
-    let after = d.rss_split();
+    let after = d.resident();
     d.terminate();
     d.wait_exit(Duration::from_secs(30)).await;
     scene.cleanup().await;
@@ -80,17 +81,7 @@ fn report(mode: &str, results: &[ChangeResult], memory: Memory) {
         restarts::percentile(&mut took, 0.9).as_secs_f64(),
         restarts::percentile(&mut took, 1.0).as_secs_f64(),
     );
-    let mib = |m: Option<(u64, u64)>| {
-        m.map_or("n/a".into(), |(anon, file)| {
-            let f = |b: u64| b as f64 / 1048576.0;
-            format!(
-                "{:.1} MiB (anon {:.1}, file {:.1})",
-                f(anon + file),
-                f(anon),
-                f(file)
-            )
-        })
-    };
+    let mib = |m: Option<Resident>| m.map_or("n/a".into(), |r| r.to_string());
     println!(
         "{mode:>5}: daemon resident memory: {} with the pods loaded, {} after the changes",
         mib(memory[0]),

@@ -148,7 +148,7 @@ async fn main() {
     let cpu_before = d.cpu_time();
     tokio::time::sleep(window).await;
     let cpu = d.cpu_time().zip(cpu_before).map(|(a, b)| a - b);
-    let rss = d.rss_bytes();
+    let rss = d.resident();
     let written = writes(&counts_before, &node.api.request_counts());
     let api_writes: usize = written.values().sum();
     let write_kinds: Vec<String> = written
@@ -199,7 +199,7 @@ async fn main() {
             "{:.1}% of one core",
             100.0 * c.as_secs_f64() / secs
         )),
-        rss.map_or("n/a".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
+        rss.map_or("n/a".into(), |r| r.to_string())
     );
     println!(
         "  steady {window:?}: {:.0} ExecSync/s (probes), {other} other runtime calls, {api_writes} API writes {write_kinds:?}",

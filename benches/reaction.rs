@@ -115,7 +115,7 @@ async fn main() {
             )
         });
     }
-    let rss_loaded = d.rss_split();
+    let rss_loaded = d.resident();
 
     // steady state: an idle window with nothing changing
     let api_before = node.api.request_counts();
@@ -128,7 +128,7 @@ async fn main() {
     tokio::time::sleep(idle).await;
     let (idle_reads, idle_writes) = api_delta(&api_before, &node.api.request_counts());
     let idle_cri = cri_delta(&cri_before, &node.cri.state().calls);
-    let rss_idle = d.rss_split();
+    let rss_idle = d.resident();
 
     let api_before = node.api.request_counts();
     let cri_before = node.cri.state().calls.clone();
@@ -164,23 +164,13 @@ async fn main() {
         .collect();
     let stops = node.cri.state().stops.len();
     assert_eq!(stops, changes, "exactly one stop per change");
-    let rss_after = d.rss_split();
+    let rss_after = d.resident();
     d.terminate();
     assert!(d.wait_exit(LIMIT).await.success());
 
     latencies.sort();
     let mean = latencies.iter().sum::<Duration>() / u32::try_from(changes).unwrap();
-    let mib = |b: Option<(u64, u64)>| {
-        b.map_or("n/a".to_string(), |(anon, file)| {
-            let m = |x: u64| x as f64 / 1048576.0;
-            format!(
-                "{:.1} MiB (anon {:.1}, file {:.1})",
-                m(anon + file),
-                m(anon),
-                m(file)
-            )
-        })
-    };
+    let mib = |r: Option<support::daemon::Resident>| r.map_or("n/a".to_string(), |r| r.to_string());
     let per_minute = |n: usize| n as f64 * 60.0 / idle.as_secs_f64();
     let per_change = |n: usize| n as f64 / changes as f64;
     println!(

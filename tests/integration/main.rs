@@ -45,6 +45,7 @@ mod relay;
 mod runtimes;
 mod settle;
 mod silent_api;
+mod size_report;
 mod startup_taint;
 mod swap;
 mod test_tree;

@@ -184,13 +184,14 @@ impl Daemon {
     }
 
     /// Resident memory split as (anonymous: heap and stacks, file-backed: the binary's pages
-    /// in use), in bytes.
+    /// in use), in bytes ([`Resident`]'s two parts).
     pub fn rss_split(&self) -> Option<(u64, u64)> {
-        let pid = self.pid()?;
-        Some((
-            status_bytes(pid, "RssAnon:")?,
-            status_bytes(pid, "RssFile:")?,
-        ))
+        self.resident().map(|r| (r.anon, r.file))
+    }
+
+    /// Resident memory now, all of it and by kind: what the benchmarks print.
+    pub fn resident(&self) -> Option<Resident> {
+        Resident::of(self.pid()?)
     }
 
     /// CPU time the process has used so far, user plus system ([`cpu_time`]).
@@ -254,6 +255,64 @@ pub fn status_bytes(pid: u32, field: &str) -> Option<u64> {
         .parse()
         .ok()?;
     Some(kb * 1024)
+}
+
+/// A process's resident memory, all of it and by kind, from one read of `/proc/<pid>/status`:
+/// the one way the benchmarks measure memory. Displayed as `16.4 MiB (anon 4.5, file 11.9)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resident {
+    /// `VmRSS`, bytes: all of it (anon + file + shared memory).
+    pub total: u64,
+    /// `RssAnon`, bytes: heap, stacks, relocated data: what the process itself costs.
+    pub anon: u64,
+    /// `RssFile`, bytes: pages of the binary (and of any library) mapped from the page cache:
+    /// clean, shared with every process mapping the file, given back first under pressure.
+    pub file: u64,
+}
+
+impl Resident {
+    /// Process `pid`'s, now; `None` once it has exited.
+    pub fn of(pid: u32) -> Option<Resident> {
+        Resident::parse(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+    }
+
+    /// From the text of a `/proc/<pid>/status`; `None` where a field is missing (a kernel
+    /// before 4.5 has no `RssAnon`).
+    pub fn parse(status: &str) -> Option<Resident> {
+        let field = |name: &str| -> Option<u64> {
+            let kb: u64 = status
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kb * 1024)
+        };
+        Some(Resident {
+            total: field("VmRSS")?,
+            anon: field("RssAnon")?,
+            file: field("RssFile")?,
+        })
+    }
+
+    /// In MiB.
+    pub fn mib(bytes: u64) -> f64 {
+        bytes as f64 / 1_048_576.0
+    }
+}
+
+impl std::fmt::Display for Resident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} MiB (anon {:.1}, file {:.1})",
+            Resident::mib(self.total),
+            Resident::mib(self.anon),
+            Resident::mib(self.file)
+        )
+    }
 }
 
 /// CPU time process `pid` has used so far, user plus system (from /proc; the kernel reports it

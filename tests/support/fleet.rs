@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::cluster::client_from;
+use crate::daemon::Resident;
 use crate::kubelet::Kubelet;
 use crate::kubelet::run::{NodeKubelet, NodeKubelets};
 
@@ -104,8 +105,8 @@ fn kube_assets() -> Option<PathBuf> {
 pub struct ProcUsage {
     /// User and system CPU time.
     pub cpu: Duration,
-    /// Resident memory, bytes.
-    pub rss: u64,
+    /// Resident memory, all of it and by kind.
+    pub rss: Resident,
 }
 
 impl FleetLab {
@@ -252,7 +253,7 @@ impl FleetLab {
         let pid = pid.trim().parse().unwrap_or(0);
         ProcUsage {
             cpu: crate::daemon::cpu_time(pid).unwrap_or_default(),
-            rss: crate::daemon::status_bytes(pid, "VmRSS:").unwrap_or(0),
+            rss: Resident::of(pid).unwrap_or_default(),
         }
     }
 
@@ -565,6 +566,11 @@ impl FleetDaemon {
         // a daemon still starting may refuse or reset the connection: not ready yet
         let answer = tokio::time::timeout(Duration::from_secs(2), probe).await;
         matches!(answer, Ok(Ok((200, _))))
+    }
+
+    /// Its resident memory now; `None` once it has exited.
+    pub fn resident(&self) -> Option<Resident> {
+        Resident::of(self.child.id()?)
     }
 
     /// Whether its process has exited.
