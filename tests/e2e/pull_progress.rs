@@ -24,10 +24,10 @@ const LAYER: u64 = 16 << 20;
 
 /// A registry host for containerd that is the relay (`certs.d/<relay>/hosts.toml`); removed
 /// on drop.
-struct RelayHost(std::path::PathBuf);
+pub(crate) struct RelayHost(std::path::PathBuf);
 
 impl RelayHost {
-    fn new(lab: &Lab, addr: SocketAddr) -> RelayHost {
+    pub(crate) fn new(lab: &Lab, addr: SocketAddr) -> RelayHost {
         let dir = lab.dir.join("certs.d").join(addr.to_string());
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(

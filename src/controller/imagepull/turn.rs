@@ -8,17 +8,20 @@
 //!   ([`Turn::called_off`]): its CRI `PullImage` call is cancelled (the puller's, unless another
 //!   caller shares it), it gives back its places and queues again by its rank, and it starts
 //!   again once nothing is waited for. Being called off is no failed attempt: no backoff, no
-//!   failure in its status or events (a NodeImage tag stays `Pulling`, with its progress). No
-//!   exception for a pull close to its end: what it fetched is kept (below), so calling it off
-//!   costs the bytes in flight and a new `PullImage` call.
+//!   failure in its status or events (a NodeImage tag stays `Pulling`, with its progress).
 //!
-//!   What a cancelled pull leaves: containerd (1.6 and 2.x) writes each blob into an ingest
-//!   named by its ref (`<ns>/1/layer-sha256:…`, `ctr content active`) and keeps it when the
-//!   pull's call is cancelled; the next pull of the blob opens the same ref, finds its offset,
-//!   and asks the registry for the rest (an HTTP range). Checked on the lab (`cri-lab.sh`,
-//!   containerd 1.6.20 and 2.1): `tests/e2e/pull_turn.rs` calls off a pre-pull of a 16 MiB layer
-//!   through a slowed relay and counts what the registry sent for it in all (about its size
-//!   once, not once plus what it had fetched before).
+//!   What it fetched is lost: containerd (1.6 and 2.x) writes each blob into an ingest named by
+//!   its ref (`layer-sha256:…`, `ctr content active`), and a client whose pull stops without
+//!   ending its lease (`ctr images pull` killed) finds it again and fetches only the rest; but
+//!   a CRI `PullImage` call that is cancelled ends its lease, and its ingests go with it, so the
+//!   next pull fetches the blobs from their first byte. Checked on the lab (`cri-lab.sh`,
+//!   containerd 1.6.20 and 2.1.x): `tests/e2e/pull_turn.rs` calls off a pre-pull of a 16 MiB
+//!   layer at 4 MiB through a slowed relay; `ctr content active`, polled meanwhile, shows its
+//!   ingest gone as the call is cancelled and begun again at 0 B after, and the registry sends
+//!   the whole 16 MiB again (a `ctr` pull killed at 7.3 MiB left its ingest, and the next one
+//!   moved 9.4 of 16.8 MB). So a call-off costs what the pre-pull had fetched, and the node's
+//!   pods come first anyway: no pull is let finish for being close to its end (its percent counts
+//!   only the blobs begun, `progress.rs`, and says little of what is left).
 //! - **Order.** Pre-pulls waiting for their turn start in this order: first the tags of images a
 //!   pod on the node names (its containers or init containers), then by the tag's `createdAt`
 //!   (oldest first; kruise-manager sets it from the ImagePullJob; none: last), then by image
