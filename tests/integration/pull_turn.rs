@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::pull_support::{LIMIT, NODE, PullNode, fast, tag};
+use crate::pull_support::{LIMIT, NODE, PullNode, fast, next_batch_pod, tag};
 use crate::support::kubelet::status::{Report, set_containers, update_container};
 use crate::support::wait;
 use kruised::controller::imagepull::Settings;
@@ -272,4 +272,60 @@ async fn a_running_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_pulled_a
         "{:?}",
         node.events("PullImageFailed")
     );
+}
+
+#[tokio::test]
+async fn a_running_next_batch_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_made_again_once_it_leaves()
+ {
+    let (node, cri, _dir) = start(fast()).await;
+    cri.delay("PullImage.body", Duration::from_secs(300));
+    node.api
+        .create(
+            "pods",
+            next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
+        )
+        .expect("the pod in an in-place update");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's pull at the runtime",
+        |st| st.pulls_in_flight,
+        |n| *n == 1,
+    )
+    .await;
+
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
+        .expect("the pod");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's pull called off (its call cancelled)",
+        |st| (st.pulls_cancelled, st.pulls_in_flight),
+        |(cancelled, in_flight)| (*cancelled, *in_flight) == (1, 0),
+    )
+    .await;
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(&cri, looked + 2).await;
+    assert_eq!(
+        pulls_of(&cri, "r.io/next:v2"),
+        1,
+        "pulled again while the pod waited"
+    );
+
+    cri.delay("PullImage.body", Duration::from_millis(10));
+    node.api
+        .delete("pods", NS, "web-0")
+        .expect("the pod deleted");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's image pulled again",
+        |st| {
+            let pulls = st.pulls.iter().filter(|p| p.image == "r.io/next:v2");
+            (pulls.count(), st.find_image("r.io/next:v2").is_some())
+        },
+        |(pulls, present)| *pulls == 2 && *present,
+    )
+    .await;
 }
