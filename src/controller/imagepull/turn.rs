@@ -15,11 +15,11 @@
 //!   ending its lease (`ctr images pull` killed) finds it again and fetches only the rest; but
 //!   a CRI `PullImage` call that is cancelled ends its lease, and its ingests go with it, so the
 //!   next pull fetches the blobs from their first byte. Checked on the lab (`cri-lab.sh`,
-//!   containerd 1.6.20 and 2.1.x): `tests/e2e/pull_turn.rs` calls off a pre-pull of a 16 MiB
-//!   layer at 4 MiB through a slowed relay; `ctr content active`, polled meanwhile, shows its
-//!   ingest gone as the call is cancelled and begun again at 0 B after, and the registry sends
-//!   the whole 16 MiB again (a `ctr` pull killed at 7.3 MiB left its ingest, and the next one
-//!   moved 9.4 of 16.8 MB). So a call-off costs what the pre-pull had fetched, and the node's
+//!   containerd 1.6.20 and 2.1.9): `tests/e2e/pull_turn.rs` calls off a pre-pull 4 MiB into
+//!   its 16 MiB layer, through a relay slowed to 4 MiB/s; `ctr content active`, polled by hand
+//!   meanwhile, showed its ingest gone as the call was cancelled and begun again at 0 B after,
+//!   and the registry sends the whole 16 MiB again (whereas a `ctr images pull` killed 7.3 MB
+//!   in left its ingest, and the next one moved 9.4 of the 16.8 MB). So a call-off costs what the pre-pull had fetched, and the node's
 //!   pods come first anyway: no pull is let finish for being close to its end (its percent counts
 //!   only the blobs begun, `progress.rs`, and says little of what is left).
 //! - **Order.** Pre-pulls waiting for their turn start in this order: first the tags of images a
