@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::pull_progress::RelayHost;
+use crate::pull_progress::{RelayHost, ingests_alone};
 use crate::pull_support::{LIMIT, NODE, PullNode, fast};
 use crate::support::kubelet::status::{Report, set_containers, update_container};
 use crate::support::tcp_relay::TcpRelay;
@@ -118,6 +118,8 @@ async fn a_pods_own_pull_does_not_wait_behind_a_pre_pull_already_running() {
         eprintln!("SKIPPED: the slowed registry is set up for containerd only");
         return;
     }
+    // its slow pulls would be the progress of another test's (`pull_progress.rs`)
+    let _alone = ingests_alone().await;
     bench_images(&lab);
     // 4 MiB/s: a layer takes four seconds
     let relay = TcpRelay::start(lab.registry.parse().expect("the registry's address")).await;
