@@ -16,7 +16,8 @@
 //! - `burst arrives, all at once`: the same four pulled straight through CRI 0.5 s into the
 //!   pod's pull, as a daemon that starts every tag at once would (kruise-daemon);
 //! - `burst running, kruised`: the four tags already pulling when the pod begins to wait:
-//!   they go on (CRI cannot pause a pull), and share the link with the pod's.
+//!   kruised calls them off (cancels their `PullImage` calls) and pulls them again, from their
+//!   first byte, once the pod runs (`turn.rs`).
 //!
 //! ```sh
 //! LAB=/tmp/lab REG_ADDR=127.0.0.1:5000 bash tests/cri-lab.sh start

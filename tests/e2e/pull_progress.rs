@@ -24,10 +24,10 @@ const LAYER: u64 = 16 << 20;
 
 /// A registry host for containerd that is the relay (`certs.d/<relay>/hosts.toml`); removed
 /// on drop.
-struct RelayHost(std::path::PathBuf);
+pub(crate) struct RelayHost(std::path::PathBuf);
 
 impl RelayHost {
-    fn new(lab: &Lab, addr: SocketAddr) -> RelayHost {
+    pub(crate) fn new(lab: &Lab, addr: SocketAddr) -> RelayHost {
         let dir = lab.dir.join("certs.d").join(addr.to_string());
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -47,6 +47,15 @@ impl Drop for RelayHost {
     }
 }
 
+/// Taken by the tests that read a pull's progress from the node's ingests, and by those that
+/// land bytes slowly beside them (`pull_turn.rs`): containerd's ingests are the node's, not a
+/// pull's (`progress.rs`), and another test's bytes landing would count as this one's (a stall
+/// not seen).
+pub(crate) async fn ingests_alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 /// Whether the lab's runtime shows pulls' progress (containerd's content service).
 fn shows_progress(lab: &Lab) -> bool {
     if lab.runtime == LabRuntime::Crio {
@@ -62,6 +71,7 @@ async fn a_nodeimage_tag_shows_its_progress_rise_between_0_and_100_while_its_lay
     if !shows_progress(&lab) {
         return;
     }
+    let _alone = ingests_alone().await;
     lab.script("bench-images");
     // 4 MiB/s: the 16 MiB layer lands over about four seconds
     let relay = TcpRelay::start(lab.registry.parse().unwrap()).await;
@@ -149,6 +159,7 @@ async fn a_pull_whose_registry_goes_silent_mid_layer_fails_at_its_stall_timeout_
     if !shows_progress(&lab) {
         return;
     }
+    let _alone = ingests_alone().await;
     const STALL: Duration = Duration::from_secs(5);
     lab.script("bench-images");
     // 2 MiB/s: the layer would take eight seconds

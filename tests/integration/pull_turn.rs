@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::pull_support::{LIMIT, NODE, PullNode, fast, tag};
+use crate::pull_support::{LIMIT, NODE, PullNode, fast, next_batch_pod, tag};
 use crate::support::kubelet::status::{Report, set_containers, update_container};
 use crate::support::wait;
 use kruised::controller::imagepull::Settings;
@@ -203,4 +203,129 @@ async fn max_concurrent_prepulls_2_with_6_tags_never_runs_more_than_2_pre_pulls_
     let st = cri.state();
     assert_eq!(st.pulls.len(), 6);
     assert_eq!(st.max_concurrent_pulls, 2);
+}
+
+#[tokio::test]
+async fn a_running_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_pulled_again_once_it_runs_with_no_failure()
+ {
+    let (node, cri, _dir) = start(fast()).await;
+    // a pull that would not end within the test
+    cri.delay("PullImage.body", Duration::from_secs(300));
+    // one attempt only: a called-off pull counted as a failed attempt would fail the tag
+    node.create_node_image(json!({"r.io/warm": {"tags": [
+        {"tag": "v1", "version": 1, "pullPolicy": {"backoffLimit": 0}}
+    ]}}));
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the pre-pull at the runtime",
+        |st| st.pulls_in_flight,
+        |n| *n == 1,
+    )
+    .await;
+
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
+        .expect("the pod");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the pre-pull called off (its call cancelled)",
+        |st| (st.pulls_cancelled, st.pulls_in_flight),
+        |(cancelled, in_flight)| (*cancelled, *in_flight) == (1, 0),
+    )
+    .await;
+    // two more looks at the pod's image while it waits: not pulled again, still pulling
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(&cri, looked + 2).await;
+    assert_eq!(
+        pulls_of(&cri, "r.io/warm:v1"),
+        1,
+        "pulled again while the pod waited"
+    );
+    let s = node.status().expect("a status");
+    assert_eq!((s.pulling, s.failed), (1, 0), "{s:#?}");
+    assert!(tag(&s, "r.io/warm", "v1").message.is_empty(), "{s:#?}");
+
+    // the kubelet pulls the pod's image and starts its container
+    cri.delay("PullImage.body", Duration::from_millis(10));
+    cri.state().add_image("r.io/shop:v1");
+    node.api
+        .modify("pods", NS, "web-0", |p| {
+            update_container(p, "app", |s| {
+                s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+                s["ready"] = json!(true);
+            });
+        })
+        .expect("the pod runs");
+    let s = node
+        .wait_status("the tag pulled", |s| s.succeeded == 1)
+        .await;
+    assert_eq!(s.failed, 0, "{s:#?}");
+    assert_eq!(
+        pulls_of(&cri, "r.io/warm:v1"),
+        2,
+        "called off once, then pulled"
+    );
+    assert!(
+        node.events("PullImageFailed").is_empty(),
+        "{:?}",
+        node.events("PullImageFailed")
+    );
+}
+
+#[tokio::test]
+async fn a_running_next_batch_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_made_again_once_it_leaves()
+ {
+    let (node, cri, _dir) = start(fast()).await;
+    cri.delay("PullImage.body", Duration::from_secs(300));
+    node.api
+        .create(
+            "pods",
+            next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
+        )
+        .expect("the pod in an in-place update");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's pull at the runtime",
+        |st| st.pulls_in_flight,
+        |n| *n == 1,
+    )
+    .await;
+
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
+        .expect("the pod");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's pull called off (its call cancelled)",
+        |st| (st.pulls_cancelled, st.pulls_in_flight),
+        |(cancelled, in_flight)| (*cancelled, *in_flight) == (1, 0),
+    )
+    .await;
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(&cri, looked + 2).await;
+    assert_eq!(
+        pulls_of(&cri, "r.io/next:v2"),
+        1,
+        "pulled again while the pod waited"
+    );
+
+    cri.delay("PullImage.body", Duration::from_millis(10));
+    node.api
+        .delete("pods", NS, "web-0")
+        .expect("the pod deleted");
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's image pulled again",
+        |st| {
+            let pulls = st.pulls.iter().filter(|p| p.image == "r.io/next:v2");
+            (pulls.count(), st.find_image("r.io/next:v2").is_some())
+        },
+        |(pulls, present)| *pulls == 2 && *present,
+    )
+    .await;
 }

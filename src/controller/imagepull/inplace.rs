@@ -25,8 +25,8 @@
 //! 1. every wanted image is pulled at once, each in its own future (several pods are never
 //!    served one at a time), bounded only by the pull slots (`--max-workers-for-pull-image`);
 //! 2. an in-place pull waiting for a slot takes the next one freed, before any NodeImage tag or
-//!    next-batch image waiting for one ([`super::slots`]); a pull already running is never
-//!    interrupted;
+//!    next-batch image waiting for one ([`super::slots`]); a pre-pull already running is called
+//!    off, and gives its slot back ([`super::turn`]);
 //! 3. it waits for nothing else: not for NodeImage work to go idle, nor for the next batch;
 //!    the next-batch pre-pull, in turn, starts nothing while an in-place pull runs.
 //!

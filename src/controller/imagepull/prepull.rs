@@ -12,7 +12,9 @@
 //! - low priority: only while no NodeImage task waits or pulls, no in-place pull
 //!   ([`super::inplace`]) runs and no pod on the node waits for its own image
 //!   ([`super::turn`]), one image at a time, and through the same pull slots
-//!   (`--max-workers-for-pull-image`) and the pre-pull cap (`--max-concurrent-prepulls`);
+//!   (`--max-workers-for-pull-image`) and the pre-pull cap (`--max-concurrent-prepulls`); a
+//!   pull under way is called off when a pod begins to wait or an in-place pull starts, and
+//!   made again after (no failure, no backoff);
 //! - an image already present is not pulled; identical pulls in flight are shared with NodeImage
 //!   tasks;
 //! - the disk floor of every pull (`--image-fs-min-free`): below it nothing is pre-pulled;
@@ -115,8 +117,14 @@ pub async fn run<I, C>(
             }
             let (refs, sandbox) = node_image_entries(&node_images.state(), &want.reference);
             let result = tokio::select! {
+                biased;
                 () = cancel.cancelled() => return,
                 r = pull_one(&tools, want, &refs, sandbox.as_ref()) => r,
+                // called off (`turn.rs`): no failure, tried again once nothing is waited for
+                () = tools.turn.called_off() => {
+                    tracing::info!(image = %want.image, "next-batch pre-pull called off: a pod on the node waits for its own image or an in-place pull runs");
+                    continue;
+                }
             };
             let entry = match result {
                 Ok(()) => Tried::Done,

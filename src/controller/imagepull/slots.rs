@@ -2,9 +2,9 @@
 //! in two priorities. A freed slot goes to the longest-waiting [`Priority::Urgent`] request (an
 //! in-place update's image, on a pod's critical path), else to the longest-waiting
 //! [`Priority::Normal`] one (NodeImage tags, the next batch), normal ones in the order of their
-//! [`Rank`] (then of arrival). A slot taken is never taken back: a pull already running is not
-//! interrupted. Normal requests can be [held](Slots::hold): they queue, and are served in order
-//! once let go (the pre-pulls' yield: `turn.rs`).
+//! [`Rank`] (then of arrival). A slot taken is never taken back (a pre-pull called off gives
+//! its own back: `turn.rs`). Normal requests can be [held](Slots::hold): they queue, and are
+//! served in order once let go (the pre-pulls' yield: `turn.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};

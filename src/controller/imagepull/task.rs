@@ -27,6 +27,9 @@
 //! next attempt as soon as the runtime answers, within `activeDeadlineSeconds` when one is set.
 //! kruise-daemon spends its `backoffLimit` on such failures and fails the tag after ~7 s.
 //!
+//! An attempt called off because a pod on the node began to wait for its own image (`turn.rs`)
+//! does not count either: the tag stays `Pulling` and pulls again in its turn, without backoff.
+//!
 //! A task whose tag left the spec (or got a new version) is cancelled: it stops waiting, its pull
 //! is cancelled unless another task shares it, and it writes and records nothing more.
 
@@ -48,8 +51,9 @@ use super::pull::{PullError, PullSpec, Puller, scrub};
 use super::reference::{Reference, ReferenceError};
 use super::secrets::{Credentials, Problem, problems_text};
 use super::settings::Settings;
-use super::slots::Slots;
+use super::slots::{Rank, Slots};
 use super::state;
+use super::turn::Turned;
 use crate::cri::{CriError, Image, ImageService, PullSandbox};
 use crate::k8s::crd::{ImageTagSpec, ImageTagStatus, ReferenceObject, SandboxConfig};
 use crate::k8s::keys;
@@ -278,8 +282,8 @@ where
 {
     // the node's own pods first, then the tags in their order, at most the cap at once
     let rank = tools.turn.rank_of(&job.image, &job.spec);
-    let turn = tools.turn.pre_pull(tools.slots.as_ref(), rank);
-    run_in_turn(tools, job, cell, changed, cancel, turn)
+    let turn = tools.turn.pre_pull(tools.slots.as_ref(), rank.clone());
+    run_in_turn(tools, job, cell, changed, cancel, (turn, rank))
 }
 
 async fn run_in_turn<I, C>(
@@ -288,14 +292,14 @@ async fn run_in_turn<I, C>(
     cell: StatusCell,
     changed: Arc<Notify>,
     cancel: CancellationToken,
-    turn: impl Future<Output = super::turn::Turned>,
+    (turn, rank): (impl Future<Output = Turned>, Rank),
 ) where
     I: ImageService + Clone + 'static,
     C: Credentials,
 {
-    let _turn = tokio::select! {
+    let mut turn = tokio::select! {
         () = cancel.cancelled() => return,
-        t = turn => t,
+        t = turn => Some(t),
     };
     let started = Instant::now();
     update(&cell, |s| state::start_pulling(s, now_seconds()));
@@ -316,7 +320,7 @@ async fn run_in_turn<I, C>(
             tracing::info!("stopped: the tag left the spec or got a new version");
             return;
         }
-        o = attempts(&tools, &job, &landed) => o,
+        o = attempts(&tools, &job, &landed, (&mut turn, &rank)) => o,
         never = progress::show(shown, show) => match never {},
     };
     let took = started.elapsed();
@@ -377,11 +381,14 @@ fn record<I, C>(
     }
 }
 
-/// The attempts of a task; the last failure when all fail.
+/// The attempts of a task, in its `turn` of `rank`; the last failure when all fail. An attempt
+/// called off (`turn.rs`) is no attempt: the turn is given back, and taken again before the
+/// next one; the time without it does not count against `activeDeadlineSeconds`.
 async fn attempts<I, C>(
     tools: &PullTools<I, C>,
     job: &TagJob,
     landed: &tokio::sync::watch::Sender<Option<Landed>>,
+    (turn, rank): (&mut Option<Turned>, &Rank),
 ) -> Result<Done, TaskError>
 where
     I: ImageService + Clone + 'static,
@@ -390,7 +397,7 @@ where
     let reference = Reference::from_name_tag(&job.image, &job.spec.tag)?;
     let limit = job.spec.backoff_limit();
     let timeout = job.spec.timeout();
-    let deadline = job
+    let mut deadline = job
         .spec
         .active_deadline()
         .map(|d| crate::k8s::time::later(Instant::now(), d));
@@ -404,19 +411,30 @@ where
         // the budget is time without a byte landing where that is known, else a wall clock;
         // the deadline is a wall clock. Each attempt counts its own bytes.
         landed.send_replace(None);
-        let result = match progress::until_quiet(
+        let this_attempt = progress::until_quiet(
             budget,
             left,
             landed.subscribe(),
             attempt_once(tools, job, &reference, budget, landed),
-        )
-        .await
-        {
-            Some(r) => r,
-            None => Err(AttemptError::TimedOut {
-                reference: format!("{}:{}", job.image, job.spec.tag),
-                budget,
-            }),
+        );
+        let result = tokio::select! {
+            biased;
+            r = this_attempt => match r {
+                Some(r) => r,
+                None => Err(AttemptError::TimedOut {
+                    reference: format!("{}:{}", job.image, job.spec.tag),
+                    budget,
+                }),
+            },
+            () = tools.turn.called_off() => {
+                tracing::info!("called off: a pod on the node waits for its own image or an in-place pull runs; pulling again after, in turn");
+                *turn = None;
+                let since = Instant::now();
+                *turn = Some(tools.turn.pre_pull(tools.slots.as_ref(), rank.clone()).await);
+                deadline = deadline.map(|d| crate::k8s::time::later(d, since.elapsed()));
+                tracing::info!("pulling again");
+                continue;
+            }
         };
         match result {
             Ok(done) => return Ok(done),

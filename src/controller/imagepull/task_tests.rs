@@ -876,3 +876,51 @@ async fn an_invisible_image_filesystem_fails_the_tag_closed_at_once() {
     assert!(mock.st().pulls.is_empty());
     assert!(sizes.seen.lock().unwrap().is_empty(), "no registry asked");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_running_pull_is_called_off_while_a_pod_waits_for_its_image_and_pulled_again_after_without_spending_an_attempt()
+ {
+    let mock = Mock::default();
+    mock.st().pull_delay = Duration::from_secs(10);
+    let (own_tx, own) = tokio::sync::watch::channel(0);
+    let mut tools = Arc::into_inner(tools_of(&mock, Resolved::default(), Settings::default()))
+        .expect("one owner");
+    tools.turn = super::super::turn::Turn::new(None, own, tokio::sync::watch::channel(0).1, None);
+    let tools = Arc::new(tools);
+    // one attempt only: a called-off pull counted as a failure would fail the tag
+    let j = once(job("r.io/app", "v1"));
+    let cell: StatusCell = Arc::new(Mutex::new(state::waiting(&j.spec)));
+    let task = tokio::spawn(run(
+        tools.clone(),
+        j,
+        cell.clone(),
+        Arc::new(Notify::new()),
+        CancellationToken::new(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(mock.st().in_flight, 1, "pulling");
+
+    own_tx.send_replace(1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(mock.st().in_flight, 0, "the pull called off");
+    // far past the first pull's end: nothing pulled while the pod waits, the tag still pulling
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        mock.st().pulls.len(),
+        1,
+        "pulled again while the pod waited"
+    );
+    let s = cell.lock().unwrap().clone();
+    assert_eq!(s.phase, ImagePullPhase::Pulling, "{s:?}");
+    assert!(s.message.is_empty(), "{s:?}");
+
+    own_tx.send_replace(0);
+    task.await.unwrap();
+    let s = cell.lock().unwrap().clone();
+    assert_eq!(s.phase, ImagePullPhase::Succeeded, "{s:?}");
+    assert_eq!(
+        mock.st().pulls.len(),
+        2,
+        "pulled again once nothing is waited for"
+    );
+}

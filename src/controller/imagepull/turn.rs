@@ -4,14 +4,30 @@
 //! - **Yield.** A pre-pull (a NodeImage tag, a next-batch image) does not start while a pod on
 //!   the node waits for its own image ([`super::waiting`]) or an in-place pull of kruised runs
 //!   ([`super::inplace`]); it starts once none does (the pod's container started, or the pod
-//!   left the node). A pre-pull already running goes on: CRI has no way to pause a pull, and
-//!   cancelling one could lose what it fetched (containerd holds a pull's content by a lease
-//!   that ends with the pull; whether a later pull resumes from it is not measured here).
+//!   left the node). A pre-pull already running is **called off** when one begins
+//!   ([`Turn::called_off`]): its CRI `PullImage` call is cancelled (the puller's, unless another
+//!   caller shares it), it gives back its places and queues again by its rank, and it starts
+//!   again once nothing is waited for. Being called off is no failed attempt: no backoff, no
+//!   failure in its status or events (a NodeImage tag stays `Pulling`, with its progress).
+//!
+//!   What it fetched is lost: containerd (1.6 and 2.x) writes each blob into an ingest named by
+//!   its ref (`layer-sha256:…`, `ctr content active`), and a client whose pull stops without
+//!   ending its lease (`ctr images pull` killed) finds it again and fetches only the rest; but
+//!   a CRI `PullImage` call that is cancelled ends its lease, and its ingests go with it, so the
+//!   next pull fetches the blobs from their first byte. Checked on the lab (`cri-lab.sh`,
+//!   containerd 1.6.20 and 2.1.9): `tests/e2e/pull_turn.rs` calls off a pre-pull 4 MiB into
+//!   its 16 MiB layer, through a relay slowed to 4 MiB/s; `ctr content active`, polled by hand
+//!   meanwhile, showed its ingest gone as the call was cancelled and begun again at 0 B after,
+//!   and the registry sends the whole 16 MiB again (whereas a `ctr images pull` killed 7.3 MB
+//!   in left its ingest, and the next one moved 9.4 of the 16.8 MB). So a call-off costs what the pre-pull had fetched, and the node's
+//!   pods come first anyway: no pull is let finish for being close to its end (its percent counts
+//!   only the blobs begun, `progress.rs`, and says little of what is left).
 //! - **Order.** Pre-pulls waiting for their turn start in this order: first the tags of images a
 //!   pod on the node names (its containers or init containers), then by the tag's `createdAt`
 //!   (oldest first; kruise-manager sets it from the ImagePullJob; none: last), then by image
 //!   and tag. kruise's NodeImage and ImagePullJob have no priority field. The order decides who
-//!   takes a freed place; a pull that runs is never stopped for a later one of higher rank.
+//!   takes a freed place (a pre-pull called off takes its place again by its rank); a pull that
+//!   runs is never stopped for a later pre-pull of higher rank.
 //! - **Cap.** At most `--max-concurrent-prepulls` pre-pulls run at once (default
 //!   [`DEFAULT_MAX_PREPULLS`]; 0: no cap). `--max-workers-for-pull-image` keeps its meaning:
 //!   the most pulls of every kind at once, the in-place pull served first from it
@@ -98,6 +114,23 @@ impl Turn {
             // an error: the sender is gone, and `count` reads 0 from now on
             let _ = own.wait_for(|n| *n == 0).await;
             let _ = in_place.wait_for(|n| *n == 0).await;
+        }
+    }
+
+    /// Returns once a pod on the node waits for its own image or an in-place pull runs (at
+    /// once if one does now): a running pre-pull is called off then ([module docs](self)).
+    pub async fn called_off(&self) {
+        let (mut own, mut in_place) = (self.own.clone(), self.in_place.clone());
+        let (mut own_open, mut in_place_open) = (true, true);
+        while self.is_clear() {
+            // both senders gone: nothing will be yielded to
+            if !own_open && !in_place_open {
+                std::future::pending::<()>().await;
+            }
+            tokio::select! {
+                r = own.changed(), if own_open => own_open = r.is_ok(),
+                r = in_place.changed(), if in_place_open => in_place_open = r.is_ok(),
+            }
         }
     }
 
@@ -248,6 +281,31 @@ mod tests {
         in_place_tx.send_replace(1);
         drop(in_place_tx);
         assert!(turn.is_clear(), "a sender gone leaves nothing to wait for");
+    }
+
+    #[tokio::test]
+    async fn a_running_pre_pull_is_called_off_once_a_pod_begins_to_wait_or_an_in_place_pull_starts()
+    {
+        let (own_tx, own) = watch::channel(0);
+        let (in_place_tx, in_place) = watch::channel(0);
+        let turn = Turn::new(None, own, in_place, None);
+        let mut off = std::pin::pin!(turn.called_off());
+        assert!(poll(off.as_mut()).is_none(), "nothing waited for");
+        own_tx.send_replace(1);
+        assert!(poll(off.as_mut()).is_some(), "a pod waits");
+        own_tx.send_replace(0);
+        let mut off = std::pin::pin!(turn.called_off());
+        assert!(poll(off.as_mut()).is_none(), "nothing waited for");
+        in_place_tx.send_replace(1);
+        assert!(poll(off.as_mut()).is_some(), "an in-place pull runs");
+        assert!(
+            poll(std::pin::pin!(turn.called_off())).is_some(),
+            "at once while one runs"
+        );
+        drop((own_tx, in_place_tx));
+        let mut off = std::pin::pin!(turn.called_off());
+        assert!(poll(off.as_mut()).is_none(), "senders gone: never");
+        assert!(poll(off.as_mut()).is_none(), "senders gone: never");
     }
 
     #[tokio::test]

@@ -55,14 +55,30 @@ impl ImageRpc for Svc {
             st.max_concurrent_pulls = st.max_concurrent_pulls.max(st.pulls_in_flight);
             st.pull_failures.get(&req.image).cloned()
         };
+        // counted out when it ends, and as cancelled when its caller goes away first (the
+        // server drops the call)
+        struct Flight<'a>(&'a Svc, bool);
+        impl Drop for Flight<'_> {
+            fn drop(&mut self) {
+                let mut st = self.0.0.lock();
+                st.pulls_in_flight -= 1;
+                if !self.1 {
+                    st.pulls_cancelled += 1;
+                    drop(st);
+                    self.0.0.touch();
+                }
+            }
+        }
+        let mut flight = Flight(self, false);
         // let concurrent pulls overlap, as real ones do
         tokio::task::yield_now().await;
         let delay = self.0.lock().delays.get("PullImage.body").copied();
         if let Some(d) = delay {
             tokio::time::sleep(d).await;
         }
+        flight.1 = true;
+        drop(flight);
         let mut st = self.0.lock();
-        st.pulls_in_flight -= 1;
         if let Some((code, message)) = failure {
             drop(st);
             self.0.touch();

@@ -51,6 +51,8 @@ pub struct FakeState {
     pub pulls_in_flight: usize,
     /// The largest number of concurrent pulls seen.
     pub max_concurrent_pulls: usize,
+    /// Pulls whose caller went away before they ended (the call cancelled).
+    pub pulls_cancelled: usize,
     /// Calls received, per RPC name.
     pub calls: BTreeMap<String, u64>,
     /// Every StopContainer received: container ID and when.
