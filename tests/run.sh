@@ -584,7 +584,7 @@ run_part fleet fleet_part
 t=$(now)
 # unready_cluster: its line saying what it would run and why not (no cluster is named here)
 cargo test --workspace --locked --lib --bins --test api --test cli --bench reaction \
-  --bench podprobe --bench unready_cluster -- "${TEST_ARGS[@]}"
+  --bench podprobe --bench hostile --bench unready_cluster -- "${TEST_ARGS[@]}"
 phase "unit tests" "$t"
 
 failed=0

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
+use crate::support::hostile::fat_recreate_requests;
 use crate::support::node::{FakeNode, NODE};
 use crate::support::wait;
 use kruised::k8s::crd::ContainerRecreateRequestPhase as Phase;
@@ -228,12 +229,7 @@ async fn a_request_listing_one_container_thousands_of_times_costs_one_runtime_ca
 async fn peak_at_start_with_requests_of(kib: usize) -> f64 {
     let mut node = FakeNode::start().await;
     node.add_pod("web-0", main_container(), json!({}), true);
-    let junk = "x".repeat(kib * 1024);
-    for i in 0..200 {
-        let mut r = request(&node, "default", &format!("fat-{i}"), "web-0", None);
-        r["metadata"]["annotations"]["tenant/junk"] = json!(junk);
-        node.api.create("containerrecreaterequests", r).unwrap();
-    }
+    fat_recreate_requests(&node.api, NODE, "default", "web-0", "fat", 200, kib);
     let d = start(&node).await;
     let peak = d.rss_peak_bytes().expect("the daemon's memory");
     peak as f64 / (1024.0 * 1024.0)

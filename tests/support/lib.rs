@@ -24,6 +24,9 @@
 //! - *Launchers.* [`Lab`] and [`LabRuntime`] (below): the real runtime lab; [`Plane`]: the API
 //!   double with its kubeconfig; [`daemon`]: `kruised` as its own process, its log followed;
 //!   [`cluster`]: the real cluster layer; [`restarts`]: the env-restart workload on it.
+//! - *Attacks.* [`hostile`]: a hostile tenant's tools (a trickling probe target, pods holding
+//!   the admin port's connections, fat recreate requests), shared by the hostile tests and
+//!   the benchmark that runs them at once.
 //! - *Benchmarks.* [`unready`]: the unready-window benchmark's cases, report and relay host,
 //!   shared by its two modes (a lab's runtime with the doubles; the real cluster).
 //! - *Builders.* [`crr`]: recreate requests as kruise's webhook leaves them; [`rbac`]: kruised's
@@ -42,6 +45,7 @@ pub mod crr;
 pub mod daemon;
 pub mod events;
 pub mod fleet;
+pub mod hostile;
 pub mod image_gc;
 pub mod kubelet;
 pub mod loop_fs;

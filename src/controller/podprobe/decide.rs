@@ -61,6 +61,91 @@ pub fn wanted(npp: Option<&NodePodProbe>) -> HashMap<TaskKey, ProbeSpec> {
     wanted
 }
 
+/// The most probes kruised runs for one pod of the NodePodProbe (however many markers list
+/// them): the first in (probe name, container) order run, the rest are refused.
+pub const PROBES_PER_POD: usize = 32;
+/// The most probes kruised runs on its node. Each probe held costs about 20 KiB (its task, its
+/// spec, its result: docs/PERFORMANCE.md, the shipped build; about 25 KiB in a debug build):
+/// 1024 are some 20 MiB, which with the 13 MiB of a full node without probes stays under the
+/// 48 MiB the hostile benchmark holds kruised to (`benches/hostile.rs`), with room.
+pub const PROBES_PER_NODE: usize = 1024;
+
+/// The probes the spec asks for, split by the caps: those that run, and those that do not with
+/// the message their status shows.
+#[derive(Debug, Default)]
+pub struct Capped {
+    /// The probes that run, by task.
+    pub run: HashMap<TaskKey, ProbeSpec>,
+    /// The probes over a cap, with why they do not run.
+    pub refused: BTreeMap<ProbeKey, String>,
+}
+
+/// Splits `wanted` by the caps: each pod runs at most `per_pod` of its probes (its first in
+/// (probe name, container) order), then the node at most `per_node`, taken one at a time from
+/// each namespace in turn and, within a namespace, from each of its pods in turn; so a tenant
+/// listing thousands of probes, or many pods of them, takes only its share and every other
+/// namespace's first probes run. The same spec always splits the same way.
+pub fn cap(mut wanted: HashMap<TaskKey, ProbeSpec>, per_pod: usize, per_node: usize) -> Capped {
+    // namespace -> pod UID -> the pod's probes, in order
+    let mut by_namespace: BTreeMap<String, BTreeMap<String, Vec<TaskKey>>> = BTreeMap::new();
+    for (key, spec) in &wanted {
+        let namespace = spec.pod.namespace.clone().unwrap_or_default();
+        by_namespace
+            .entry(namespace)
+            .or_default()
+            .entry(key.0.clone())
+            .or_default()
+            .push(key.clone());
+    }
+    let mut refused = BTreeMap::new();
+    let mut namespaces = Vec::new();
+    for pods in by_namespace.into_values() {
+        let mut lists = Vec::new();
+        for mut probes in pods.into_values() {
+            probes.sort();
+            let listed = probes.len();
+            for key in probes.split_off(per_pod.min(listed)) {
+                refused.insert(
+                    (key.0, key.1),
+                    format!(
+                        "not run: the pod lists {listed} probes, kruised runs at most {per_pod} a pod"
+                    ),
+                );
+            }
+            lists.push(probes);
+        }
+        namespaces.push(interleave(lists));
+    }
+    let mut order = interleave(namespaces);
+    let listed = wanted.len();
+    for key in order.split_off(per_node.min(order.len())) {
+        refused.insert(
+            (key.0, key.1),
+            format!(
+                "not run: the node's pods list {listed} probes, kruised runs at most {per_node} a node, shared by namespace and pod"
+            ),
+        );
+    }
+    let run = order
+        .into_iter()
+        .filter_map(|key| wanted.remove_entry(&key))
+        .collect();
+    Capped { run, refused }
+}
+
+/// The first of each list, then the second of each, and so on.
+fn interleave<T>(lists: Vec<Vec<T>>) -> Vec<T> {
+    let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        out.extend(iters.iter_mut().filter_map(Iterator::next));
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
 /// A probe's seconds field: at least 1 (the kubelet's floor), at most a year.
 pub fn seconds(v: Option<i32>) -> Duration {
     crate::k8s::crd::api_seconds(i64::from(v.unwrap_or(0).max(1)))
@@ -407,6 +492,105 @@ mod tests {
         assert_eq!(a.pod.namespace.as_deref(), Some("ns"));
         assert_eq!(a.probe.period_seconds, Some(5));
         assert!(wanted(None).is_empty(), "no NodePodProbe: no probes");
+    }
+
+    /// `probes` probes for each (namespace, pod UID) of `pods`.
+    fn listed(pods: &[(&str, &str, usize)]) -> HashMap<TaskKey, ProbeSpec> {
+        let mut wanted = HashMap::new();
+        for (namespace, uid, probes) in pods {
+            for i in 0..*probes {
+                let key = (uid.to_string(), format!("m#p{i:05}"), "c".to_string());
+                let pod = write::pod_ref(namespace, uid, uid);
+                wanted.insert(
+                    key,
+                    ProbeSpec {
+                        pod,
+                        ip: String::new(),
+                        container: "c".into(),
+                        probe: Probe::default(),
+                    },
+                );
+            }
+        }
+        wanted
+    }
+
+    /// How many of `uid`'s probes run.
+    fn running(capped: &Capped, uid: &str) -> usize {
+        capped.run.keys().filter(|k| k.0 == uid).count()
+    }
+
+    #[test]
+    fn a_pod_listing_thousands_of_probes_runs_its_first_few_and_each_other_says_why_not() {
+        let capped = cap(listed(&[("t", "hog", 3000), ("o", "other", 2)]), 32, 1024);
+        assert_eq!(running(&capped, "hog"), 32);
+        assert_eq!(running(&capped, "other"), 2);
+        assert_eq!(capped.refused.len(), 3000 - 32, "none dropped silently");
+        assert!(
+            capped
+                .run
+                .contains_key(&("hog".into(), "m#p00000".into(), "c".into())),
+            "the first in name order run"
+        );
+        let why = &capped.refused[&("hog".to_string(), "m#p02999".to_string())];
+        assert_eq!(
+            why,
+            "not run: the pod lists 3000 probes, kruised runs at most 32 a pod"
+        );
+    }
+
+    #[test]
+    fn a_tenant_with_many_pods_of_probes_takes_its_share_of_the_node_and_others_still_run() {
+        // one namespace, 40 pods of 32 probes (1280): over the node's cap of 1024 alone
+        let mut pods: Vec<(String, usize)> = (0..40).map(|i| (format!("hog-{i:02}"), 32)).collect();
+        pods.push(("small".into(), 3));
+        let specs: Vec<(&str, &str, usize)> = pods
+            .iter()
+            .map(|(uid, n)| {
+                let namespace = if uid == "small" { "b" } else { "a" };
+                (namespace, uid.as_str(), *n)
+            })
+            .collect();
+        let capped = cap(listed(&specs), 32, 1024);
+        assert_eq!(capped.run.len(), 1024);
+        assert_eq!(
+            running(&capped, "small"),
+            3,
+            "another namespace's probes all run"
+        );
+        // the tenant's 1021 slots shared by its pods in turn: 25 or 26 each
+        for i in 0..40 {
+            let n = running(&capped, &format!("hog-{i:02}"));
+            assert!((25..=26).contains(&n), "hog-{i:02} runs {n}");
+        }
+        assert_eq!(capped.refused.len(), 40 * 32 + 3 - 1024);
+        let why = capped.refused.values().next().expect("one refused");
+        assert!(why.contains("at most 1024 a node"), "{why}");
+        // the same spec splits the same way
+        let again = cap(listed(&specs), 32, 1024);
+        let keys = |c: &Capped| {
+            let mut k: Vec<TaskKey> = c.run.keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&capped), keys(&again));
+    }
+
+    #[test]
+    fn many_namespaces_share_the_node_by_namespace_before_pod() {
+        let capped = cap(
+            listed(&[("a", "a1", 4), ("a", "a2", 4), ("b", "b1", 4)]),
+            4,
+            6,
+        );
+        // a's and b's in turn: a1, b1, a2, b1, a1, b1 ...
+        assert_eq!(running(&capped, "b1"), 3);
+        assert_eq!(running(&capped, "a1") + running(&capped, "a2"), 3);
+        assert_eq!(capped.refused.len(), 6);
+        assert_eq!(
+            interleave(vec![vec![1, 2, 3], vec![], vec![4]]),
+            [1, 4, 2, 3]
+        );
     }
 
     fn spec(probe: serde_json::Value) -> ProbeSpec {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -26,6 +27,8 @@ struct ByHandler {
 pub struct Metrics {
     runs: Family<Run, Counter>,
     duration: Family<ByHandler, Histogram>,
+    held: Gauge,
+    refused: Gauge,
 }
 
 impl Metrics {
@@ -37,6 +40,8 @@ impl Metrics {
                 // 100 µs .. ~6.5 s
                 Histogram::new(exponential_buckets(0.0001, 3.0, 11))
             }),
+            held: Gauge::default(),
+            refused: Gauge::default(),
         };
         registry.register(
             "runs",
@@ -48,7 +53,23 @@ impl Metrics {
             "Time one probe run took, by handler",
             m.duration.clone(),
         );
+        registry.register(
+            "probes",
+            "Probes held: each a task running its probe on its period",
+            m.held.clone(),
+        );
+        registry.register(
+            "refused_probes",
+            "Probes the NodePodProbe lists over kruised's caps (PROBES_PER_POD, PROBES_PER_NODE), not run",
+            m.refused.clone(),
+        );
         m
+    }
+
+    /// `held` probes run, `refused` are over the caps.
+    pub(super) fn probes(&self, held: usize, refused: usize) {
+        self.held.set(i64::try_from(held).unwrap_or(i64::MAX));
+        self.refused.set(i64::try_from(refused).unwrap_or(i64::MAX));
     }
 
     pub(super) fn probed(&self, handler: Handler, outcome: &Outcome, took: Duration) {

@@ -6,6 +6,10 @@
 //!   failure thresholds, each at least 1), started, updated in place or stopped as the spec
 //!   changes; a handler change resets the result to Unknown. No thread per probe: thousands of
 //!   probes are thousands of sleeping tasks.
+//! - At most [`PROBES_PER_POD`] probes a pod and [`PROBES_PER_NODE`] a node are held (each
+//!   costs memory whether it runs or waits), the node's shared by namespace then pod in turn
+//!   (`decide::cap`); each probe over a cap is in the status as Unknown with why, and the
+//!   count is logged at most once a minute.
 //! - The containers are looked up in one shared listing of the runtime, refreshed once a second
 //!   while probes exist (one CRI call whatever their number); exec probes run in a bounded
 //!   number of `ExecSync` calls at once, network probes in a bounded number of connections,
@@ -59,7 +63,9 @@ use tracing::Instrument;
 
 use self::controller::ProbeController;
 pub use self::controller::{EVENT_COMPONENT, STATUS_WRITE_INTERVAL};
-pub use self::decide::{PROBE_TIMEOUT_MAX, REASON_FAILED, REASON_SUCCEEDED};
+pub use self::decide::{
+    PROBE_TIMEOUT_MAX, PROBES_PER_NODE, PROBES_PER_POD, REASON_FAILED, REASON_SUCCEEDED,
+};
 use self::memory::Memory;
 pub use self::metrics::Metrics;
 use self::slots::Slots;

@@ -3,7 +3,7 @@
 //! observe the container, decide whether the probe runs and what its outcome makes of the
 //! result, run it, keep the result.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -19,6 +19,7 @@ use super::prober::{self, Handler, Outcome};
 use crate::controller::target::PodIps;
 use crate::cri::{ContainerState, RemoteRuntime};
 use crate::k8s::crd::ProbeState;
+use crate::k8s::time::now_seconds;
 
 struct Worker {
     spec: watch::Sender<ProbeSpec>,
@@ -30,9 +31,17 @@ pub async fn sync_workers(shared: Arc<ProbeController>, runtime: RemoteRuntime) 
     let mut generation = shared.probes.generation();
     let mut workers: HashMap<TaskKey, Worker> = HashMap::new();
     let mut refresher: Option<CancellationToken> = None;
+    // the probes over a cap now, and the last time that was logged (with how many)
+    let mut refused: BTreeSet<ProbeKey> = BTreeSet::new();
+    let mut logged: Option<(Instant, usize)> = None;
     loop {
         let npp = observe::node_probes(&shared);
-        let wanted = decide::wanted(npp.as_deref());
+        let capped = decide::cap(
+            decide::wanted(npp.as_deref()),
+            decide::PROBES_PER_POD,
+            decide::PROBES_PER_NODE,
+        );
+        let wanted = capped.run;
         // stop what left the spec and forget its result
         workers.retain(|key, w| {
             if wanted.contains_key(key) {
@@ -42,6 +51,19 @@ pub async fn sync_workers(shared: Arc<ProbeController>, runtime: RemoteRuntime) 
             shared.memory.forget(&(key.0.clone(), key.1.clone()));
             false
         });
+        // a probe refused before and not now (gone, or within the caps again) forgets why; one
+        // over a cap says so in the status (Unknown: it never ran), never silently dropped
+        for key in refused.difference(&capped.refused.keys().cloned().collect()) {
+            shared.memory.forget(key);
+        }
+        let now = now_seconds();
+        for (key, why) in &capped.refused {
+            shared
+                .memory
+                .record(key, ProbeState::Unknown, why.clone(), now.clone());
+        }
+        refused = capped.refused.into_keys().collect();
+        log_refused(&refused, &mut logged);
         for (key, spec) in wanted {
             match workers.get(&key) {
                 Some(w) => {
@@ -70,6 +92,7 @@ pub async fn sync_workers(shared: Arc<ProbeController>, runtime: RemoteRuntime) 
                 }
             }
         }
+        shared.metrics.probes(workers.len(), refused.len());
         shared.memory.changed();
         match (workers.is_empty(), &refresher) {
             (false, None) => {
@@ -91,6 +114,30 @@ pub async fn sync_workers(shared: Arc<ProbeController>, runtime: RemoteRuntime) 
             r = generation.changed() => if r.is_err() { return },
         }
     }
+}
+
+/// The least time between two log lines about probes over the caps.
+const REFUSED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Logs how many probes are over the caps when that number changed, at most once a
+/// [`REFUSED_LOG_INTERVAL`] (a tenant's spec changing at every sync would otherwise fill the
+/// log); each probe's status says it too.
+fn log_refused(refused: &BTreeSet<ProbeKey>, logged: &mut Option<(Instant, usize)>) {
+    let count = refused.len();
+    let due = count > 0
+        && logged.is_none_or(|(at, last)| last != count && at.elapsed() >= REFUSED_LOG_INTERVAL);
+    if !due {
+        return;
+    }
+    let pods: BTreeSet<&str> = refused.iter().map(|k| k.0.as_str()).collect();
+    tracing::warn!(
+        refused = count,
+        pods = pods.len(),
+        per_pod = decide::PROBES_PER_POD,
+        per_node = decide::PROBES_PER_NODE,
+        "probes over kruised's caps are not run; the NodePodProbe status says so for each"
+    );
+    *logged = Some((Instant::now(), count));
 }
 
 /// One probe, until its token is cancelled.
