@@ -31,7 +31,8 @@ use crate::telemetry::LogFormat;
 #[derive(Debug, Parser)]
 #[command(name = "kruised", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Log format.
+    /// Log format. The level is `RUST_LOG`: a level (`info`), or comma-separated target=level
+    /// directives (`info,kruised=debug,kube=warn`).
     #[arg(
         long,
         global = true,
