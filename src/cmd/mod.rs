@@ -82,7 +82,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Crds => {
-            print!("{}", crate::k8s::crd::crds_yaml()?);
+            print!("{}", crate::k8s::crd::CRDS_YAML);
             Ok(ExitCode::SUCCESS)
         }
     }
