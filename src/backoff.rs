@@ -28,7 +28,28 @@ pub const STATUS_WRITE_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// `d` ± 20 %, so many nodes do not retry in step.
 pub fn jitter(d: Duration) -> Duration {
-    d.mul_f64(rand::random_range(0.8..1.2))
+    d.mul_f64(0.8 + 0.4 * random_unit())
+}
+
+/// A random number uniform in [0, 1), for jitter (not for anything secret): SipHash of a counter
+/// under std's per-process random keys (`RandomState`), which is all a spread of retries needs
+/// and no random-number crate in the binary.
+pub fn random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(DRAWS.fetch_add(1, Ordering::Relaxed));
+    // the top 53 bits: every value a multiple of 2^-53, below 1
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A random integer uniform in `lo..=hi` (`lo` when `hi < lo`), for jitter.
+pub fn random_in(lo: u32, hi: u32) -> u32 {
+    let span = f64::from(hi.saturating_sub(lo)) + 1.0;
+    // `as` saturates; the floor of something below `span` is at most `hi - lo`
+    lo.saturating_add((random_unit() * span) as u32)
+        .min(hi.max(lo))
 }
 
 /// The pause after failed attempt `attempt` (0-based): `base × 2^attempt`, at most `cap`. The
@@ -105,6 +126,41 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_draws_stay_in_their_range_and_spread_over_it() {
+        let units: Vec<f64> = (0..4000).map(|_| random_unit()).collect();
+        assert!(units.iter().all(|u| (0.0..1.0).contains(u)), "{units:?}");
+        for quarter in 0..4 {
+            let (lo, hi) = (f64::from(quarter) / 4.0, f64::from(quarter + 1) / 4.0);
+            let n = units.iter().filter(|u| (lo..hi).contains(*u)).count();
+            assert!(
+                (700..1300).contains(&n),
+                "{n} of 4000 draws in [{lo}, {hi})"
+            );
+        }
+        let ints: Vec<u32> = (0..600).map(|_| random_in(3, 5)).collect();
+        for v in 3..=5 {
+            assert!(ints.contains(&v), "{v} never drawn from 3..=5: {ints:?}");
+        }
+        assert!(ints.iter().all(|v| (3..=5).contains(v)), "{ints:?}");
+        assert_eq!(random_in(7, 7), 7);
+        assert_eq!(random_in(9, 2), 9);
+        let full: Vec<u32> = (0..100).map(|_| random_in(0, u32::MAX)).collect();
+        assert!(full.iter().any(|v| *v > u32::MAX / 2), "{full:?}");
+    }
+
+    #[test]
+    fn jitter_is_within_twenty_percent() {
+        let d = Duration::from_secs(10);
+        for _ in 0..1000 {
+            let j = jitter(d);
+            assert!(
+                j >= Duration::from_secs(8) && j < Duration::from_secs(12),
+                "{j:?}"
+            );
+        }
+    }
 
     #[test]
     fn exponential_backoff_doubles_from_the_base_up_to_the_cap() {

@@ -51,7 +51,10 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        kruised::telemetry::init(cli.log_format, cli.default_log_level());
+        if let Err(e) = kruised::telemetry::init(cli.log_format, cli.default_log_level()) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
         match kruised::run(cli).await {
             Ok(code) => code,
             Err(e) => {

@@ -31,7 +31,8 @@ use crate::telemetry::LogFormat;
 #[derive(Debug, Parser)]
 #[command(name = "kruised", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Log format.
+    /// Log format. The level is `RUST_LOG`: a level (`info`), or comma-separated target=level
+    /// directives (`info,kruised=debug,kube=warn`).
     #[arg(
         long,
         global = true,
@@ -81,7 +82,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Crds => {
-            print!("{}", crate::k8s::crd::crds_yaml()?);
+            print!("{}", crate::k8s::crd::CRDS_YAML);
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -111,7 +111,7 @@ impl Renewal {
     pub fn draw(&self) -> u32 {
         let secs = |d: Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1);
         let (lo, hi) = (secs(self.min), secs(self.max));
-        rand::random_range(lo.min(hi)..=hi.max(lo))
+        crate::backoff::random_in(lo.min(hi), hi.max(lo))
     }
 }
 

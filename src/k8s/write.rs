@@ -150,7 +150,7 @@ impl EventSink {
                         tracing::warn!(error = %e, reason = %spec.reason, tries, "could not record event");
                         break;
                     }
-                    let pause = event_retry_pause(tries, rand::random::<f64>());
+                    let pause = event_retry_pause(tries, crate::backoff::random_unit());
                     tracing::debug!(error = %e, reason = %spec.reason, tries, retry_in = ?pause, "event not recorded; trying again");
                     tokio::select! {
                         () = cancel.cancelled() => break,

@@ -82,6 +82,39 @@ fn contradictory_runtime_flags_are_refused_by_name() {
 }
 
 #[test]
+fn a_log_filter_with_target_levels_is_accepted_and_one_that_does_not_parse_is_refused_by_name() {
+    let ok = kruised()
+        .args(["version", "--client-only"])
+        .env("RUST_LOG", "info,kruised=debug,kube=warn")
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    for bad in ["kruised=loud", "kruised[{pod}]=debug"] {
+        let out = kruised()
+            .args(["version", "--client-only"])
+            .env("RUST_LOG", bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad}: {stderr}");
+        assert!(
+            stderr.contains(&format!("RUST_LOG={bad:?}")) && stderr.contains("kruised=debug"),
+            "names the filter and the syntax: {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "nothing run: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
 fn client_only_version_prints_the_version_and_the_commit_and_needs_no_runtime() {
     let out = kruised()
         .args(["version", "--client-only"])

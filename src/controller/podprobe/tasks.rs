@@ -158,7 +158,7 @@ async fn probe_task(
     // spread the first runs of many probes over a period, as the kubelet does after a restart
     let period = decide::seconds(spec.borrow().probe.period_seconds);
     if shared.started.elapsed() < period {
-        let delay = period.mul_f64(rand::random_range(0.0..1.0));
+        let delay = period.mul_f64(crate::backoff::random_unit());
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(delay) => {}

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerPort, ExecAction, HTTPGetAction, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
-use schemars::JsonSchema;
+use kube_derive::CustomResource;
 use serde::{Deserialize, Serialize};
 
 use super::{is_false, is_zero_i32, null_as_default, string_enum};
@@ -20,7 +19,9 @@ use super::{is_false, is_zero_i32, null_as_default, string_enum};
 pub const DEFAULT_TERMINATION_GRACE_PERIOD: Duration = Duration::from_secs(30);
 
 /// ContainerRecreateRequestSpec defines the desired state of ContainerRecreateRequest.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
+#[cfg_attr(not(feature = "test-util"), kube(schema = "disabled"))]
 #[kube(
     group = "apps.kruise.io",
     version = "v1alpha1",
@@ -61,7 +62,8 @@ pub struct ContainerRecreateRequestSpec {
 }
 
 /// ContainerRecreateRequestContainer defines the container that need to recreate.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRecreateRequestContainer {
     /// Name of the container that need to recreate.
@@ -84,7 +86,8 @@ pub struct ContainerRecreateRequestContainer {
 
 /// ProbeHandler defines a specific action that should be taken (kruise's own type, with exactly
 /// the three core handlers; v1beta1 calls it `CRRProbeHandler`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ProbeHandler {
     /// Exec specifies the action to take.
@@ -100,7 +103,8 @@ pub struct ProbeHandler {
 
 /// ContainerRecreateRequestContainerContext contains the context status of the container that
 /// needs to recreate, as it was when the request was created.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRecreateRequestContainerContext {
     /// Container's ID in the format `<runtime>://<container_id>`.
@@ -112,7 +116,8 @@ pub struct ContainerRecreateRequestContainerContext {
 }
 
 /// ContainerRecreateRequestStrategy contains the strategies for containers recreation.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRecreateRequestStrategy {
     /// FailurePolicy decides whether to continue if one container fails to recreate.
@@ -146,7 +151,8 @@ string_enum! {
 }
 
 /// ContainerRecreateRequestStatus defines the observed state of ContainerRecreateRequest.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRecreateRequestStatus {
     /// Phase of this ContainerRecreateRequest (always written, `""` before the daemon saw it).
@@ -188,7 +194,8 @@ pub struct ContainerRecreateRequestStatus {
 /// One container in the manager's snapshot of the pod's statuses: `status.containerStatusSnapshot`
 /// (`v1beta1`), or the `sync-container-statuses` annotation (`v1alpha1`, kruise's
 /// `ContainerRecreateRequestSyncContainerStatus`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatusSnapshot {
     /// Container name.
@@ -210,7 +217,8 @@ pub struct ContainerStatusSnapshot {
 }
 
 /// A `metav1.Condition`, read leniently (missing fields take their zero value).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CrrCondition {
     /// Condition type, e.g. `PreRecreateGrace`.
@@ -249,7 +257,8 @@ string_enum! {
 }
 
 /// ContainerRecreateRequestContainerRecreateState contains the recreation state of a container.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRecreateRequestContainerRecreateState {
     /// Name of the container.

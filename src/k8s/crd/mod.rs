@@ -14,9 +14,11 @@ mod crr;
 mod nodeimage;
 mod nodepodprobe;
 
+#[cfg(feature = "test-util")]
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
+#[cfg(feature = "test-util")]
 use kube::CustomResourceExt;
 use serde::{Deserialize, Deserializer};
 
@@ -53,7 +55,14 @@ pub fn api_seconds(seconds: i64) -> std::time::Duration {
 /// The version the daemon speaks for all three resources.
 pub const VERSION: &str = "v1alpha1";
 
+/// The three CustomResourceDefinitions as `kruised crds` prints them: `deploy/crds.yaml`, which
+/// [`crds_yaml`] generates from the Rust types (in test builds only: the JSON schema generator and
+/// the YAML writer it needs are not in the shipped binary). The test
+/// `checked_in_crds_match_the_rust_types` fails when the two differ.
+pub const CRDS_YAML: &str = include_str!("../../../deploy/crds.yaml");
+
 /// A CRD manifest could not be rendered.
+#[cfg(feature = "test-util")]
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     /// The CustomResourceDefinitions could not be written as YAML.
@@ -66,6 +75,7 @@ pub enum CrdError {
 ///
 /// The schemas carry no `default`s: schemars derives one for every `#[serde(default)]` field, but
 /// kruise's CRDs have none, and the apiserver would otherwise fill them into stored objects.
+#[cfg(feature = "test-util")]
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![
         NodeImage::crd(),
@@ -85,6 +95,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 }
 
 /// Removes `default` from a schema and every schema nested in it.
+#[cfg(feature = "test-util")]
 fn strip_defaults(schema: &mut JSONSchemaProps) {
     schema.default = None;
     let maps = [
@@ -125,6 +136,7 @@ fn strip_defaults(schema: &mut JSONSchemaProps) {
 }
 
 /// Header of [`crds_yaml`]: says where the file comes from.
+#[cfg(feature = "test-util")]
 const CRDS_YAML_HEADER: &str = "\
 # apps.kruise.io/v1alpha1 CustomResourceDefinitions for kruised, generated from the Rust types.
 # Regenerate with `kruised crds > deploy/crds.yaml` or `KRUISED_BLESS=1 cargo test --test crds`.
@@ -138,6 +150,7 @@ const CRDS_YAML_HEADER: &str = "\
 /// daemon against hand-written objects). On an OpenKruise cluster the CRDs installed by
 /// kruise-manager's chart are authoritative: they also carry the v1beta1 versions and the
 /// conversion webhook, which these do not, and must not be replaced by these.
+#[cfg(feature = "test-util")]
 pub fn crds_yaml() -> Result<String, CrdError> {
     let body = serde_saphyr::to_string_multiple(&crds()).map_err(CrdError::Yaml)?;
     Ok(format!("{CRDS_YAML_HEADER}---\n{body}"))
@@ -236,6 +249,7 @@ macro_rules! string_enum {
             }
         }
 
+        #[cfg(feature = "test-util")]
         impl schemars::JsonSchema for $name {
             fn inline_schema() -> bool {
                 true
@@ -270,6 +284,11 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn the_printed_crds_are_the_checked_in_file_the_generator_writes() {
+        assert_eq!(CRDS_YAML, crds_yaml().unwrap());
+    }
 
     #[test]
     fn crds_yaml_is_the_same_on_every_call() {

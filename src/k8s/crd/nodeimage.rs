@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
-use schemars::JsonSchema;
+use kube_derive::CustomResource;
 use serde::{Deserialize, Serialize};
 
 use super::{is_zero_i32, is_zero_i64, null_as_default, string_enum};
@@ -20,7 +19,9 @@ pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_PULL_BACKOFF_LIMIT: u32 = 3;
 
 /// NodeImageSpec defines the desired state of NodeImage.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
+#[cfg_attr(not(feature = "test-util"), kube(schema = "disabled"))]
 #[kube(
     group = "apps.kruise.io",
     version = "v1alpha1",
@@ -47,7 +48,8 @@ pub struct NodeImageSpec {
 }
 
 /// ImageSpec defines the pulling spec of an image.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageSpec {
     /// Secrets (in namespace `kruise-daemon-config`) holding registry credentials for this image.
@@ -67,7 +69,8 @@ pub struct ImageSpec {
 
 /// ReferenceObject comprises a resource name, with a mandatory namespace, rendered as
 /// `<namespace>/<name>`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 pub struct ReferenceObject {
     /// Namespace of the referent.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -82,7 +85,8 @@ pub struct ReferenceObject {
 }
 
 /// SandboxConfig attaches metadata to the CRI PullImage call.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 pub struct SandboxConfig {
     /// Labels of the pull sandbox config.
     #[serde(
@@ -101,7 +105,8 @@ pub struct SandboxConfig {
 }
 
 /// ImageTagSpec defines the pulling spec of an image tag.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageTagSpec {
     /// Specifies the image tag.
@@ -129,7 +134,8 @@ pub struct ImageTagSpec {
 }
 
 /// ImageTagPullPolicy defines the policy of the pulling task.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageTagPullPolicy {
     /// Specifies the timeout of the pulling task. Defaults to 600.
@@ -161,7 +167,8 @@ string_enum! {
 }
 
 /// NodeImageStatus defines the observed state of NodeImage. The counters are always written.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeImageStatus {
     /// The desired number of pulling tasks (tags over all images in spec).
@@ -192,7 +199,8 @@ pub struct NodeImageStatus {
 }
 
 /// ImageStatus defines the pulling status of an image.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 pub struct ImageStatus {
     /// Represents statuses of pulling tasks on this node.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -200,7 +208,8 @@ pub struct ImageStatus {
 }
 
 /// ImageTagStatus defines the pulling status of an image tag.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageTagStatus {
     /// Represents the image tag.
@@ -244,7 +253,8 @@ string_enum! {
 }
 
 /// SyncStatus is the summary of the first completion of all pull tasks on the node (manager).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SyncStatus {
     /// When the node's first sync finished.

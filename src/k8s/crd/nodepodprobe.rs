@@ -5,14 +5,15 @@
 
 use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
-use schemars::JsonSchema;
+use kube_derive::CustomResource;
 use serde::{Deserialize, Serialize};
 
 use super::{null_as_default, string_enum};
 
 /// NodePodProbeSpec defines the desired state of NodePodProbe.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
+#[cfg_attr(not(feature = "test-util"), kube(schema = "disabled"))]
 #[kube(
     group = "apps.kruise.io",
     version = "v1alpha1",
@@ -34,7 +35,8 @@ pub struct NodePodProbeSpec {
 }
 
 /// The custom probes of one pod.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 pub struct PodProbe {
     /// Pod name.
     #[serde(default)]
@@ -58,7 +60,8 @@ pub struct PodProbe {
 }
 
 /// One custom probe of a container.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerProbe {
     /// `<podProbeMarkerName>#<probeName>`.
@@ -77,7 +80,8 @@ pub struct ContainerProbe {
 pub type ContainerProbeSpec = Probe;
 
 /// NodePodProbeStatus holds the probe results.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodePodProbeStatus {
     /// Pod probe results.
@@ -90,7 +94,8 @@ pub struct NodePodProbeStatus {
 }
 
 /// The probe results of one pod.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PodProbeStatus {
     /// Pod name.
@@ -112,7 +117,8 @@ pub struct PodProbeStatus {
 }
 
 /// The result of one probe.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "test-util", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerProbeState {
     /// `<podProbeMarkerName>#<probeName>`.
