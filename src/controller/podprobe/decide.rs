@@ -4,6 +4,7 @@
 //! ([`next_result`]), and the NodePodProbe status built from the spec, the old status and the
 //! current results ([`build_status`], [`status_to_write`]).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -349,10 +350,20 @@ pub fn build_status(
     npp: &NodePodProbe,
     results: &BTreeMap<ProbeKey, Result>,
 ) -> NodePodProbeStatus {
-    let old = npp.status.clone().unwrap_or_default();
+    // the old entries by pod UID and probe name, the first of each as before: a lookup, not a
+    // scan, so a pod listing thousands of probes costs linear time, not quadratic
+    let mut previous_of: HashMap<&str, HashMap<&str, &ContainerProbeState>> = HashMap::new();
+    for p in npp.status.iter().flat_map(|s| &s.pod_probe_statuses) {
+        if let Entry::Vacant(slot) = previous_of.entry(p.uid.as_str()) {
+            let states = slot.insert(HashMap::with_capacity(p.probe_states.len()));
+            for s in &p.probe_states {
+                states.entry(s.name.as_str()).or_insert(s);
+            }
+        }
+    }
     let mut out = NodePodProbeStatus::default();
     for pod in &npp.spec.pod_probes {
-        let previous = old.pod_probe_statuses.iter().find(|p| p.uid == pod.uid);
+        let previous = previous_of.get(pod.uid.as_str());
         let mut entry = PodProbeStatus {
             name: pod.name.clone(),
             namespace: pod.namespace.clone(),
@@ -361,8 +372,7 @@ pub fn build_status(
         };
         for probe in &pod.probes {
             let key = (pod.uid.clone(), probe.name.clone());
-            let before =
-                previous.and_then(|p| p.probe_states.iter().find(|s| s.name == probe.name));
+            let before = previous.and_then(|p| p.get(probe.name.as_str()).copied());
             match results.get(&key) {
                 Some(r) => entry.probe_states.push(ContainerProbeState {
                     name: probe.name.clone(),
