@@ -11,7 +11,66 @@
 //! read again and the patch made anew. No other taint is ever sent, so none is ever dropped.
 
 use k8s_openapi::api::core::v1::Node;
-use kube::{Api, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
+use serde::Deserialize;
+
+/// What kruised reads of a Node: its metadata, its taints' keys, the kubelet's runtime. Not
+/// k8s-openapi's `Node`, whose deserialiser (the status's images, conditions, addresses, the
+/// spec's config source and the rest) would be in the binary for these few fields (issue 44;
+/// `docs/PERFORMANCE.md`, "The cuts so far"). Every field the API server may leave out is
+/// optional, as in `Node`; the rest of the object is skipped unread.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct NodeView {
+    /// The Node's metadata (its `resourceVersion`, `creationTimestamp`).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Its taints.
+    pub spec: Option<NodeSpecView>,
+    /// The kubelet's report.
+    pub status: Option<NodeStatusView>,
+}
+
+/// A Node's `spec`, as far as kruised reads it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct NodeSpecView {
+    /// `spec.taints`.
+    pub taints: Option<Vec<TaintView>>,
+}
+
+/// A taint, as far as kruised reads it: its key.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TaintView {
+    /// The taint's key.
+    #[serde(default)]
+    pub key: String,
+}
+
+/// A Node's `status`, as far as kruised reads it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct NodeStatusView {
+    /// `status.nodeInfo`.
+    #[serde(rename = "nodeInfo")]
+    pub node_info: Option<NodeInfoView>,
+}
+
+/// `status.nodeInfo`, as far as kruised reads it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct NodeInfoView {
+    /// The runtime the kubelet uses, `name://version`.
+    #[serde(rename = "containerRuntimeVersion", default)]
+    pub container_runtime_version: String,
+}
+
+/// Reads the Node `name` (as a `GET` of `Api<Node>` would, errors and all).
+pub async fn get(client: &kube::Client, name: &str) -> Result<NodeView, kube::Error> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<Node>(&()));
+    let o = api.get(name).await?;
+    serde_json::to_value(o)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)
+}
 
 /// Why the Node's answer names no runtime of the kubelet's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -38,7 +97,7 @@ pub async fn kubelets_runtime(
     client: &kube::Client,
     node: &str,
 ) -> Result<Result<String, NotReported>, kube::Error> {
-    match Api::<Node>::all(client.clone()).get(node).await {
+    match get(client, node).await {
         Ok(n) => Ok(runtime_of(&n).ok_or_else(|| NotReported::NoField(node.to_string()))),
         Err(kube::Error::Api(s)) if s.code == 403 => {
             Ok(Err(NotReported::Forbidden(node.to_string())))
@@ -49,7 +108,7 @@ pub async fn kubelets_runtime(
 }
 
 /// A Node's `status.nodeInfo.containerRuntimeVersion`, if set.
-fn runtime_of(node: &Node) -> Option<String> {
+fn runtime_of(node: &NodeView) -> Option<String> {
     node.status
         .as_ref()
         .and_then(|s| s.node_info.as_ref())
@@ -80,11 +139,11 @@ pub const TAINT_CONFLICT_RETRIES: u32 = 10;
 /// The JSON patch that removes every taint with `key` from `node` as read, or `None` when it
 /// has none: a `test` of the `resourceVersion` it was read at, then for each such taint, the
 /// last first so that the indices stay right, a `test` of its key and its `remove`.
-pub fn taint_removal_patch(node: &Node, key: &str) -> Option<serde_json::Value> {
+pub fn taint_removal_patch(node: &NodeView, key: &str) -> Option<serde_json::Value> {
     let taints = node.spec.as_ref()?.taints.as_ref()?;
     let mut ops = vec![serde_json::json!({
         "op": "test", "path": "/metadata/resourceVersion",
-        "value": node.resource_version().unwrap_or_default(),
+        "value": node.metadata.resource_version.as_deref().unwrap_or_default(),
     })];
     for (i, _) in taints
         .iter()
@@ -105,7 +164,7 @@ async fn json_patch_node(
     client: &kube::Client,
     name: &str,
     patch: &serde_json::Value,
-) -> Result<Node, kube::Error> {
+) -> Result<(), kube::Error> {
     let body = serde_json::to_vec(patch).map_err(kube::Error::SerdeError)?;
     let request = http::Request::builder()
         .method(http::Method::PATCH)
@@ -116,7 +175,11 @@ async fn json_patch_node(
         .header(http::header::CONTENT_TYPE, "application/json-patch+json")
         .body(body)
         .map_err(kube::Error::HttpError)?;
-    client.request::<Node>(request).await
+    // the patched Node is not read: nothing needs it
+    client
+        .request::<serde::de::IgnoredAny>(request)
+        .await
+        .map(drop)
 }
 
 /// Whether a refused write means the Node changed between its read and the write: a `test`
@@ -146,10 +209,9 @@ pub async fn remove_taint(
             ..Default::default()
         })));
     }
-    let api = Api::<Node>::all(client.clone());
     let mut conflicts = 0;
     loop {
-        let node = api.get(name).await?;
+        let node = get(client, name).await?;
         let Some(patch) = taint_removal_patch(&node, key) else {
             return Ok(TaintRemoval::Absent);
         };
@@ -169,7 +231,7 @@ pub async fn remove_taint(
 mod tests {
     use super::*;
 
-    fn tainted(rv: &str, keys: &[&str]) -> Node {
+    fn tainted(rv: &str, keys: &[&str]) -> NodeView {
         let taints: Vec<serde_json::Value> = keys
             .iter()
             .map(|k| serde_json::json!({"key": k, "effect": "NoSchedule"}))
@@ -178,7 +240,7 @@ mod tests {
             "metadata": {"name": "n1", "resourceVersion": rv},
             "spec": {"taints": taints}
         }))
-        .expect("a Node")
+        .expect("a Node view")
     }
 
     #[test]
@@ -200,24 +262,26 @@ mod tests {
     fn a_node_without_the_taint_gets_no_patch() {
         assert_eq!(taint_removal_patch(&tainted("7", &["other"]), "w"), None);
         assert_eq!(taint_removal_patch(&tainted("7", &[]), "w"), None);
-        let bare: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}}))
-            .expect("a Node");
+        let bare: NodeView =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}}))
+                .expect("a Node view");
         assert_eq!(taint_removal_patch(&bare, "w"), None);
     }
 
     #[test]
     fn a_nodes_runtime_is_its_node_info_container_runtime_version_when_set() {
-        let node: Node = serde_json::from_value(serde_json::json!({
+        let node: NodeView = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n1"},
             "status": {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.36.3",
                 "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
                 "osImage": "", "kubeletVersion": "", "kubeProxyVersion": "",
                 "operatingSystem": "", "architecture": ""}}
         }))
-        .expect("a Node");
+        .expect("a Node view");
         assert_eq!(runtime_of(&node).as_deref(), Some("cri-o://1.36.3"));
-        let bare: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}}))
-            .expect("a Node");
+        let bare: NodeView =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}}))
+                .expect("a Node view");
         assert_eq!(runtime_of(&bare), None);
     }
 }

@@ -23,9 +23,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +35,7 @@ use crate::backoff::Backoff;
 use crate::config::StartupTaint;
 use crate::controller::context::Context;
 use crate::k8s::crd::{ImagePullPhase, NodeImage};
-use crate::k8s::node::{TaintRemoval, remove_taint};
+use crate::k8s::node::{NodeView, TaintRemoval, remove_taint};
 use crate::k8s::time::later;
 use crate::k8s::watch::Watched;
 use crate::k8s::write::{EventSink, EventSpec};
@@ -196,11 +195,14 @@ pub fn start(ctx: &Context, events: EventSink) {
 }
 
 /// The Node as read at start, or `None` when it cannot be read (said in the log).
-async fn read_node(client: &kube::Client, name: &str, cancel: &CancellationToken) -> Option<Node> {
-    let api = Api::<Node>::all(client.clone());
+async fn read_node(
+    client: &kube::Client,
+    name: &str,
+    cancel: &CancellationToken,
+) -> Option<NodeView> {
     let mut retry = Backoff::status_write();
     for _ in 0..5 {
-        match api.get(name).await {
+        match crate::k8s::node::get(client, name).await {
             Ok(n) => return Some(n),
             Err(e) => {
                 let pause = retry.pause();
@@ -296,7 +298,7 @@ pub async fn run(
             } else {
                 tracing::info!(taints, conflicts, after = ?started.elapsed(), "{note}");
             }
-            let uid = first.as_ref().and_then(|n| n.uid());
+            let uid = first.as_ref().and_then(|n| n.metadata.uid.clone());
             events.record(EventSpec {
                 regarding: ObjectReference {
                     api_version: Some("v1".into()),
