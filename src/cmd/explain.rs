@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use super::output::OutputFormat;
 use crate::config::RuntimeArgs;
@@ -674,7 +674,7 @@ pub(crate) async fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         versions: Default::default(),
     })
     .await?;
-    let pod = Api::<Pod>::namespaced(client, ns)
+    let pod = crate::k8s::pods::Pods::namespaced(client, ns)
         .get(name)
         .await
         .map_err(|e| anyhow::anyhow!("pod {ns}/{name}: {e}"))?;

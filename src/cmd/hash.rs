@@ -78,8 +78,9 @@ pub fn parse_pod(text: &str, what: &str) -> Result<Pod, HashError> {
             })
         })?,
     };
-    let bytes = serde_json::to_vec(&value).map_err(|e| parse_error(e.to_string()))?;
-    serde_json::from_slice::<Pod>(&bytes).map_err(|e| parse_error(e.to_string()))
+    // from the `Value`, as the watch reads pods: one deserialiser of the pod's types in the
+    // binary (`k8s::pods`)
+    serde_json::from_value::<Pod>(value).map_err(|e| parse_error(e.to_string()))
 }
 
 /// The hashes of every container of `pod`.

@@ -19,8 +19,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -157,27 +156,6 @@ pub fn merge(current: &[Restart], ours: &[Restart]) -> Vec<Restart> {
 /// The annotation value of `entries`.
 pub fn to_value(entries: &[Restart]) -> String {
     serde_json::to_string(entries).expect("a list of strings always serializes")
-}
-
-/// Sets annotations of a pod in one strategic-merge patch on `pods/status` that carries nothing
-/// else (as `k8s::write::patch_pod_annotation` does for one): container meta writes
-/// `runtime-containers-meta` and the stops it made together.
-pub async fn patch_annotations(
-    api: &Api<Pod>,
-    name: &str,
-    annotations: &[(&str, &str)],
-) -> Result<Pod, kube::Error> {
-    let values: serde_json::Map<String, serde_json::Value> = annotations
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
-        .collect();
-    let patch = serde_json::json!({ "metadata": { "annotations": values } });
-    let params = PatchParams {
-        field_manager: Some(crate::k8s::client::FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    api.patch_status(name, &params, &Patch::Strategic(&patch))
-        .await
 }
 
 // === impl Book ===

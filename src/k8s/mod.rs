@@ -6,6 +6,7 @@ pub mod crd;
 pub mod events;
 pub mod keys;
 pub mod node;
+pub mod pods;
 pub mod time;
 pub mod watch;
 pub mod write;

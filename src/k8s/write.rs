@@ -10,15 +10,16 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::client::FIELD_MANAGER;
+use super::client::{FIELD_MANAGER, send_unread};
 use super::events::{Correlator, Write};
+use super::pods::Pods;
 
 /// Whether an API error may go away by itself: conflicts (retry on fresh data), throttling,
 /// server errors, timeouts (a call past its limit, [`is_timeout`]: the connection it went out
@@ -54,18 +55,34 @@ fn params() -> PatchParams {
 /// `pods/status` that carries nothing else: every other annotation and label, whoever wrote it,
 /// is left as it is, also when another writer changes the pod at the same time.
 pub async fn patch_pod_annotation(
-    api: &Api<Pod>,
+    pods: &Pods,
     name: &str,
     key: &str,
     value: Option<&str>,
-) -> Result<Pod, kube::Error> {
-    let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
-    api.patch_status(name, &params(), &Patch::Strategic(&patch))
+) -> Result<(), kube::Error> {
+    patch_pod_annotations(pods, name, &[(key, value)]).await
+}
+
+/// Sets (or with `None` removes) annotations of a pod in one patch, as
+/// [`patch_pod_annotation`] does one: container meta writes `runtime-containers-meta` and the
+/// stops it made together.
+pub async fn patch_pod_annotations(
+    pods: &Pods,
+    name: &str,
+    annotations: &[(&str, Option<&str>)],
+) -> Result<(), kube::Error> {
+    let values: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), serde_json::json!(v)))
+        .collect();
+    let patch = serde_json::json!({ "metadata": { "annotations": values } });
+    pods.patch_status(name, &params(), &Patch::Strategic(&patch))
         .await
 }
 
 /// Merges `status` (only the fields we own) into the object's status by JSON merge patch on
-/// `/status`. Fields absent from `status` keep their values; `null` removes one.
+/// `/status`. Fields absent from `status` keep their values; `null` removes one. Returns the
+/// object as written: for a caller that reads it (the NodeImage's status writer).
 pub async fn patch_status<K>(
     api: &Api<K>,
     name: &str,
@@ -77,6 +94,23 @@ where
     let patch = serde_json::json!({ "status": status });
     api.patch_status(name, &params(), &Patch::Merge(&patch))
         .await
+}
+
+/// As [`patch_status`], for a caller that does not read the object written: the answer is not
+/// read at all ([`send_unread`](super::client::send_unread)).
+pub async fn patch_status_unread<K: Resource + Clone>(
+    api: &Api<K>,
+    name: &str,
+    status: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": status });
+    let request = kube::core::Request::new(api.resource_url()).patch_subresource(
+        "status",
+        name,
+        &params(),
+        &Patch::Merge(&patch),
+    );
+    send_unread(&api.clone().into_client(), request).await
 }
 
 pub use super::events::EventSpec;
@@ -185,7 +219,10 @@ async fn write_event(client: &kube::Client, write: Write) -> Result<(), kube::Er
     let post = |event: Event| async move {
         let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-        api.create(&PostParams::default(), &event).await.map(drop)
+        let body = serde_json::to_vec(&event).map_err(kube::Error::SerdeError)?;
+        let request =
+            kube::core::Request::new(api.resource_url()).create(&PostParams::default(), body);
+        send_unread(client, request).await
     };
     match write {
         Write::Create(event) => post(*event).await,
@@ -196,12 +233,14 @@ async fn write_event(client: &kube::Client, write: Write) -> Result<(), kube::Er
             event,
         } => {
             let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                .await
-            {
+            let request = kube::core::Request::new(api.resource_url()).patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            );
+            match send_unread(client, request).await {
                 Err(e) if is_not_found(&e) => post(*event).await,
-                other => other.map(drop),
+                other => other,
             }
         }
     }

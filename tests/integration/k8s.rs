@@ -10,6 +10,7 @@ use apiserver_double::{ApiServer, Config};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::admin::Readiness;
 use kruised::k8s::crd::NodeImage;
+use kruised::k8s::pods::Pods;
 use kruised::k8s::{client, watch as kwatch, write};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -537,7 +538,7 @@ async fn a_410_on_the_first_watch_after_a_list_is_a_failure_backed_off_not_a_rel
 async fn annotation_patch_never_touches_anyone_elses_annotations_or_labels() {
     let (server, client, _dir) = double().await;
     server.create("pods", pod("p", "n1")).unwrap();
-    let api: Api<Pod> = Api::namespaced(client, "default");
+    let pods = Pods::namespaced(client, "default");
     let key = "apps.kruise.io/runtime-containers-meta";
 
     // another writer changes the pod's annotations and labels while we patch ours, many times
@@ -553,7 +554,7 @@ async fn annotation_patch_never_touches_anyone_elses_annotations_or_labels() {
         }
     });
     for i in 0..50 {
-        write::patch_pod_annotation(&api, "p", key, Some(&format!("{{\"n\":{i}}}")))
+        write::patch_pod_annotation(&pods, "p", key, Some(&format!("{{\"n\":{i}}}")))
             .await
             .unwrap();
     }
@@ -601,7 +602,7 @@ async fn annotation_patch_never_touches_anyone_elses_annotations_or_labels() {
     }
 
     // and None removes ours, still leaving everyone else's
-    write::patch_pod_annotation(&api, "p", key, None)
+    write::patch_pod_annotation(&pods, "p", key, None)
         .await
         .unwrap();
     let p = server.get("pods", "default", "p").unwrap();

@@ -11,8 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -22,11 +21,13 @@ use super::env;
 use super::observe::{Observed, observe_pod};
 use super::restart::{self, Stop};
 use crate::controller::containers::newest_by_name;
-use crate::controller::provenance::{self, PodId};
+use crate::controller::provenance::PodId;
 use crate::controller::queue::{Pass, Retry};
 use crate::cri::{Container, CriError, RuntimeLookupError};
 use crate::hash::env::expected_env_hash;
 use crate::k8s::keys;
+use crate::k8s::pods::Pods;
+use crate::k8s::write;
 
 /// Pause before retrying a pod whose pass failed, doubled with each failure in a row
 /// ([`crate::controller::queue::RETRY_DELAY_LIMIT`]).
@@ -281,16 +282,15 @@ async fn apply(
     if meta.is_none() && stops.is_none() {
         return Ok(());
     }
-    let api: Api<Pod> =
-        Api::namespaced(c.client.clone(), &seen.pod.namespace().unwrap_or_default());
-    let written: Vec<(&str, &str)> = [
+    let pods = Pods::namespaced(c.client.clone(), &seen.pod.namespace().unwrap_or_default());
+    let written: Vec<(&str, Option<&str>)> = [
         (keys::RUNTIME_CONTAINERS_META, meta.as_deref()),
         (keys::LAST_RESTARTS, stops.as_deref()),
     ]
     .into_iter()
-    .filter_map(|(k, v)| Some((k, v?)))
+    .filter(|(_, v)| v.is_some())
     .collect();
-    let result = provenance::patch_annotations(&api, &seen.pod.name_any(), &written).await;
+    let result = write::patch_pod_annotations(&pods, &seen.pod.name_any(), &written).await;
     if meta.is_some() {
         c.metrics.patched(result.is_ok());
     }

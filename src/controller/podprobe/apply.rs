@@ -72,8 +72,8 @@ pub async fn write_status(shared: Arc<ProbeController>) {
         };
         let body = serde_json::json!({"podProbeStatuses": status.pod_probe_statuses});
         last_write = Some(Instant::now());
-        match write::patch_status(&api, &shared.node, &body).await {
-            Ok(_) => {
+        match write::patch_status_unread(&api, &shared.node, &body).await {
+            Ok(()) => {
                 retry.reset();
                 tracing::debug!("NodePodProbe status written");
             }

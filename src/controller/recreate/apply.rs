@@ -81,9 +81,7 @@ pub async fn patch(
     status: StatusPatch<'_>,
 ) -> Result<(), kube::Error> {
     let status = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
-    write::patch_status(&api_of(shared, r), &r.name_any(), &status)
-        .await
-        .map(drop)
+    write::patch_status_unread(&api_of(shared, r), &r.name_any(), &status).await
 }
 
 /// Completes the request: phase `Completed`, `completionTime` now, `message` (cleared when

@@ -4,13 +4,14 @@
 //! watched (kruised's RBAC lists pods; it does not get them).
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 
 use super::controller::{RETRY, RecreateController};
 use super::decide::Key;
 use crate::controller::provenance::PodId;
+use crate::k8s::pods::Pods;
 use crate::k8s::{keys, write};
 
 /// Writes the stops recorded for the pod `key` that it does not show yet. A write that fails
@@ -36,8 +37,8 @@ async fn write_stops(shared: &RecreateController, key: &Key) -> Result<(), kube:
     let Some(pod_id) = shared.book.unwritten(&key.0, &key.1) else {
         return Ok(());
     };
-    let api: Api<Pod> = Api::namespaced(shared.client.clone(), &key.0);
-    let Some(pod) = current_pod(shared, &api, &pod_id).await? else {
+    let pods = Pods::namespaced(shared.client.clone(), &key.0);
+    let Some(pod) = current_pod(shared, &pods, &pod_id).await? else {
         // gone, or replaced by another pod of the same name: nothing to write on
         shared.book.forget(&pod_id.uid);
         return Ok(());
@@ -48,7 +49,7 @@ async fn write_stops(shared: &RecreateController, key: &Key) -> Result<(), kube:
         }
         return Ok(());
     };
-    write::patch_pod_annotation(&api, &pod_id.name, keys::LAST_RESTARTS, Some(&value)).await?;
+    write::patch_pod_annotation(&pods, &pod_id.name, keys::LAST_RESTARTS, Some(&value)).await?;
     shared.book.written(&pod_id, &value);
     tracing::debug!(pod = %key.1, stops = %value, "recorded the stops on the pod");
     Ok(())
@@ -58,25 +59,25 @@ async fn write_stops(shared: &RecreateController, key: &Key) -> Result<(), kube:
 /// name has that UID.
 async fn current_pod(
     shared: &RecreateController,
-    api: &Api<Pod>,
+    pods: &Pods,
     id: &PodId,
 ) -> Result<Option<Pod>, kube::Error> {
     let watched = shared
         .pods
         .as_ref()
-        .and_then(|pods| {
-            pods.store()
+        .and_then(|watched| {
+            watched
+                .store()
                 .get(&ObjectRef::new(&id.name).within(&id.namespace))
         })
         .filter(|p| p.uid().as_deref() == Some(id.uid.as_str()));
     if let Some(pod) = watched {
         return Ok(Some((*pod).clone()));
     }
-    let listed = api
+    let listed = pods
         .list(&ListParams::default().fields(&format!("metadata.name={}", id.name)))
         .await?;
     Ok(listed
-        .items
         .into_iter()
         .find(|p| p.uid().as_deref() == Some(id.uid.as_str())))
 }

@@ -305,6 +305,21 @@ fn kubeconfig_proxy_url(kubeconfig: &Kubeconfig) -> Option<String> {
         .filter(|u| !u.is_empty())
 }
 
+/// Sends `request` and reads nothing of the answer but whether it is an error (the API
+/// server's, as a typed call's). kube's typed calls read the object written back into its type:
+/// for an answer no caller reads, that would put the type's deserialiser from response text into
+/// the binary beside the one the watch uses (issue 44; `k8s::pods`).
+pub async fn send_unread(
+    client: &kube::Client,
+    request: Result<Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<(), kube::Error> {
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    client
+        .request::<serde::de::IgnoredAny>(request)
+        .await
+        .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
