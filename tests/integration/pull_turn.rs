@@ -9,6 +9,7 @@ use crate::pull_support::{LIMIT, NODE, PullNode, fast, next_batch_pod, tag};
 use crate::support::kubelet::status::{Report, set_containers, update_container};
 use crate::support::wait;
 use kruised::controller::imagepull::Settings;
+use kruised::controller::imagepull::turn::MAX_CALL_OFFS;
 use kruised::cri::fake::FakeRuntime;
 use kruised::k8s::crd::ImagePullPhase;
 use serde_json::{Value, json};
@@ -326,6 +327,96 @@ async fn a_running_next_batch_pre_pull_is_called_off_when_a_pod_begins_to_wait_a
             (pulls.count(), st.find_image("r.io/next:v2").is_some())
         },
         |(pulls, present)| *pulls == 2 && *present,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_next_batch_pre_pull_called_off_three_times_is_let_finish_while_a_pod_waits_for_its_image()
+ {
+    let (node, cri, _dir) = start(fast()).await;
+    // a pull that ends only when the test says (`end_pulls_in_flight`)
+    cri.delay("PullImage.body", Duration::from_secs(300));
+    node.api
+        .create(
+            "pods",
+            next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
+        )
+        .expect("the pod in an in-place update");
+    pulled_and_pulling(
+        &cri,
+        "r.io/next:v2",
+        1,
+        "the next batch's pull at the runtime",
+    )
+    .await;
+
+    // pods keep starting on the node, each waiting for its own image
+    for n in 1..=MAX_CALL_OFFS as usize {
+        let pod = format!("web-0-{n}");
+        node.api
+            .create("pods", waiting_pod(&pod, "r.io/shop:v1"))
+            .expect("the pod");
+        wait::cri(
+            &cri,
+            LIMIT,
+            &format!("the next batch's pull called off the {n}. time"),
+            |st| (st.pulls_cancelled, st.pulls_in_flight),
+            |seen| *seen == (n, 0),
+        )
+        .await;
+        node.api.delete("pods", NS, &pod).expect("the pod deleted");
+        let again = format!("pulled again after call-off {n}");
+        pulled_and_pulling(&cri, "r.io/next:v2", n + 1, &again).await;
+    }
+
+    node.api
+        .create("pods", waiting_pod("web-0-last", "r.io/shop:v1"))
+        .expect("the pod");
+    // its second look: the first one's finding is published, and the pull runs on
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(&cri, looked + 2).await;
+    {
+        let st = cri.state();
+        assert_eq!(
+            (st.pulls_cancelled, st.pulls_in_flight),
+            (MAX_CALL_OFFS as usize, 1),
+            "called off a 4th time while the pod waits"
+        );
+    }
+    cri.end_pulls_in_flight();
+    wait::cri(
+        &cri,
+        LIMIT,
+        "the next batch's image pulled while the pod waits",
+        |st| {
+            let pulls = st.pulls.iter().filter(|p| p.image == "r.io/next:v2");
+            (
+                pulls.count(),
+                st.pulls_cancelled,
+                st.find_image("r.io/next:v2").is_some(),
+            )
+        },
+        |seen| *seen == (MAX_CALL_OFFS as usize + 1, MAX_CALL_OFFS as usize, true),
+    )
+    .await;
+    assert!(
+        node.api.get("pods", NS, "web-0-last").is_some(),
+        "the pod still there, waiting"
+    );
+}
+
+/// Waits until `image` was asked for `n` times and one pull (of it) is in flight.
+async fn pulled_and_pulling(cri: &FakeRuntime, image: &str, n: usize, what: &str) {
+    wait::cri(
+        cri,
+        LIMIT,
+        what,
+        |st| {
+            let pulls = st.pulls.iter().filter(|p| p.image == image);
+            (pulls.count(), st.pulls_in_flight)
+        },
+        |seen| *seen == (n, 1),
     )
     .await;
 }

@@ -14,7 +14,8 @@
 //!   ([`super::turn`]), one image at a time, and through the same pull slots
 //!   (`--max-workers-for-pull-image`) and the pre-pull cap (`--max-concurrent-prepulls`); a
 //!   pull under way is called off when a pod begins to wait or an in-place pull starts, and
-//!   made again after (no failure, no backoff);
+//!   made again after (no failure, no backoff), at most [`super::turn::MAX_CALL_OFFS`] times
+//!   per image (until it is on the node or no pod asks for it): then it is let finish;
 //! - an image already present is not pulled; identical pulls in flight are shared with NodeImage
 //!   tasks;
 //! - the disk floor of every pull (`--image-fs-min-free`): below it nothing is pre-pulled;
@@ -46,6 +47,7 @@ use super::reference::Reference;
 use super::secrets::Credentials;
 use super::slots::{Priority, Rank};
 use super::task::{PullTools, admit_by_size, disk_refusal, find_image, learn, pull_sandbox};
+use super::turn::{CallOffs, MAX_CALL_OFFS};
 use crate::cri::ImageService;
 use crate::k8s::crd::{NodeImage, ReferenceObject, SandboxConfig};
 use crate::k8s::watch::Watched;
@@ -62,8 +64,24 @@ pub const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 enum Tried {
     /// Present on the node (pulled or found).
     Done,
-    /// Failed `attempts` times; try again at `retry_at`.
-    Failed { attempts: u32, retry_at: Instant },
+    /// Called off (`turn.rs`) `call_offs` times, no failure yet: to pull again now.
+    CalledOff { call_offs: CallOffs },
+    /// Failed `attempts` times, called off `call_offs` times; try again at `retry_at`.
+    Failed {
+        attempts: u32,
+        retry_at: Instant,
+        call_offs: CallOffs,
+    },
+}
+
+impl Tried {
+    /// How often the image's pull was called off: none once it is done.
+    fn call_offs(&self) -> CallOffs {
+        match self {
+            Tried::Done => CallOffs::default(),
+            Tried::CalledOff { call_offs } | Tried::Failed { call_offs, .. } => *call_offs,
+        }
+    }
 }
 
 /// Runs the pre-puller until `cancel`. `busy` is the number of unfinished NodeImage tasks,
@@ -95,7 +113,7 @@ pub async fn run<I, C>(
         tried.retain(|k, _| wanted.contains_key(k));
         let now = Instant::now();
         let next = wanted.iter().find(|(k, _)| match tried.get(*k) {
-            None => true,
+            None | Some(Tried::CalledOff { .. }) => true,
             Some(Tried::Done) => false,
             Some(Tried::Failed { retry_at, .. }) => *retry_at <= now,
         });
@@ -116,13 +134,24 @@ pub async fn run<I, C>(
                 () = idle => {}
             }
             let (refs, sandbox) = node_image_entries(&node_images.state(), &want.reference);
+            let mut call_offs = tried.get(key).map(Tried::call_offs).unwrap_or_default();
             let result = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return,
                 r = pull_one(&tools, want, &refs, sandbox.as_ref()) => r,
-                // called off (`turn.rs`): no failure, tried again once nothing is waited for
-                () = tools.turn.called_off() => {
-                    tracing::info!(image = %want.image, "next-batch pre-pull called off: a pod on the node waits for its own image or an in-place pull runs");
+                // called off (`turn.rs`): no failure, tried again once nothing is waited for;
+                // past the bound, let finish
+                () = tools.turn.called_off_within(&mut call_offs) => {
+                    tracing::info!(image = %want.image, called_off = call_offs.count(), of = MAX_CALL_OFFS, "next-batch pre-pull called off: a pod on the node waits for its own image or an in-place pull runs");
+                    let entry = match tried.get(key) {
+                        Some(Tried::Failed { attempts, retry_at, .. }) => Tried::Failed {
+                            attempts: *attempts,
+                            retry_at: *retry_at,
+                            call_offs,
+                        },
+                        _ => Tried::CalledOff { call_offs },
+                    };
+                    tried.insert(key.clone(), entry);
                     continue;
                 }
             };
@@ -138,6 +167,7 @@ pub async fn run<I, C>(
                     Tried::Failed {
                         attempts,
                         retry_at: Instant::now() + pause,
+                        call_offs,
                     }
                 }
             };
@@ -148,7 +178,7 @@ pub async fn run<I, C>(
             .values()
             .filter_map(|t| match t {
                 Tried::Failed { retry_at, .. } => Some(*retry_at),
-                Tried::Done => None,
+                Tried::Done | Tried::CalledOff { .. } => None,
             })
             .min();
         tokio::select! {

@@ -53,7 +53,7 @@ use super::secrets::{Credentials, Problem, problems_text};
 use super::settings::Settings;
 use super::slots::{Rank, Slots};
 use super::state;
-use super::turn::Turned;
+use super::turn::{CallOffs, MAX_CALL_OFFS, Turned};
 use crate::cri::{CriError, Image, ImageService, PullSandbox};
 use crate::k8s::crd::{ImageTagSpec, ImageTagStatus, ReferenceObject, SandboxConfig};
 use crate::k8s::keys;
@@ -383,7 +383,8 @@ fn record<I, C>(
 
 /// The attempts of a task, in its `turn` of `rank`; the last failure when all fail. An attempt
 /// called off (`turn.rs`) is no attempt: the turn is given back, and taken again before the
-/// next one; the time without it does not count against `activeDeadlineSeconds`.
+/// next one; the time without it does not count against `activeDeadlineSeconds`. After
+/// [`MAX_CALL_OFFS`] call-offs of the task the attempts are let finish.
 async fn attempts<I, C>(
     tools: &PullTools<I, C>,
     job: &TagJob,
@@ -403,6 +404,7 @@ where
         .map(|d| crate::k8s::time::later(Instant::now(), d));
     let mut last_error = None;
     let mut attempt = 0;
+    let mut offs = CallOffs::default();
     while attempt <= limit {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let Some(budget) = state::attempt_budget(timeout, left) else {
@@ -426,8 +428,8 @@ where
                     budget,
                 }),
             },
-            () = tools.turn.called_off() => {
-                tracing::info!("called off: a pod on the node waits for its own image or an in-place pull runs; pulling again after, in turn");
+            () = tools.turn.called_off_within(&mut offs) => {
+                tracing::info!(called_off = offs.count(), of = MAX_CALL_OFFS, "called off: a pod on the node waits for its own image or an in-place pull runs; pulling again after, in turn");
                 *turn = None;
                 let since = Instant::now();
                 *turn = Some(tools.turn.pre_pull(tools.slots.as_ref(), rank.clone()).await);

@@ -877,21 +877,28 @@ async fn an_invisible_image_filesystem_fails_the_tag_closed_at_once() {
     assert!(sizes.seen.lock().unwrap().is_empty(), "no registry asked");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_running_pull_is_called_off_while_a_pod_waits_for_its_image_and_pulled_again_after_without_spending_an_attempt()
- {
+/// A tag's task of one attempt (a called-off pull counted as a failed attempt would fail it),
+/// its pull 10 s long, on a node where the test says how many pods wait for their own image
+/// (`own`); started and given 1 s, so its pull is under way.
+struct Yielding {
+    mock: Mock,
+    own: tokio::sync::watch::Sender<usize>,
+    cell: StatusCell,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn a_tag_pulling_on_a_node_whose_pods_may_wait() -> Yielding {
     let mock = Mock::default();
     mock.st().pull_delay = Duration::from_secs(10);
-    let (own_tx, own) = tokio::sync::watch::channel(0);
+    let (own, own_rx) = tokio::sync::watch::channel(0);
     let mut tools = Arc::into_inner(tools_of(&mock, Resolved::default(), Settings::default()))
         .expect("one owner");
-    tools.turn = super::super::turn::Turn::new(None, own, tokio::sync::watch::channel(0).1, None);
-    let tools = Arc::new(tools);
-    // one attempt only: a called-off pull counted as a failure would fail the tag
+    tools.turn =
+        super::super::turn::Turn::new(None, own_rx, tokio::sync::watch::channel(0).1, None);
     let j = once(job("r.io/app", "v1"));
     let cell: StatusCell = Arc::new(Mutex::new(state::waiting(&j.spec)));
     let task = tokio::spawn(run(
-        tools.clone(),
+        Arc::new(tools),
         j,
         cell.clone(),
         Arc::new(Notify::new()),
@@ -899,6 +906,23 @@ async fn a_running_pull_is_called_off_while_a_pod_waits_for_its_image_and_pulled
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(mock.st().in_flight, 1, "pulling");
+    Yielding {
+        mock,
+        own,
+        cell,
+        task,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_pull_is_called_off_while_a_pod_waits_for_its_image_and_pulled_again_after_without_spending_an_attempt()
+ {
+    let Yielding {
+        mock,
+        own: own_tx,
+        cell,
+        task,
+    } = a_tag_pulling_on_a_node_whose_pods_may_wait().await;
 
     own_tx.send_replace(1);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -923,4 +947,56 @@ async fn a_running_pull_is_called_off_while_a_pod_waits_for_its_image_and_pulled
         2,
         "pulled again once nothing is waited for"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_called_off_three_times_is_let_finish_while_a_pod_waits_for_its_image() {
+    use super::super::turn::MAX_CALL_OFFS;
+    let Yielding {
+        mock,
+        own,
+        cell,
+        task,
+    } = a_tag_pulling_on_a_node_whose_pods_may_wait().await;
+    assert_eq!(MAX_CALL_OFFS, 3, "the bound this test is named after");
+    for n in 1..=MAX_CALL_OFFS {
+        own.send_replace(1);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(mock.st().in_flight, 0, "called off the {n}. time");
+        own.send_replace(0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let st = mock.st();
+        assert_eq!(
+            (st.in_flight, st.pulls.len()),
+            (1, n as usize + 1),
+            "pulling again after call-off {n}"
+        );
+    }
+
+    // a pod waits, and keeps waiting: the pull runs to its end beside it
+    own.send_replace(1);
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the pull not let finish; the tag: {:?}, pulls: {}",
+                cell.lock().unwrap(),
+                mock.st().pulls.len()
+            )
+        })
+        .expect("the task ends");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(10),
+        "ended {took:?} after the pod began to wait: the pull begun 1 s before runs on to its 10 s"
+    );
+    let s = cell.lock().unwrap().clone();
+    assert_eq!(s.phase, ImagePullPhase::Succeeded, "{s:?}");
+    assert_eq!(
+        mock.st().pulls.len(),
+        MAX_CALL_OFFS as usize + 1,
+        "called off {MAX_CALL_OFFS} times, then pulled once to its end"
+    );
+    assert_eq!(*own.borrow(), 1, "the pod still waits");
 }

@@ -22,6 +22,16 @@
 //!   in left its ingest, and the next one moved 9.4 of the 16.8 MB). So a call-off costs what the pre-pull had fetched, and the node's
 //!   pods come first anyway: no pull is let finish for being close to its end (its percent counts
 //!   only the blobs begun, `progress.rs`, and says little of what is left).
+//!
+//!   **The bound.** A pre-pull is called off at most [`MAX_CALL_OFFS`] times ([`CallOffs`]: per
+//!   pull task of a NodeImage tag, reset when the tag's task starts anew; per image of the next
+//!   batch, reset once it is on the node or no pod asks for it); after that it runs alongside the pod's pull until it
+//!   ends (pulled, failed, or its deadline), and the log says so once ("called off 3 times
+//!   already: let finish"). Without it a large pre-pull on a node where pods keep starting
+//!   would start again from 0 B each time and never finish (starvation); with it, call-offs
+//!   cost a pre-pull at most three partial fetches, less than three times its size. The cost: a pod that begins to wait after the third
+//!   call-off shares the runtime and the link with that pre-pull, as every pod did with every
+//!   pre-pull before kruised yielded.
 //! - **Order.** Pre-pulls waiting for their turn start in this order: first the tags of images a
 //!   pod on the node names (its containers or init containers), then by the tag's `createdAt`
 //!   (oldest first; kruise-manager sets it from the ImagePullJob; none: last), then by image
@@ -47,6 +57,29 @@ use crate::k8s::watch::Watched;
 
 /// Default of `--max-concurrent-prepulls`.
 pub const DEFAULT_MAX_PREPULLS: usize = 4;
+
+/// The most times one pre-pull is called off ([module docs](self)); after that it is let
+/// finish. 3: a pod waiting for its image now and then (a rollout's few pods, a restart) costs
+/// a pre-pull at most three fresh starts, each from 0 B, so it ends within four times its time
+/// alone however many pods start meanwhile; and the node's pods still come first through the
+/// first three, which is all a node that is not busy all the time ever needs.
+pub const MAX_CALL_OFFS: u32 = 3;
+
+/// How often one pre-pull was called off, counted by [`Turn::called_off_within`]: past
+/// [`MAX_CALL_OFFS`] it is let finish.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallOffs {
+    count: u32,
+    /// The log said it is let finish.
+    told: bool,
+}
+
+impl CallOffs {
+    /// Times called off so far.
+    pub fn count(self) -> u32 {
+        self.count
+    }
+}
 
 /// Whose turn it is: the pre-pulls' queue (their cap, held while something is yielded to), what
 /// they yield to, and the pods that rank them.
@@ -132,6 +165,26 @@ impl Turn {
                 r = in_place.changed(), if in_place_open => in_place_open = r.is_ok(),
             }
         }
+    }
+
+    /// [`called_off`](Self::called_off) for a pre-pull called off `offs` times so far: counts
+    /// the call-off when it returns. Once it was called off [`MAX_CALL_OFFS`] times it never
+    /// returns: the pre-pull is let finish, and the first time it would have been called off
+    /// the log says so (once per `offs`).
+    pub async fn called_off_within(&self, offs: &mut CallOffs) {
+        self.called_off().await;
+        if offs.count < MAX_CALL_OFFS {
+            offs.count += 1;
+            return;
+        }
+        if !offs.told {
+            offs.told = true;
+            tracing::info!(
+                called_off = offs.count,
+                "called off {MAX_CALL_OFFS} times already: let finish, alongside the pod's pull"
+            );
+        }
+        std::future::pending::<()>().await;
     }
 
     /// Holds the pre-pulls' queue while something is yielded to, until `cancel`.
@@ -306,6 +359,24 @@ mod tests {
         let mut off = std::pin::pin!(turn.called_off());
         assert!(poll(off.as_mut()).is_none(), "senders gone: never");
         assert!(poll(off.as_mut()).is_none(), "senders gone: never");
+    }
+
+    #[tokio::test]
+    async fn a_pre_pull_called_off_max_call_offs_times_is_not_called_off_again() {
+        let (_own_tx, own) = watch::channel(1);
+        let turn = Turn::new(None, own, watch::channel(0).1, None);
+        let mut offs = CallOffs::default();
+        for n in 1..=MAX_CALL_OFFS {
+            let off = std::pin::pin!(turn.called_off_within(&mut offs));
+            assert!(poll(off).is_some(), "call-off {n}: a pod waits");
+        }
+        assert_eq!(offs.count(), MAX_CALL_OFFS);
+        {
+            let mut off = std::pin::pin!(turn.called_off_within(&mut offs));
+            assert!(poll(off.as_mut()).is_none(), "let finish");
+            assert!(poll(off.as_mut()).is_none(), "let finish");
+        }
+        assert_eq!((offs.count(), offs.told), (MAX_CALL_OFFS, true));
     }
 
     #[tokio::test]

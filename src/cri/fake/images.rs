@@ -72,9 +72,24 @@ impl ImageRpc for Svc {
         let mut flight = Flight(self, false);
         // let concurrent pulls overlap, as real ones do
         tokio::task::yield_now().await;
-        let delay = self.0.lock().delays.get("PullImage.body").copied();
+        let (delay, ended) = {
+            let st = self.0.lock();
+            (st.delays.get("PullImage.body").copied(), st.pulls_ended)
+        };
         if let Some(d) = delay {
-            tokio::time::sleep(d).await;
+            // `FakeRuntime::end_pulls_in_flight` cuts it short
+            let mut changes = self.0.changed.subscribe();
+            let ended_now = async {
+                while self.0.lock().pulls_ended == ended {
+                    if changes.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                () = ended_now => {}
+            }
         }
         flight.1 = true;
         drop(flight);

@@ -297,6 +297,13 @@ impl FakeRuntime {
         self.state().delays.insert(rpc.to_string(), delay);
     }
 
+    /// The pulls sleeping out their delay (`PullImage.body`) now end at once, as they would
+    /// after it: a long pull let finish when the test says. Later pulls keep their delay.
+    pub fn end_pulls_in_flight(&self) {
+        self.state().pulls_ended += 1;
+        self.shared.touch();
+    }
+
     /// Pulls of `image` fail with `code` and `message` (as a registry error would).
     pub fn fail_pulls_of(&self, image: &str, code: tonic::Code, message: &str) {
         self.state()

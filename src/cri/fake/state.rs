@@ -64,6 +64,8 @@ pub struct FakeState {
     pub(super) faults: HashMap<String, VecDeque<Fault>>,
     pub(super) delays: HashMap<String, Duration>,
     pub(super) pull_failures: HashMap<String, (tonic::Code, String)>,
+    /// Bumped by [`super::FakeRuntime::end_pulls_in_flight`].
+    pub(super) pulls_ended: u64,
     /// Tags whose image is another tag's (same content, so the same ID).
     pub(super) same_as: HashMap<String, String>,
     next_id: u64,
