@@ -299,6 +299,15 @@ pub fn create_node_image(api: &apiserver_double::Handle, images: Value, status: 
     api.create("nodeimages", obj).unwrap();
 }
 
+/// Creates this node's NodeImage with the one tag `name:tag`, at version 1.
+pub fn create_one_tag(api: &apiserver_double::Handle, name: &str, tag: &str) {
+    create_node_image(
+        api,
+        json!({ name: {"tags": [{"tag": tag, "version": 1}]}}),
+        None,
+    );
+}
+
 /// The annotation kruise-manager puts on its copy of a pull secret: `<namespace>/<name>` of the
 /// secret it copied (kruise 07169cf, as the manager double writes it).
 pub const SOURCE_KEY: &str = "imagepulljobs.kruise.io/source-key";
