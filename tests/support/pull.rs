@@ -332,6 +332,39 @@ pub fn create_secret(
     api.create("secrets", secret).unwrap();
 }
 
+/// A tag behind a registry's login, pulled first with a wrong password: the secrets `wrong`
+/// (`user`, `wrong`) and `right` (`user`, `password`) for `registry`, and a NodeImage tag
+/// `name:v1` (version 1, owned by [`owner`], one attempt) naming `wrong`.
+/// [`use_the_right_secret`] turns it to `right`.
+pub fn create_tag_behind_a_login(
+    api: &apiserver_double::Handle,
+    registry: &str,
+    user: &str,
+    password: &str,
+    wrong: &str,
+    name: &str,
+) {
+    create_secret(api, "wrong", None, registry, user, wrong);
+    create_secret(api, "right", None, registry, user, password);
+    create_node_image(
+        api,
+        json!({ name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],
+                       "tags": [{"tag": "v1", "version": 1, "ownerReferences": [owner()],
+                                 "pullPolicy": {"backoffLimit": 0}}]}}),
+        None,
+    );
+}
+
+/// The tag of [`create_tag_behind_a_login`] names the secret `right`, at version 2: it is
+/// pulled again.
+pub fn use_the_right_secret(api: &apiserver_double::Handle, name: &str) {
+    api.modify("nodeimages", "", NODE, |o| {
+        o["spec"]["images"][name]["pullSecrets"][0]["name"] = json!("right");
+        o["spec"]["images"][name]["tags"][0]["version"] = json!(2);
+    })
+    .unwrap();
+}
+
 /// A pod of this node in an in-place update whose later batch needs `next` (container name,
 /// image), as kruise-manager writes `apps.kruise.io/inplace-update-state`; controlled by the
 /// CloneSet `web` when `kruise_owned`, by nothing otherwise.
