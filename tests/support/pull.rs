@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::kubelet::status::{Report, set_containers};
 use crate::wait;
 
 /// Bound of every wait.
@@ -363,6 +364,24 @@ pub fn use_the_right_secret(api: &apiserver_double::Handle, name: &str) {
         o["spec"]["images"][name]["tags"][0]["version"] = json!(2);
     })
     .unwrap();
+}
+
+/// A pending pod `namespace/name` of this node whose one container `app` waits
+/// (`ContainerCreating`) to run `image`: a pod waiting for its own image.
+pub fn waiting_pod(namespace: &str, name: &str, image: &str) -> Value {
+    let mut pod = json!({
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}")},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": image}]},
+        "status": {"phase": "Pending"}
+    });
+    let report = Report {
+        name: "app".into(),
+        image: image.into(),
+        running: None,
+        ..Default::default()
+    };
+    set_containers(&mut pod, &[report]);
+    pod
 }
 
 /// A pod of this node in an in-place update whose later batch needs `next` (container name,
