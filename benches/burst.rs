@@ -42,46 +42,27 @@ use std::time::{Duration, Instant};
 use kruised::controller::imagepull::Settings;
 use kruised::cri::{ImageService, PullRequest, RemoteRuntime, Timeouts};
 use kruised::k8s::crd::ImagePullPhase;
-use pull_support::{NODE, PullNode};
+use pull_support::PullNode;
 use serde_json::{Value, json};
-use support::kubelet::status::{Report, set_containers, update_container};
+use support::kubelet::status::update_container;
 use support::restarts::percentile;
 use support::tcp_relay::TcpRelay;
-use support::{Lab, machine};
+use support::{Lab, arg_or, machine};
 
 const NS: &str = "shop";
 const LIMIT: Duration = Duration::from_secs(300);
 /// When the burst arrives, into the pod's pull.
 const ARRIVES: Duration = Duration::from_millis(500);
 
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
+    if !std::env::args().any(|a| a == "--bench") {
         println!("burst benchmark: skipped (run it with `cargo bench --bench burst`)");
         return;
     }
-    let rounds = arg(&args, "--rounds", 10).max(1);
-    let rate = arg(&args, "--rate", 8 << 20).max(1 << 16);
+    let rounds = arg_or("--rounds", 10u64).max(1);
+    let rate = arg_or("--rate", 8u64 << 20).max(1 << 16);
     let Some(lab) = Lab::get() else { return };
-    let status = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
-        .arg("bench-images")
-        .env("LAB", &lab.dir)
-        .env("CRI_LAB_RUNTIME", lab.runtime.lab_name())
-        .env("REG_ADDR", &lab.registry)
-        .env("REG_AUTH_ADDR", &lab.auth_registry)
-        .env("BENCH_IMAGES", "5")
-        .status()
-        .unwrap();
-    assert!(status.success(), "cri-lab.sh bench-images failed");
+    lab.script_with("bench-images", &[("BENCH_IMAGES", "5")]);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -149,19 +130,7 @@ impl Bench {
     fn pod_waits(&mut self) -> String {
         self.pods += 1;
         let name = format!("web-{}", self.pods);
-        let image = self.pod_image().to_string();
-        let mut pod = json!({
-            "metadata": {"namespace": NS, "name": name, "uid": format!("uid-{name}")},
-            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": image}]},
-            "status": {"phase": "Pending"}
-        });
-        let report = Report {
-            name: "app".into(),
-            image,
-            running: None,
-            ..Default::default()
-        };
-        set_containers(&mut pod, &[report]);
+        let pod = pull_support::waiting_pod(NS, &name, self.pod_image());
         self.node.api.create("pods", pod).unwrap();
         name
     }

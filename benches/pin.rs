@@ -29,21 +29,14 @@ use kruised::cri::{ImageService, RuntimeService};
 use serde_json::{Map, Value, json};
 use support::image_gc::ImageGc;
 use support::pull::{LIMIT, NODE, create_node_image};
-use support::{Lab, Plane, wait};
+use support::{Lab, Plane, arg_or, wait};
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
+    if !std::env::args().any(|a| a == "--bench") {
         println!("pin benchmark: skipped (run it with `cargo bench --bench pin`)");
         return;
     }
-    let rounds = args
-        .iter()
-        .position(|a| a == "--rounds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3usize)
-        .max(1);
+    let rounds = arg_or("--rounds", 3usize).max(1);
     let Some(lab) = Lab::get() else { return };
     lab.script("bench-images");
     tokio::runtime::Builder::new_multi_thread()

@@ -31,24 +31,15 @@ use kruised::cri::{RemoteRuntime, Timeouts};
 use kruised::k8s::crd::ImagePullPhase;
 use pull_support::PullNode;
 use serde_json::{Value, json};
-use support::Lab;
-
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::{Lab, arg_or};
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
+    if !std::env::args().any(|a| a == "--bench") {
         println!("prepull benchmark: skipped (run it with `cargo bench --bench prepull`)");
         return;
     }
-    let rounds = arg(&args, "--rounds", 15).max(1);
-    let count = arg(&args, "--images", 4).clamp(1, 4);
+    let rounds = arg_or("--rounds", 15usize).max(1);
+    let count = arg_or("--images", 4usize).clamp(1, 4);
     let Some(lab) = Lab::get() else { return };
     lab.script("bench-images");
     tokio::runtime::Builder::new_multi_thread()

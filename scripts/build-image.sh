@@ -33,6 +33,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 log() { printf '[build-image] %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib/target.sh
+. "$ROOT/scripts/lib/target.sh"
 
 push="" binary="" out=$ROOT/target/dist
 while [ $# -gt 0 ]; do
@@ -73,18 +75,10 @@ created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 
 # ---- the binary
 if [ -z "$binary" ]; then
-  target=${KRUISED_TARGET:-}
-  if [ -z "$target" ]; then
-    if rustup target list --installed 2> /dev/null | grep -qx x86_64-unknown-linux-musl; then
-      target=x86_64-unknown-linux-musl
-    else
-      target=x86_64-unknown-linux-gnu
-      log "x86_64-unknown-linux-musl is not installed (rustup cannot fetch it here): static glibc build"
-    fi
+  if ! target=$(dist_target); then
+    log "x86_64-unknown-linux-musl is not installed (rustup cannot fetch it here): static glibc build"
   fi
-  cargo_home=${CARGO_HOME:-$HOME/.cargo}
-  # no local paths in the binary (panic locations): the same source builds the same bytes anywhere
-  flags="-C target-feature=+crt-static --remap-path-prefix=$ROOT=/kruised --remap-path-prefix=$cargo_home=/cargo"
+  flags=$(dist_rustflags "$ROOT")
   t0=$(date +%s)
   KRUISED_COMMIT=$revision RUSTFLAGS=$flags cargo build --locked --profile dist --target "$target" --bin kruised
   log "built in $(($(date +%s) - t0))s ($target)"

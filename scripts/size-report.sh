@@ -35,6 +35,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 log() { printf '[size-report] %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib/target.sh
+. "$ROOT/scripts/lib/target.sh"
 
 top=30 binary="" target_dir=${CARGO_TARGET_DIR:-$ROOT/target/size-report} bloat="" parse=""
 while [ $# -gt 0 ]; do
@@ -184,16 +186,8 @@ if [ -n "$given" ] && [ -n "$bloat" ]; then
   exit 2
 fi
 # the target and flags of scripts/build-image.sh, and its profile with the symbols kept
-target=${KRUISED_TARGET:-}
-if [ -z "$target" ]; then
-  if rustup target list --installed 2> /dev/null | grep -qx x86_64-unknown-linux-musl; then
-    target=x86_64-unknown-linux-musl
-  else
-    target=x86_64-unknown-linux-gnu
-  fi
-fi
-cargo_home=${CARGO_HOME:-$HOME/.cargo}
-flags="-C target-feature=+crt-static --remap-path-prefix=$ROOT=/kruised --remap-path-prefix=$cargo_home=/cargo"
+target=$(dist_target) || true
+flags=$(dist_rustflags "$ROOT")
 commit=$(git rev-parse HEAD 2> /dev/null || echo unknown)
 # the same build's environment for cargo build and cargo bloat: one build, not two
 build_env=(KRUISED_COMMIT="$commit" RUSTFLAGS="$flags" CARGO_PROFILE_DIST_STRIP=none CARGO_TARGET_DIR="$target_dir")

@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 
-use crate::pull_support::{self, CONFIG_NS, LIMIT, NODE, b64, owner, tag};
+use crate::pull_support::{self, LIMIT, NODE, b64, tag};
 use crate::support::loop_fs::LoopFs;
 use crate::support::{self, Lab, Plane, wait};
 use kruised::controller::imagepull::disk;
@@ -79,14 +79,13 @@ async fn a_tag_behind_a_login_is_sized_with_its_pull_secret_refused_unread_with_
 
     let plane = Plane::start().await;
     let api = &plane.api;
-    pull_support::create_secret(api, "wrong", None, &lab.auth_registry, &user, &wrong);
-    pull_support::create_secret(api, "right", None, &lab.auth_registry, &user, &password);
-    pull_support::create_node_image(
+    pull_support::create_tag_behind_a_login(
         api,
-        json!({ &name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],
-                        "tags": [{"tag": "v1", "version": 1, "ownerReferences": [owner()],
-                                  "pullPolicy": {"backoffLimit": 0}}]}}),
-        None,
+        &lab.auth_registry,
+        &user,
+        &password,
+        &wrong,
+        &name,
     );
     // a floor of 1 MiB on the lab's image filesystem (containerd's root, as ImageFsInfo names
     // it); the GC threshold at 100 %: the machine's disk may be fuller than a node's
@@ -122,11 +121,7 @@ async fn a_tag_behind_a_login_is_sized_with_its_pull_secret_refused_unread_with_
         "a pull that was not admitted never reached the runtime"
     );
 
-    api.modify("nodeimages", "", NODE, |o| {
-        o["spec"]["images"][&name]["pullSecrets"][0]["name"] = json!("right");
-        o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
-    })
-    .unwrap();
+    pull_support::use_the_right_secret(api, &name);
     wait::node_image(api, LIMIT, NODE, "Succeeded with the right secret", |s| {
         s.succeeded == 1
     })

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::support::crr::Request;
 use crate::support::daemon::Daemon;
+use crate::support::hostile::assert_memory_under;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec, RunningPod};
 use crate::support::wait;
 use crate::support::{Lab, Plane, unique, within};
@@ -93,16 +94,7 @@ fn probe(name: &str, period: i32, timeout: i32, handler: Value) -> Value {
 fn assert_unharmed(d: &mut Daemon, what: &str) {
     assert!(d.running(), "{what}: kruised exited\n{}", d.log_text());
     let rss = d.rss_bytes().unwrap_or(0);
-    eprintln!(
-        "{what}: kruised resident {:.1} MiB",
-        rss as f64 / f64::from(1 << 20)
-    );
-    assert!(
-        rss < RSS_BOUND,
-        "{what}: kruised's resident memory {} MiB, bound {} MiB",
-        rss >> 20,
-        RSS_BOUND >> 20
-    );
+    assert_memory_under(what, "resident", rss, RSS_BOUND);
     assert!(
         !d.log_text().contains("panicked"),
         "{what}:\n{}",

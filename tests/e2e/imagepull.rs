@@ -12,7 +12,7 @@ use crate::support;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use crate::pull_support::{CONFIG_NS, LIMIT, NODE, PullNode, b64, fast, owner, tag};
+use crate::pull_support::{LIMIT, NODE, PullNode, b64, fast, owner, tag};
 use crate::support::{Lab, Plane, wait};
 use kruised::cri::{ImageService, PullRequest};
 use kruised::k8s::crd::ImagePullPhase;
@@ -244,14 +244,13 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
 
     let plane = Plane::start().await;
     let api = &plane.api;
-    pull_support::create_secret(api, "wrong", None, &lab.auth_registry, &user, &wrong);
-    pull_support::create_secret(api, "right", None, &lab.auth_registry, &user, &password);
-    pull_support::create_node_image(
+    pull_support::create_tag_behind_a_login(
         api,
-        json!({ &name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],
-                        "tags": [{"tag": "v1", "version": 1, "ownerReferences": [owner()],
-                                  "pullPolicy": {"backoffLimit": 0}}]}}),
-        None,
+        &lab.auth_registry,
+        &user,
+        &password,
+        &wrong,
+        &name,
     );
     let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
 
@@ -266,11 +265,7 @@ async fn the_daemon_pulls_from_a_registry_with_a_login_only_with_the_right_secre
     );
 
     // the right secret, and a new version to pull again
-    api.modify("nodeimages", "", NODE, |o| {
-        o["spec"]["images"][&name]["pullSecrets"][0]["name"] = json!("right");
-        o["spec"]["images"][&name]["tags"][0]["version"] = json!(2);
-    })
-    .unwrap();
+    pull_support::use_the_right_secret(api, &name);
     let s = wait::node_image(api, LIMIT, NODE, "Succeeded with the right secret", |s| {
         s.succeeded == 1
     })

@@ -7,12 +7,11 @@
 
 use std::time::Duration;
 
-use crate::pull_support::{LIMIT, NODE, create_node_image};
+use crate::pull_support::{LIMIT, NODE, create_one_tag};
 use crate::support::image_gc::ImageGc;
 use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, LabRuntime, Plane, daemon, unique, wait, within};
 use kruised::cri::ImageService;
-use serde_json::json;
 
 /// A filesystem of one byte: every pass is far over the kubelet's high threshold (85 %) and,
 /// with a low threshold of 0, frees all it may.
@@ -55,11 +54,7 @@ async fn a_pre_pulled_image_survives_the_kubelets_garbage_collection_until_its_p
 
     let plane = Plane::start().await;
     let api = &plane.api;
-    create_node_image(
-        api,
-        json!({ &name: {"tags": [{"tag": "v1", "version": 1}]}}),
-        None,
-    );
+    create_one_tag(api, &name, "v1");
     let mut d = plane.start_daemon(&lab, NODE, &[], LIMIT).await;
     wait::node_image(api, LIMIT, NODE, "v1 Succeeded", |s| s.succeeded == 1).await;
     let (_, ready) = daemon::http_get(d.admin, "/readyz?verbose").await;
@@ -90,12 +85,11 @@ async fn a_pre_pulled_image_survives_the_kubelets_garbage_collection_until_its_p
         vec![ContainerSpec::sleeper("main", &image)],
     );
     let pod = within(LIMIT, "the pod's start", k.run_pod(spec)).await;
-    wait::poll(
+    wait::unpinned(
+        &rt,
         LIMIT,
-        Duration::from_millis(250),
         "the image unpinned once its container runs",
-        || async { rt.image_status(&image).await.unwrap().map(|i| i.pinned) },
-        |pinned| *pinned == Some(false),
+        &image,
     )
     .await;
     d.wait_for_log("image unpinned", LIMIT).await;

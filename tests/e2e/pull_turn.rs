@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use crate::pull_progress::{RelayHost, ingests_alone};
-use crate::pull_support::{LIMIT, NODE, PullNode, fast};
-use crate::support::kubelet::status::{Report, set_containers, update_container};
+use crate::pull_support::{LIMIT, PullNode, fast, waiting_pod};
+use crate::support::kubelet::status::update_container;
 use crate::support::tcp_relay::TcpRelay;
 use crate::support::{Lab, LabRuntime, wait};
 use kruised::cri::{ImageService, PullRequest};
@@ -23,18 +23,7 @@ async fn a_nodeimage_tag_waits_while_a_pod_cannot_get_its_image_and_is_pulled_on
     let Some(lab) = Lab::get() else { return };
     let node = PullNode::start(fast(), lab.endpoint()).await;
     let absent = format!("{}/turn/absent:v1", lab.registry);
-    let mut pod = json!({
-        "metadata": {"namespace": "shop", "name": "web-0", "uid": "uid-web-0"},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": absent}]},
-        "status": {"phase": "Pending"}
-    });
-    let report = Report {
-        name: "app".into(),
-        image: absent.clone(),
-        running: None,
-        ..Default::default()
-    };
-    set_containers(&mut pod, &[report]);
+    let mut pod = waiting_pod("shop", "web-0", &absent);
     update_container(&mut pod, "app", |s| {
         s["state"] = json!({"waiting": {"reason": "ImagePullBackOff"}});
     });
@@ -88,17 +77,7 @@ const LAYER: u64 = 16 << 20;
 /// `cri-lab.sh bench-images` with the burst benchmark's five: `bench/img1` and `bench/img5`
 /// are this file's (no other e2e test pulls them), made anew.
 fn bench_images(lab: &Lab) {
-    let status = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri-lab.sh"))
-        .arg("bench-images")
-        .env("LAB", &lab.dir)
-        .env("CRI_LAB_RUNTIME", lab.runtime.lab_name())
-        .env("REG_ADDR", &lab.registry)
-        .env("REG_AUTH_ADDR", &lab.auth_registry)
-        .env("BENCH_IMAGES", "5")
-        .status()
-        .expect("run cri-lab.sh");
-    assert!(status.success(), "cri-lab.sh bench-images failed");
+    lab.script_with("bench-images", &[("BENCH_IMAGES", "5")]);
 }
 
 fn mib(b: u64) -> f64 {
@@ -143,19 +122,9 @@ async fn a_pods_own_pull_does_not_wait_behind_a_pre_pull_already_running() {
         .bytes_down;
 
     // a pod begins to wait for its image, and the kubelet pulls it
-    let mut pod = json!({
-        "metadata": {"namespace": "shop", "name": "web-0", "uid": "uid-web-0"},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": own}]},
-        "status": {"phase": "Pending"}
-    });
-    let report = Report {
-        name: "app".into(),
-        image: own.clone(),
-        running: None,
-        ..Default::default()
-    };
-    set_containers(&mut pod, &[report]);
-    node.api.create("pods", pod).expect("the pod");
+    node.api
+        .create("pods", waiting_pod("shop", "web-0", &own))
+        .expect("the pod");
     let request = PullRequest {
         image: own.clone(),
         ..Default::default()

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::support::image_gc::ImageGc;
 use crate::support::loop_fs::LoopFs;
-use crate::support::pull::{LIMIT, NODE, create_node_image};
+use crate::support::pull::{LIMIT, NODE, create_one_tag};
 use crate::support::{Lab, LabRuntime, Plane, daemon, wait};
 use kruised::controller::imagepull::disk;
 use kruised::controller::imagepull::pin::{ContainerdPins, PinStore};
@@ -67,11 +67,7 @@ async fn pre_pulled_images_give_way_when_the_disk_passes_the_kubelets_threshold(
     }
     let plane = Plane::start().await;
     let api = &plane.api;
-    create_node_image(
-        api,
-        json!({ &name: {"tags": [{"tag": "v1", "version": 1}]}}),
-        None,
-    );
+    create_one_tag(api, &name, "v1");
     let path = fs.mount.display().to_string();
     let mut d = plane
         .start_daemon(&lab, NODE, &["--image-fs-path", &path], LIMIT)
@@ -113,14 +109,7 @@ async fn pre_pulled_images_give_way_when_the_disk_passes_the_kubelets_threshold(
         "{full:?}, {least} to keep free, the oldest image {} B",
         first.size
     );
-    wait::poll(
-        LIMIT,
-        Duration::from_millis(250),
-        "the oldest image unpinned",
-        || async { rt.image_status(&v1).await.unwrap().map(|i| i.pinned) },
-        |pinned| *pinned == Some(false),
-    )
-    .await;
+    wait::unpinned(&rt, LIMIT, "the oldest image unpinned", &v1).await;
     let line = d
         .wait_for_log("image unpinned: the image filesystem has", LIMIT)
         .await;

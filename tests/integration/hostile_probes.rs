@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::daemon::{Daemon, http_get};
-use crate::support::hostile::trickling_server;
+use crate::support::hostile::{assert_memory_under, trickling_server};
 use crate::support::node::{FakeNode, NODE};
 use crate::support::wait;
 use kruised::controller::podprobe::{self, slots};
@@ -70,6 +70,13 @@ fn node_pod_probe(node: &FakeNode, entries: &[(&str, &str, Value)]) -> Value {
         .collect();
     json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodePodProbe",
            "metadata": {"name": NODE}, "spec": {"podProbes": pods}})
+}
+
+/// Creates the NodePodProbe of [`node_pod_probe`] in the node's API double.
+fn create_node_pod_probe(node: &FakeNode, entries: &[(&str, &str, Value)]) {
+    node.api
+        .create("nodepodprobes", node_pod_probe(node, entries))
+        .unwrap();
 }
 
 fn probe(name: &str, timeout: i32, handler: Value) -> Value {
@@ -161,19 +168,14 @@ async fn hundreds_of_trickling_http_and_grpc_probes_in_one_marker_hold_at_most_8
         })
         .collect();
     let ok = |name: &str| json!([probe(name, 1, json!({"httpGet": {"port": healthy}}))]);
-    node.api
-        .create(
-            "nodepodprobes",
-            node_pod_probe(
-                &node,
-                &[
-                    ("hog", "tenant", Value::Array(hogs)),
-                    ("hog-sibling", "tenant", ok("m#sibling")),
-                    ("other", "other", ok("m#other")),
-                ],
-            ),
-        )
-        .unwrap();
+    create_node_pod_probe(
+        &node,
+        &[
+            ("hog", "tenant", Value::Array(hogs)),
+            ("hog-sibling", "tenant", ok("m#sibling")),
+            ("other", "other", ok("m#other")),
+        ],
+    );
     let mut d = start(&node).await;
     // the tenant's other pod and another namespace are served meanwhile
     for (pod, name) in [("hog-sibling", "m#sibling"), ("other", "m#other")] {
@@ -212,16 +214,7 @@ async fn hundreds_of_trickling_http_and_grpc_probes_in_one_marker_hold_at_most_8
     );
     assert!(d.running(), "kruised exited\n{}", d.log_text());
     let rss = d.rss_bytes().unwrap_or(0);
-    eprintln!(
-        "300 trickling probes: kruised resident {:.1} MiB",
-        rss as f64 / f64::from(1 << 20)
-    );
-    assert!(
-        rss < RSS_BOUND,
-        "kruised's resident memory {} MiB, bound {} MiB",
-        rss >> 20,
-        RSS_BOUND >> 20
-    );
+    assert_memory_under("300 trickling probes", "resident", rss, RSS_BOUND);
 }
 
 #[tokio::test]
@@ -303,12 +296,7 @@ async fn probes_flipping_at_every_run_rewrite_the_nodes_status_at_most_once_an_i
             )
         })
         .collect();
-    node.api
-        .create(
-            "nodepodprobes",
-            node_pod_probe(&node, &[("flip", "tenant", Value::Array(probes))]),
-        )
-        .unwrap();
+    create_node_pod_probe(&node, &[("flip", "tenant", Value::Array(probes))]);
     let _d = start(&node).await;
     let flip = uid(&node, "flip");
     wait::probe_state(
@@ -366,18 +354,13 @@ async fn a_marker_with_thousands_of_probes_cannot_grow_kruised_without_bound() {
         })
         .collect();
     let other = json!([probe("m#other", 1, json!({"exec": {"command": ["true"]}}))]);
-    node.api
-        .create(
-            "nodepodprobes",
-            node_pod_probe(
-                &node,
-                &[
-                    ("hog", "tenant", Value::Array(hogs)),
-                    ("other", "other", other),
-                ],
-            ),
-        )
-        .unwrap();
+    create_node_pod_probe(
+        &node,
+        &[
+            ("hog", "tenant", Value::Array(hogs)),
+            ("other", "other", other),
+        ],
+    );
     let mut d = start(&node).await;
     // another tenant's probe runs
     let other = uid(&node, "other");
@@ -449,15 +432,9 @@ async fn a_marker_with_thousands_of_probes_cannot_grow_kruised_without_bound() {
     }
     assert!(d.running(), "kruised exited\n{}", d.log_text());
     let (anon, file) = d.rss_split().expect("the daemon's memory");
-    eprintln!(
-        "a marker of {listed} probes: kruised resident {:.1} MiB anonymous, {:.1} MiB file",
-        anon as f64 / f64::from(1 << 20),
+    let what = format!(
+        "a marker of {listed} probes ({:.1} MiB of file memory beside)",
         file as f64 / f64::from(1 << 20)
     );
-    assert!(
-        anon < ANON_BOUND,
-        "kruised's anonymous memory {} MiB, bound {} MiB",
-        anon >> 20,
-        ANON_BOUND >> 20
-    );
+    assert_memory_under(&what, "anonymous", anon, ANON_BOUND);
 }

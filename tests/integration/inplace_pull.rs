@@ -50,6 +50,25 @@ impl Node {
         self.api.create("pods", pod).unwrap();
     }
 
+    /// Creates the pod `namespace/name` (of a kruise workload when `kruise_owned`) whose one
+    /// container `c` runs `image`.
+    fn create_running(
+        &self,
+        namespace: &str,
+        name: &str,
+        c: &str,
+        image: &str,
+        kruise_owned: bool,
+    ) {
+        self.create(pod(namespace, name, &[(c, image, image)], kruise_owned));
+    }
+
+    /// kruise-manager's grace annotation on the pod `namespace/name`: its container `c` is to
+    /// run `next`.
+    fn grace(&self, namespace: &str, name: &str, c: &str, next: &str) {
+        self.modify(namespace, name, |p| set_grace(p, &[(c, next)]));
+    }
+
     /// Changes the pod `namespace/name` with `f`.
     fn modify(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Value)) {
         self.api.modify("pods", namespace, name, f).unwrap();
@@ -134,15 +153,8 @@ fn set_image(pod: &mut Value, c: usize, image: &str) {
 #[tokio::test]
 async fn the_next_image_is_pulled_when_the_grace_annotation_appears_before_the_spec_changes() {
     let node = Node::start(fast()).await;
-    node.create(pod(
-        "default",
-        "web-0",
-        &[("main", "r.io/app:v1", "r.io/app:v1")],
-        true,
-    ));
-    node.modify("default", "web-0", |p| {
-        set_grace(p, &[("main", "r.io/app:v2")])
-    });
+    node.create_running("default", "web-0", "main", "r.io/app:v1", true);
+    node.grace("default", "web-0", "main", "r.io/app:v2");
     node.pulled(
         "r.io/app:v2",
         1,
@@ -157,12 +169,7 @@ async fn the_next_image_is_pulled_when_the_grace_annotation_appears_before_the_s
     // the grace period ends: the spec changes; the image is there, so nothing more is pulled,
     // as a later pod's pull shows
     node.modify("default", "web-0", |p| set_image(p, 0, "r.io/app:v2"));
-    node.create(pod(
-        "default",
-        "web-1",
-        &[("main", "r.io/late:v1", "r.io/late:v1")],
-        true,
-    ));
+    node.create_running("default", "web-1", "main", "r.io/late:v1", true);
     node.modify("default", "web-1", |p| set_image(p, 0, "r.io/late:v2"));
     node.pulled("r.io/late:v2", 1, "a later pod's next image pulled")
         .await;
@@ -202,31 +209,12 @@ async fn the_next_image_is_pulled_when_the_spec_changes_without_a_grace_period()
 async fn a_pod_no_kruise_workload_controls_gets_no_in_place_pull() {
     let node = Node::start(fast()).await;
     // anyone who can create a pod can write the annotation and change its image
-    node.create(pod(
-        "tenant-a",
-        "bare",
-        &[("c", "r.io/a:v1", "r.io/a:v1")],
-        false,
-    ));
-    node.modify("tenant-a", "bare", |p| {
-        set_grace(p, &[("c", "r.io/a-grace:v2")])
-    });
-    node.create(pod(
-        "tenant-a",
-        "bare-2",
-        &[("c", "r.io/b:v1", "r.io/b:v1")],
-        false,
-    ));
+    node.create_running("tenant-a", "bare", "c", "r.io/a:v1", false);
+    node.grace("tenant-a", "bare", "c", "r.io/a-grace:v2");
+    node.create_running("tenant-a", "bare-2", "c", "r.io/b:v1", false);
     node.modify("tenant-a", "bare-2", |p| set_image(p, 0, "r.io/b-spec:v2"));
-    node.create(pod(
-        "tenant-a",
-        "web-0",
-        &[("c", "r.io/z:v1", "r.io/z:v1")],
-        true,
-    ));
-    node.modify("tenant-a", "web-0", |p| {
-        set_grace(p, &[("c", "r.io/z-owned:v2")])
-    });
+    node.create_running("tenant-a", "web-0", "c", "r.io/z:v1", true);
+    node.grace("tenant-a", "web-0", "c", "r.io/z-owned:v2");
     node.pulled("r.io/z-owned:v2", 1, "the owned pod's next image pulled")
         .await;
     let st = node.cri.state();
@@ -246,18 +234,11 @@ async fn several_pods_next_images_are_pulled_at_once_not_one_after_another() {
     node.cri.delay("PullImage.body", Duration::from_secs(2));
     for n in 0..3 {
         let name = format!("web-{n}");
-        node.create(pod(
-            "default",
-            &name,
-            &[("main", "r.io/app:v1", "r.io/app:v1")],
-            true,
-        ));
+        node.create_running("default", &name, "main", "r.io/app:v1", true);
     }
     for n in 0..3 {
         let image = format!("r.io/app-{n}:v2");
-        node.modify("default", &format!("web-{n}"), |p| {
-            set_grace(p, &[("main", &image)]);
-        });
+        node.grace("default", &format!("web-{n}"), "main", &image);
     }
     wait::cri(
         &node.cri,
@@ -276,15 +257,8 @@ async fn the_in_place_pull_is_off_with_its_feature_gate() {
         ..fast()
     })
     .await;
-    node.create(pod(
-        "default",
-        "web-0",
-        &[("main", "r.io/app:v1", "r.io/app:v1")],
-        true,
-    ));
-    node.modify("default", "web-0", |p| {
-        set_grace(p, &[("main", "r.io/app:v2")])
-    });
+    node.create_running("default", "web-0", "main", "r.io/app:v1", true);
+    node.grace("default", "web-0", "main", "r.io/app:v2");
     // the next-batch pre-pull, still on, shows the pods were seen
     node.create(crate::pull_support::next_batch_pod(
         "default",
@@ -302,15 +276,8 @@ async fn a_pull_for_an_update_rolled_back_in_its_grace_period_is_stopped() {
     let node = Node::start(fast()).await;
     // long enough that the pull is still running when the update is rolled back
     node.cri.delay("PullImage.body", Duration::from_secs(60));
-    node.create(pod(
-        "default",
-        "web-0",
-        &[("main", "r.io/app:v1", "r.io/app:v1")],
-        true,
-    ));
-    node.modify("default", "web-0", |p| {
-        set_grace(p, &[("main", "r.io/app:v2")])
-    });
+    node.create_running("default", "web-0", "main", "r.io/app:v1", true);
+    node.grace("default", "web-0", "main", "r.io/app:v2");
     node.pulled("r.io/app:v2", 1, "the next image's pull started")
         .await;
     // a new revision: kruise-manager drops the grace spec; no pod names v2 any more
@@ -319,19 +286,12 @@ async fn a_pull_for_an_update_rolled_back_in_its_grace_period_is_stopped() {
             .as_object_mut()
             .map(|a| a.remove("apps.kruise.io/inplace-update-grace"));
     });
-    node.create(pod(
-        "default",
-        "web-1",
-        &[("main", "r.io/s:v1", "r.io/s:v1")],
-        true,
-    ));
+    node.create_running("default", "web-1", "main", "r.io/s:v1", true);
     node.modify("default", "web-1", |p| set_image(p, 0, "r.io/s:v2"));
     node.pulled("r.io/s:v2", 1, "a later pod's pull started")
         .await;
     // asked for again, v2 is pulled anew: the first pull was stopped, not joined
-    node.modify("default", "web-0", |p| {
-        set_grace(p, &[("main", "r.io/app:v2")])
-    });
+    node.grace("default", "web-0", "main", "r.io/app:v2");
     node.pulled("r.io/app:v2", 2, "the next image pulled anew")
         .await;
 }
@@ -340,12 +300,7 @@ async fn a_pull_for_an_update_rolled_back_in_its_grace_period_is_stopped() {
 async fn a_running_pull_goes_on_when_the_kubelet_takes_the_container_over() {
     let node = Node::start(fast()).await;
     node.cri.delay("PullImage.body", Duration::from_secs(1));
-    node.create(pod(
-        "default",
-        "web-0",
-        &[("main", "r.io/app:v1", "r.io/app:v1")],
-        true,
-    ));
+    node.create_running("default", "web-0", "main", "r.io/app:v1", true);
     node.modify("default", "web-0", |p| set_image(p, 0, "r.io/app:v2"));
     node.pulled("r.io/app:v2", 1, "the next image's pull started")
         .await;

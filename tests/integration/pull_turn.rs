@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use crate::pull_support::{LIMIT, NODE, PullNode, fast, next_batch_pod, tag};
-use crate::support::kubelet::status::{Report, set_containers, update_container};
+use crate::pull_support::{LIMIT, PullNode, fast, next_batch_pod, tag};
+use crate::support::kubelet::status::update_container;
 use crate::support::wait;
 use kruised::controller::imagepull::Settings;
 use kruised::controller::imagepull::turn::MAX_CALL_OFFS;
@@ -27,19 +27,7 @@ async fn start(settings: Settings) -> (PullNode, FakeRuntime, tempfile::TempDir)
 
 /// A pod of the node whose one container waits (`ContainerCreating`) to run `image`.
 fn waiting_pod(name: &str, image: &str) -> Value {
-    let mut pod = json!({
-        "metadata": {"namespace": NS, "name": name, "uid": format!("uid-{name}")},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": image}]},
-        "status": {"phase": "Pending"}
-    });
-    let report = Report {
-        name: "app".into(),
-        image: image.into(),
-        running: None,
-        ..Default::default()
-    };
-    set_containers(&mut pod, &[report]);
-    pod
+    crate::pull_support::waiting_pod(NS, name, image)
 }
 
 /// Waits until the runtime was asked `ImageStatus` `n` times (the watcher of the node's waiting
@@ -58,6 +46,48 @@ async fn image_status_calls(cri: &FakeRuntime, n: u64) {
 fn pulls_of(cri: &FakeRuntime, image: &str) -> usize {
     let st = cri.state();
     st.pulls.iter().filter(|p| p.image == image).count()
+}
+
+/// The kubelet has pulled the image of pod `web-0` (`r.io/shop:v1`) and started its container.
+fn shop_pod_runs(node: &PullNode, cri: &FakeRuntime) {
+    cri.state().add_image("r.io/shop:v1");
+    node.api
+        .modify("pods", NS, "web-0", |p| {
+            update_container(p, "app", |s| {
+                s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+                s["ready"] = json!(true);
+            });
+        })
+        .expect("the pod runs");
+}
+
+/// Waits for `what`, the one pull of `image`, at the runtime; then pod `web-0` begins to wait
+/// for its own image (`r.io/shop:v1`): the pull is called off (its call cancelled) and not made
+/// again over the pod's next two looks at its image.
+async fn called_off_by_a_waiting_pod(node: &PullNode, cri: &FakeRuntime, what: &str, image: &str) {
+    wait::cri(
+        cri,
+        LIMIT,
+        &format!("{what} at the runtime"),
+        |st| st.pulls_in_flight,
+        |n| *n == 1,
+    )
+    .await;
+
+    node.api
+        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
+        .expect("the pod");
+    wait::cri(
+        cri,
+        LIMIT,
+        &format!("{what} called off (its call cancelled)"),
+        |st| (st.pulls_cancelled, st.pulls_in_flight),
+        |(cancelled, in_flight)| (*cancelled, *in_flight) == (1, 0),
+    )
+    .await;
+    let looked = cri.state().call_count("ImageStatus");
+    image_status_calls(cri, looked + 2).await;
+    assert_eq!(pulls_of(cri, image), 1, "pulled again while the pod waited");
 }
 
 #[tokio::test]
@@ -83,15 +113,7 @@ async fn a_pre_pull_waits_while_a_pod_on_the_node_waits_for_its_image_and_starts
     );
 
     // the kubelet pulls the pod's image and starts its container
-    cri.state().add_image("r.io/shop:v1");
-    node.api
-        .modify("pods", NS, "web-0", |p| {
-            update_container(p, "app", |s| {
-                s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
-                s["ready"] = json!(true);
-            });
-        })
-        .expect("the pod runs");
+    shop_pod_runs(&node, &cri);
     let s = node
         .wait_status("the tag pulled", |s| s.succeeded == 1)
         .await;
@@ -216,49 +238,15 @@ async fn a_running_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_pulled_a
     node.create_node_image(json!({"r.io/warm": {"tags": [
         {"tag": "v1", "version": 1, "pullPolicy": {"backoffLimit": 0}}
     ]}}));
-    wait::cri(
-        &cri,
-        LIMIT,
-        "the pre-pull at the runtime",
-        |st| st.pulls_in_flight,
-        |n| *n == 1,
-    )
-    .await;
-
-    node.api
-        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
-        .expect("the pod");
-    wait::cri(
-        &cri,
-        LIMIT,
-        "the pre-pull called off (its call cancelled)",
-        |st| (st.pulls_cancelled, st.pulls_in_flight),
-        |(cancelled, in_flight)| (*cancelled, *in_flight) == (1, 0),
-    )
-    .await;
-    // two more looks at the pod's image while it waits: not pulled again, still pulling
-    let looked = cri.state().call_count("ImageStatus");
-    image_status_calls(&cri, looked + 2).await;
-    assert_eq!(
-        pulls_of(&cri, "r.io/warm:v1"),
-        1,
-        "pulled again while the pod waited"
-    );
+    called_off_by_a_waiting_pod(&node, &cri, "the pre-pull", "r.io/warm:v1").await;
+    // still pulling: called off, not failed
     let s = node.status().expect("a status");
     assert_eq!((s.pulling, s.failed), (1, 0), "{s:#?}");
     assert!(tag(&s, "r.io/warm", "v1").message.is_empty(), "{s:#?}");
 
     // the kubelet pulls the pod's image and starts its container
     cri.delay("PullImage.body", Duration::from_millis(10));
-    cri.state().add_image("r.io/shop:v1");
-    node.api
-        .modify("pods", NS, "web-0", |p| {
-            update_container(p, "app", |s| {
-                s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
-                s["ready"] = json!(true);
-            });
-        })
-        .expect("the pod runs");
+    shop_pod_runs(&node, &cri);
     let s = node
         .wait_status("the tag pulled", |s| s.succeeded == 1)
         .await;
@@ -286,33 +274,7 @@ async fn a_running_next_batch_pre_pull_is_called_off_when_a_pod_begins_to_wait_a
             next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
         )
         .expect("the pod in an in-place update");
-    wait::cri(
-        &cri,
-        LIMIT,
-        "the next batch's pull at the runtime",
-        |st| st.pulls_in_flight,
-        |n| *n == 1,
-    )
-    .await;
-
-    node.api
-        .create("pods", waiting_pod("web-0", "r.io/shop:v1"))
-        .expect("the pod");
-    wait::cri(
-        &cri,
-        LIMIT,
-        "the next batch's pull called off (its call cancelled)",
-        |st| (st.pulls_cancelled, st.pulls_in_flight),
-        |(cancelled, in_flight)| (*cancelled, *in_flight) == (1, 0),
-    )
-    .await;
-    let looked = cri.state().call_count("ImageStatus");
-    image_status_calls(&cri, looked + 2).await;
-    assert_eq!(
-        pulls_of(&cri, "r.io/next:v2"),
-        1,
-        "pulled again while the pod waited"
-    );
+    called_off_by_a_waiting_pod(&node, &cri, "the next batch's pull", "r.io/next:v2").await;
 
     cri.delay("PullImage.body", Duration::from_millis(10));
     node.api

@@ -1,8 +1,9 @@
 //! A hostile tenant's tools (issue 43), shared by the hostile tests
-//! (`tests/integration/hostile*.rs`) and the benchmark that runs their attacks at once
-//! (`benches/hostile.rs`): a probe target trickling its answers ([`trickling_server`]), pods
-//! holding idle connections to the admin port and reopening each one closed ([`IdlePeers`]),
-//! recreate requests fat with annotations ([`fat_recreate_requests`]).
+//! (`tests/integration/hostile*.rs`, `tests/e2e/hostile.rs`) and the benchmark that runs their
+//! attacks at once (`benches/hostile.rs`): a probe target trickling its answers
+//! ([`trickling_server`]), pods holding idle connections to the admin port and reopening each
+//! one closed ([`IdlePeers`]), recreate requests fat with annotations
+//! ([`fat_recreate_requests`]); and the tests' memory bound on kruised ([`assert_memory_under`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -166,4 +167,19 @@ pub fn fat_recreate_requests(
         api.create("containerrecreaterequests", r)
             .expect("create a fat recreate request");
     }
+}
+
+/// Prints kruised's `kind` memory (`resident`, `anonymous`: `bytes`) after `what`, and fails
+/// unless it is under `bound`.
+pub fn assert_memory_under(what: &str, kind: &str, bytes: u64, bound: u64) {
+    eprintln!(
+        "{what}: kruised {kind} {:.1} MiB",
+        bytes as f64 / f64::from(1 << 20)
+    );
+    assert!(
+        bytes < bound,
+        "{what}: kruised's {kind} memory {} MiB, bound {} MiB",
+        bytes >> 20,
+        bound >> 20
+    );
 }

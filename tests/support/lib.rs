@@ -28,7 +28,8 @@
 //!   the admin port's connections, fat recreate requests), shared by the hostile tests and
 //!   the benchmark that runs them at once.
 //! - *Benchmarks.* [`unready`]: the unready-window benchmark's cases, report and relay host,
-//!   shared by its two modes (a lab's runtime with the doubles; the real cluster).
+//!   shared by its two modes (a lab's runtime with the doubles; the real cluster); [`arg_or`]:
+//!   a benchmark's option on its command line.
 //! - *Builders.* [`crr`]: recreate requests as kruise's webhook leaves them; [`rbac`]: kruised's
 //!   identity and RBAC on the API double, and telling a refusal from its log.
 //! - *Network.* [`proxy`]: HTTP CONNECT, absolute-form and SOCKS5 proxies; [`tcp_relay`]: a
@@ -257,6 +258,12 @@ impl Lab {
     /// Runs `tests/cri-lab.sh <cmd>` against this lab and its runtime (`stop-runtime`,
     /// `kill-runtime`, `start-runtime`, ...).
     pub fn script(&self, cmd: &str) {
+        self.script_with(cmd, &[]);
+    }
+
+    /// [`Lab::script`] with more of the script's settings in its environment (`bench-images`
+    /// with `BENCH_IMAGES=5`, ...).
+    pub fn script_with(&self, cmd: &str, env: &[(&str, &str)]) {
         let status = std::process::Command::new("bash")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../cri-lab.sh"))
             .arg(cmd)
@@ -264,6 +271,7 @@ impl Lab {
             .env("CRI_LAB_RUNTIME", self.runtime.lab_name())
             .env("REG_ADDR", &self.registry)
             .env("REG_AUTH_ADDR", &self.auth_registry)
+            .envs(env.iter().copied())
             .status()
             .expect("run cri-lab.sh");
         assert!(status.success(), "cri-lab.sh {cmd} failed");
@@ -353,6 +361,17 @@ pub async fn within<T>(
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The value after the option `name` on the command line (a benchmark's, after `--`), else
+/// `default` (also when it does not parse).
+pub fn arg_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::kubelet::status::{Report, set_containers};
 use crate::wait;
 
 /// Bound of every wait.
@@ -299,6 +300,15 @@ pub fn create_node_image(api: &apiserver_double::Handle, images: Value, status: 
     api.create("nodeimages", obj).unwrap();
 }
 
+/// Creates this node's NodeImage with the one tag `name:tag`, at version 1.
+pub fn create_one_tag(api: &apiserver_double::Handle, name: &str, tag: &str) {
+    create_node_image(
+        api,
+        json!({ name: {"tags": [{"tag": tag, "version": 1}]}}),
+        None,
+    );
+}
+
 /// The annotation kruise-manager puts on its copy of a pull secret: `<namespace>/<name>` of the
 /// secret it copied (kruise 07169cf, as the manager double writes it).
 pub const SOURCE_KEY: &str = "imagepulljobs.kruise.io/source-key";
@@ -321,6 +331,57 @@ pub fn create_secret(
         secret["metadata"]["annotations"] = json!({ SOURCE_KEY: source });
     }
     api.create("secrets", secret).unwrap();
+}
+
+/// A tag behind a registry's login, pulled first with a wrong password: the secrets `wrong`
+/// (`user`, `wrong`) and `right` (`user`, `password`) for `registry`, and a NodeImage tag
+/// `name:v1` (version 1, owned by [`owner`], one attempt) naming `wrong`.
+/// [`use_the_right_secret`] turns it to `right`.
+pub fn create_tag_behind_a_login(
+    api: &apiserver_double::Handle,
+    registry: &str,
+    user: &str,
+    password: &str,
+    wrong: &str,
+    name: &str,
+) {
+    create_secret(api, "wrong", None, registry, user, wrong);
+    create_secret(api, "right", None, registry, user, password);
+    create_node_image(
+        api,
+        json!({ name: {"pullSecrets": [{"namespace": CONFIG_NS, "name": "wrong"}],
+                       "tags": [{"tag": "v1", "version": 1, "ownerReferences": [owner()],
+                                 "pullPolicy": {"backoffLimit": 0}}]}}),
+        None,
+    );
+}
+
+/// The tag of [`create_tag_behind_a_login`] names the secret `right`, at version 2: it is
+/// pulled again.
+pub fn use_the_right_secret(api: &apiserver_double::Handle, name: &str) {
+    api.modify("nodeimages", "", NODE, |o| {
+        o["spec"]["images"][name]["pullSecrets"][0]["name"] = json!("right");
+        o["spec"]["images"][name]["tags"][0]["version"] = json!(2);
+    })
+    .unwrap();
+}
+
+/// A pending pod `namespace/name` of this node whose one container `app` waits
+/// (`ContainerCreating`) to run `image`: a pod waiting for its own image.
+pub fn waiting_pod(namespace: &str, name: &str, image: &str) -> Value {
+    let mut pod = json!({
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}")},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": image}]},
+        "status": {"phase": "Pending"}
+    });
+    let report = Report {
+        name: "app".into(),
+        image: image.into(),
+        running: None,
+        ..Default::default()
+    };
+    set_containers(&mut pod, &[report]);
+    pod
 }
 
 /// A pod of this node in an in-place update whose later batch needs `next` (container name,

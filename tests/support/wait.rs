@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use apiserver_double::{Handle, StoreView};
 use kruised::cri::fake::{FakeRuntime, FakeState};
+use kruised::cri::{ImageService, RemoteRuntime};
 use kruised::k8s::crd::{ContainerRecreateRequest, NodeImage, NodeImageStatus, NodePodProbe};
 use kruised::k8s::crd::{ContainerRecreateRequestPhase, ProbeState};
 use kruised::k8s::keys::{self, RuntimeContainerMetaSet};
@@ -206,6 +207,25 @@ pub async fn poll<S: fmt::Debug, F: Future<Output = S>>(
     try_poll(limit, every, what, look, done)
         .await
         .unwrap_or_else(|m| m.fail())
+}
+
+/// Waits until the real runtime `rt` reports `image` there and not pinned (CRI `Image.pinned`),
+/// looking every 250 ms (a runtime tells nobody of it); `what` names the wait. A failure shows
+/// the last look: `Some(pinned)`, or `None` for an image gone.
+pub async fn unpinned(rt: &RemoteRuntime, limit: Duration, what: &str, image: &str) {
+    poll(
+        limit,
+        Duration::from_millis(250),
+        what,
+        || async {
+            rt.image_status(image)
+                .await
+                .unwrap_or_else(|e| panic!("the status of {image}: {e}"))
+                .map(|i| i.pinned)
+        },
+        |pinned| *pinned == Some(false),
+    )
+    .await;
 }
 
 /// Waits until the recreate request `namespace/name` satisfies `cond`; returns it. A failure

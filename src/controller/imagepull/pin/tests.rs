@@ -14,12 +14,22 @@ fn id(n: u8) -> String {
     format!("sha256:{}", format!("{n:02x}").repeat(32))
 }
 
+/// Seconds since the epoch, as the loop reads the clock.
+fn now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch");
+    i64::try_from(since.as_secs()).expect("fits")
+}
+
 #[derive(Default)]
 struct Store {
     /// image ID -> (pulled at, size, pinned by kruised, pinned by others)
     images: Mutex<BTreeMap<String, (i64, u64, bool, bool)>>,
     used: Mutex<BTreeSet<String>>,
     unpins: Mutex<Vec<String>>,
+    /// Woken at every unpin, for [`until_unpinned`].
+    unpinned: tokio::sync::Notify,
     /// The image filesystem as statvfs would show it; `None`: not visible.
     space: Mutex<Option<Space>>,
 }
@@ -63,6 +73,7 @@ impl PinStore for Store {
                 i.2 = false;
             }
             self.unpins.lock().expect("lock").push(id.to_string());
+            self.unpinned.notify_waiters();
             Ok(())
         })
     }
@@ -94,6 +105,33 @@ fn pins() -> (Arc<Store>, Arc<Pins>) {
     let store = Arc::new(Store::default());
     let pins = Pins::new(store.clone(), Duration::from_millis(10), None);
     (store, pins)
+}
+
+/// Waits until `image` is no longer pinned by kruised in `store`, looking again at each unpin
+/// the store is told of; fails after 10 s saying what `pins` held and what was unpinned last.
+async fn until_unpinned(store: &Store, pins: &Pins, image: &str) {
+    let unpinned = async {
+        loop {
+            // listening before the look: an unpin between the two still wakes the wait
+            let next = store.unpinned.notified();
+            tokio::pin!(next);
+            next.as_mut().enable();
+            if !store.pinned_by_kruised(image) {
+                return;
+            }
+            next.await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), unpinned)
+        .await
+        .is_err()
+    {
+        panic!(
+            "{image} still pinned after 10 s; held: {:?}, unpinned so far: {:?}",
+            pins.held(),
+            store.unpins.lock().expect("lock")
+        );
+    }
 }
 
 #[tokio::test]
@@ -175,20 +213,15 @@ async fn a_shrinking_budget_unpins_the_oldest_until_enough_bytes_are_unpinned() 
 #[tokio::test]
 async fn a_restarted_kruised_takes_up_its_pins_and_unpins_them_at_first_use() {
     let (store, pins) = pins();
-    store.add(&id(10), 100, 10);
+    // pulled now: the loop's unpinning of old pins (`MAX_AGE`) does not take it
+    store.add(&id(10), now(), 10);
     pins.pin(&id(10)).await;
     // a new process: nothing in memory, the label in the runtime
     let again = Pins::new(store.clone(), Duration::from_millis(10), None);
     let cancel = CancellationToken::new();
     let task = tokio::spawn(again.clone().run(cancel.clone()));
     store.used.lock().expect("lock").insert(id(10));
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while store.pinned_by_kruised(&id(10)) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("still pinned after 10 s; held: {:?}", again.held()));
+    until_unpinned(&store, &again, &id(10)).await;
     cancel.cancel();
     task.await.expect("the loop ends");
 }
@@ -353,17 +386,12 @@ async fn below_the_floor_pins_give_way_even_under_the_threshold() {
 #[tokio::test]
 async fn the_loop_gives_way_while_it_holds_pins() {
     let (store, pins, _readiness) = pins_within(1000, 0, 0);
-    store.add(&id(19), 100, 10);
+    // pulled now: the loop's unpinning of old pins (`MAX_AGE`) does not take it
+    store.add(&id(19), now(), 10);
     pins.pin(&id(19)).await;
     let cancel = CancellationToken::new();
     let task = tokio::spawn(pins.clone().run(cancel.clone()));
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while store.pinned_by_kruised(&id(19)) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("still pinned after 10 s; held: {:?}", pins.held()));
+    until_unpinned(&store, &pins, &id(19)).await;
     cancel.cancel();
     task.await.expect("the loop ends");
 }
