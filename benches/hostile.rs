@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use kruised::controller::podprobe::PROBES_PER_POD;
 use kruised::k8s::crd::ProbeState;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, status_bytes, try_http_get};
+use support::daemon::{Daemon, Resident, try_http_get};
 use support::hostile::{IdlePeers, fat_recreate_requests, trickling_server};
 use support::node::{FakeNode, NODE};
 use support::wait;
@@ -82,15 +82,6 @@ fn pod_probes(node: &mut FakeNode, pod: &str, namespace: &str, probes: Vec<Value
     let p = node.add_pod(pod, main_container(), json!({}), true);
     json!({"name": pod, "namespace": namespace, "uid": p.metadata.uid.unwrap(),
            "IP": "127.0.0.1", "probes": probes})
-}
-
-/// Resident memory of `pid`: (VmRSS, RssAnon, RssFile) in bytes.
-fn resident(pid: u32) -> Option<(u64, u64, u64)> {
-    Some((
-        status_bytes(pid, "VmRSS:")?,
-        status_bytes(pid, "RssAnon:")?,
-        status_bytes(pid, "RssFile:")?,
-    ))
 }
 
 fn mib(b: u64) -> String {
@@ -200,7 +191,7 @@ async fn main() {
     let opened_before = peers.opened();
     let t0 = Instant::now();
     let (mut polls, mut answered) = (0usize, 0usize);
-    let mut peak: (u64, u64, u64) = (0, 0, 0);
+    let mut peak = Resident::default();
     let mut held_most = (0usize, 0usize);
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -212,8 +203,8 @@ async fn main() {
         if matches!(got, Ok(Ok((200, _)))) {
             answered += 1;
         }
-        if let Some(r) = resident(pid)
-            && r.0 > peak.0
+        if let Some(r) = Resident::of(pid)
+            && r.total > peak.total
         {
             peak = r;
         }
@@ -241,10 +232,7 @@ async fn main() {
         CLOCK_PODS * PROBES_PER_POD,
     );
     println!(
-        "  resident memory: peak sampled {} (anon {}, file {}); high-water mark since start {}",
-        mib(peak.0),
-        mib(peak.1),
-        mib(peak.2),
+        "  resident memory: peak sampled {peak}; high-water mark since start {}",
         mib(high_water)
     );
     println!(
@@ -264,7 +252,8 @@ async fn main() {
         support::machine(),
         load.join(" ")
     );
-    let met = peak.0 < GOAL_RSS && high_water < GOAL_RSS && ratio >= GOAL_HEALTHZ && restarts == 0;
+    let met =
+        peak.total < GOAL_RSS && high_water < GOAL_RSS && ratio >= GOAL_HEALTHZ && restarts == 0;
     println!(
         "  goal (resident under {}, /healthz at least {:.0}%, no restart): {}",
         mib(GOAL_RSS),

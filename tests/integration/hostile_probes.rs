@@ -431,10 +431,10 @@ async fn a_marker_with_thousands_of_probes_cannot_grow_kruised_without_bound() {
         );
     }
     assert!(d.running(), "kruised exited\n{}", d.log_text());
-    let (anon, file) = d.rss_split().expect("the daemon's memory");
+    let resident = d.resident().expect("the daemon's memory");
     let what = format!(
         "a marker of {listed} probes ({:.1} MiB of file memory beside)",
-        file as f64 / f64::from(1 << 20)
+        resident.file as f64 / f64::from(1 << 20)
     );
-    assert_memory_under(&what, "anonymous", anon, ANON_BOUND);
+    assert_memory_under(&what, "anonymous", resident.anon, ANON_BOUND);
 }

@@ -183,12 +183,6 @@ impl Daemon {
         status_bytes(self.pid()?, "VmHWM:")
     }
 
-    /// Resident memory split as (anonymous: heap and stacks, file-backed: the binary's pages
-    /// in use), in bytes ([`Resident`]'s two parts).
-    pub fn rss_split(&self) -> Option<(u64, u64)> {
-        self.resident().map(|r| (r.anon, r.file))
-    }
-
     /// Resident memory now, all of it and by kind: what the benchmarks print.
     pub fn resident(&self) -> Option<Resident> {
         Resident::of(self.pid()?)
@@ -243,9 +237,17 @@ impl Daemon {
     }
 }
 
-/// A `kB` figure of /proc/<pid>/status, in bytes.
+/// A `kB` figure of /proc/<pid>/status (`field` with its colon: `VmHWM:`), in bytes.
 pub fn status_bytes(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    kb_field(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        field,
+    )
+}
+
+/// The `kB` figure of the line of a `/proc/<pid>/status` text that starts with `field` (its
+/// colon included), in bytes.
+fn kb_field(status: &str, field: &str) -> Option<u64> {
     let kb: u64 = status
         .lines()
         .find_map(|l| l.strip_prefix(field))?
@@ -279,21 +281,10 @@ impl Resident {
     /// From the text of a `/proc/<pid>/status`; `None` where a field is missing (a kernel
     /// before 4.5 has no `RssAnon`).
     pub fn parse(status: &str) -> Option<Resident> {
-        let field = |name: &str| -> Option<u64> {
-            let kb: u64 = status
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()?;
-            Some(kb * 1024)
-        };
         Some(Resident {
-            total: field("VmRSS")?,
-            anon: field("RssAnon")?,
-            file: field("RssFile")?,
+            total: kb_field(status, "VmRSS:")?,
+            anon: kb_field(status, "RssAnon:")?,
+            file: kb_field(status, "RssFile:")?,
         })
     }
 
