@@ -61,6 +61,20 @@ fn shop_pod_runs(node: &PullNode, cri: &FakeRuntime) {
         .expect("the pod runs");
 }
 
+/// A node with pod `web-1` in an in-place update whose next batch names `r.io/next:v2`, each
+/// pull held 300 s at the runtime (until the test changes the delay or ends the pulls).
+async fn next_batch_held() -> (PullNode, FakeRuntime, tempfile::TempDir) {
+    let (node, cri, dir) = start(fast()).await;
+    cri.delay("PullImage.body", Duration::from_secs(300));
+    node.api
+        .create(
+            "pods",
+            next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
+        )
+        .expect("the pod in an in-place update");
+    (node, cri, dir)
+}
+
 /// Waits for `what`, the one pull of `image`, at the runtime; then pod `web-0` begins to wait
 /// for its own image (`r.io/shop:v1`): the pull is called off (its call cancelled) and not made
 /// again over the pod's next two looks at its image.
@@ -266,14 +280,7 @@ async fn a_running_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_pulled_a
 #[tokio::test]
 async fn a_running_next_batch_pre_pull_is_called_off_when_a_pod_begins_to_wait_and_made_again_once_it_leaves()
  {
-    let (node, cri, _dir) = start(fast()).await;
-    cri.delay("PullImage.body", Duration::from_secs(300));
-    node.api
-        .create(
-            "pods",
-            next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
-        )
-        .expect("the pod in an in-place update");
+    let (node, cri, _dir) = next_batch_held().await;
     called_off_by_a_waiting_pod(&node, &cri, "the next batch's pull", "r.io/next:v2").await;
 
     cri.delay("PullImage.body", Duration::from_millis(10));
@@ -296,15 +303,8 @@ async fn a_running_next_batch_pre_pull_is_called_off_when_a_pod_begins_to_wait_a
 #[tokio::test]
 async fn a_next_batch_pre_pull_called_off_three_times_is_let_finish_while_a_pod_waits_for_its_image()
  {
-    let (node, cri, _dir) = start(fast()).await;
     // a pull that ends only when the test says (`end_pulls_in_flight`)
-    cri.delay("PullImage.body", Duration::from_secs(300));
-    node.api
-        .create(
-            "pods",
-            next_batch_pod(NS, "web-1", &[("app", "r.io/next:v2")], true),
-        )
-        .expect("the pod in an in-place update");
+    let (node, cri, _dir) = next_batch_held().await;
     pulled_and_pulling(
         &cri,
         "r.io/next:v2",
