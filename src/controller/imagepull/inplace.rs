@@ -111,9 +111,14 @@ pub async fn run<I, C>(
     let mut attempts = FuturesUnordered::new();
     let mut reported: BTreeSet<Skip> = BTreeSet::new();
     let mut next_id: u64 = 0;
+    let mut asks = plan::Asks::default();
     loop {
         let pod_list = pods.state();
-        let plan = plan::plan(pod_list.iter().map(|p| p.as_ref()), plan::limits());
+        let plan = plan::plan_with(
+            pod_list.iter().map(|p| p.as_ref()),
+            plan::limits(),
+            &mut asks,
+        );
         drop(pod_list);
         report(&tools, &plan, &mut reported);
         running.retain(|key, r| {

@@ -71,6 +71,17 @@ pub fn candidates(pod: &Pod, node: &str) -> Vec<Candidate> {
     {
         return Vec::new();
     }
+    let mut statuses = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .filter(|s| waits(s))
+        .peekable();
+    // looked at on every change of every pod: nothing allocated for a pod with none waiting
+    if statuses.peek().is_none() {
+        return Vec::new();
+    }
     let name = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -81,13 +92,7 @@ pub fn candidates(pod: &Pod, node: &str) -> Vec<Candidate> {
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten());
-    let statuses = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .chain(status.init_container_statuses.iter().flatten());
     let mut out: Vec<Candidate> = statuses
-        .filter(|s| waits(s))
         .filter_map(|s| {
             let image = specs
                 .clone()

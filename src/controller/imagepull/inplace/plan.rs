@@ -17,7 +17,7 @@
 //! [`Limits::per_pod`] distinct images per pod and [`Limits::per_node`] on the node, oldest pods
 //! first. A pod being deleted, or whose containers have all ended for good, asks for nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -165,10 +165,83 @@ fn live(pod: &Pod) -> bool {
 
 /// What one pod asks for, before the bounds: `(image, why)`, spec changes first (then grace,
 /// each in container order); the keys it names; what is wrong with it.
+#[derive(Debug)]
 struct Asked {
     images: Vec<(String, Why)>,
     named: Vec<String>,
     invalid: Vec<String>,
+}
+
+/// What each pod asked for at the `resourceVersion` it was read at, kept between plans: the
+/// in-place pull plans again on every change of any pod of the node, and reading every pod's
+/// images each time (two reference parses a container, the grace annotation's JSON) was most of
+/// kruised's own CPU in `benches/reaction.rs` beside the env restarts. A pod is read again only
+/// when its `resourceVersion` changed (or it has none); pods gone from the node are forgotten at
+/// the end of each plan.
+#[derive(Debug, Default)]
+pub struct Asks {
+    /// By the pod's uid (`namespace/name` without one): the version read, the plan it was
+    /// last used in, what it asked.
+    by_pod: HashMap<String, (Option<String>, u64, Asked)>,
+    /// Plans made.
+    plans: u64,
+    /// Pods read (not taken from the cache), for the tests.
+    reads: u64,
+}
+
+impl Asks {
+    /// What `pod` asks for: from the cache when it was read at its current version.
+    fn of(&mut self, pod: &Pod, limits: Limits) -> &Asked {
+        let key = match pod.metadata.uid.as_deref() {
+            Some(uid) if !uid.is_empty() => uid.to_string(),
+            _ => format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ),
+        };
+        let version = pod.metadata.resource_version.as_deref();
+        let plan = self.plans;
+        let reads = &mut self.reads;
+        let entry = self
+            .by_pod
+            .entry(key)
+            .and_modify(|(at, used, asked_then)| {
+                if version.is_none() || at.as_deref() != version {
+                    *reads += 1;
+                    *at = version.map(str::to_string);
+                    *asked_then = asked(pod, limits);
+                }
+                *used = plan;
+            })
+            .or_insert_with(|| {
+                *reads += 1;
+                (version.map(str::to_string), plan, asked(pod, limits))
+            });
+        &entry.2
+    }
+
+    /// Ends a plan: forgets the pods it did not look at.
+    fn end_plan(&mut self) {
+        let plan = self.plans;
+        self.by_pod.retain(|_, (_, used, _)| *used == plan);
+        self.plans += 1;
+    }
+
+    /// Pods read so far (not taken from the cache).
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// Pods remembered.
+    pub fn len(&self) -> usize {
+        self.by_pod.len()
+    }
+
+    /// Whether no pod is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.by_pod.is_empty()
+    }
 }
 
 fn asked(pod: &Pod, limits: Limits) -> Asked {
@@ -253,26 +326,26 @@ fn asked(pod: &Pod, limits: Limits) -> Asked {
 
 /// The plan for `pods` within `limits`.
 pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan {
+    plan_with(pods, limits, &mut Asks::default())
+}
+
+/// [`plan`], with what the pods asked for at their last plan kept in `asks` ([`Asks`]).
+pub fn plan_with<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    limits: Limits,
+    asks: &mut Asks,
+) -> Plan {
     let mut pods: Vec<&Pod> = pods.into_iter().filter(|p| live(p)).collect();
-    pods.sort_by(|a, b| {
-        let key = |p: &'a Pod| {
-            (
-                p.creation_timestamp().map(|t| t.0),
-                p.namespace(),
-                p.name_any(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
+    pods.sort_by(|a, b| order(a).cmp(&order(b)));
     let mut out = Plan::default();
     let mut distinct: BTreeSet<String> = BTreeSet::new();
     for pod in pods {
-        let asked = asked(pod, limits);
+        let asked = asks.of(pod, limits);
         if asked.images.is_empty() && asked.invalid.is_empty() {
             if kruise_controlled(pod) {
                 let namespace = pod.namespace().unwrap_or_default();
                 out.named
-                    .extend(asked.named.into_iter().map(|k| (k, namespace.clone())));
+                    .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
             }
             continue;
         }
@@ -284,17 +357,17 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan
             continue;
         }
         out.named
-            .extend(asked.named.into_iter().map(|k| (k, namespace.clone())));
-        for reason in asked.invalid {
+            .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
+        for reason in &asked.invalid {
             out.skipped.push(Skip::Invalid {
                 pod: id.clone(),
-                reason: one_line(&reason, REASON_MAX),
+                reason: one_line(reason, REASON_MAX),
             });
         }
         let mut seen = BTreeSet::new();
         let mut taken = 0;
-        for (image, why) in asked.images {
-            let Ok(reference) = Reference::parse(&image).map(Reference::with_default_tag) else {
+        for (image, why) in &asked.images {
+            let Ok(reference) = Reference::parse(image).map(Reference::with_default_tag) else {
                 continue;
             };
             let key = reference.pull_key();
@@ -305,17 +378,34 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan
             out.wanted
                 .entry((key, namespace.clone()))
                 .or_insert_with(|| Want {
-                    image,
+                    image: image.clone(),
                     reference,
                     namespace: namespace.clone(),
                     pods: BTreeMap::new(),
                 })
                 .pods
                 .entry(name.clone())
-                .or_insert(why);
+                .or_insert(*why);
         }
     }
+    asks.end_plan();
     out
+}
+
+/// The order pods are planned in: oldest first, then by namespace and name (borrowed: a plan
+/// sorts on every change of a pod).
+fn order(
+    p: &Pod,
+) -> (
+    Option<&k8s_openapi::jiff::Timestamp>,
+    Option<&str>,
+    Option<&str>,
+) {
+    (
+        p.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+        p.metadata.namespace.as_deref(),
+        p.metadata.name.as_deref(),
+    )
 }
 
 #[cfg(test)]

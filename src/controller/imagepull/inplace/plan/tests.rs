@@ -377,3 +377,52 @@ fn the_node_works_on_at_most_its_bound_of_distinct_images_oldest_pods_first() {
     let shared = &p.wanted[&("r.io/p0-0:v2".to_string(), "t".to_string())];
     assert!(shared.pods.contains_key("late"), "{shared:?}");
 }
+
+/// `pod` with a uid and a `resourceVersion`, as the API server serves it.
+fn versioned(mut pod: Value, uid: &str, version: &str) -> Value {
+    pod["metadata"]["uid"] = json!(uid);
+    pod["metadata"]["resourceVersion"] = json!(version);
+    pod
+}
+
+#[test]
+fn a_plan_reads_again_only_the_pods_changed_since_the_last_and_forgets_pods_gone() {
+    let a = |v: &str, image: &str| {
+        versioned(pod("ns", "a", 1, &[("app", image, "r.io/app:1")]), "u-a", v)
+    };
+    let b = |v: &str| {
+        versioned(
+            pod("ns", "b", 2, &[("app", "r.io/app:1", "r.io/app:1")]),
+            "u-b",
+            v,
+        )
+    };
+    let mut asks = Asks::default();
+    let first = plan_with(&typed(&[a("1", "r.io/app:1"), b("1")]), limits(), &mut asks);
+    assert_eq!((asks.reads(), asks.len()), (2, 2));
+    assert!(first.wanted.is_empty());
+
+    // pod a's spec changes (a new version): only a is read again, and the plan sees the change
+    let pods = [a("2", "r.io/app:2"), b("1")];
+    let second = plan_with(&typed(&pods), limits(), &mut asks);
+    assert_eq!(asks.reads(), 3, "only the changed pod is read again");
+    assert_eq!(
+        second,
+        plan_of(&pods),
+        "the same plan as one made from scratch"
+    );
+    assert_eq!(
+        wanted(&second),
+        vec![one("r.io/app:2", "ns", &[("a", Why::SpecChange)])]
+    );
+
+    // pod b leaves the node: forgotten
+    plan_with(&typed(&[a("2", "r.io/app:2")]), limits(), &mut asks);
+    assert_eq!((asks.reads(), asks.len()), (3, 1));
+
+    // a pod without a version is read every time
+    let bare = pod("ns", "c", 3, &[("app", "r.io/app:3", "r.io/app:1")]);
+    plan_with(&typed(std::slice::from_ref(&bare)), limits(), &mut asks);
+    plan_with(&typed(&[bare]), limits(), &mut asks);
+    assert_eq!((asks.reads(), asks.len()), (5, 1));
+}
