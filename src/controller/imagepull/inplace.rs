@@ -118,6 +118,7 @@ pub async fn run<I, C>(
             pod_list.iter().map(|p| p.as_ref()),
             plan::limits(),
             &mut asks,
+            !running.is_empty(),
         );
         drop(pod_list);
         report(&tools, &plan, &mut reported);

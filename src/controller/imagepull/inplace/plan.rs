@@ -110,7 +110,8 @@ pub struct Plan {
     pub wanted: BTreeMap<WantKey, Want>,
     /// Every image a kruise workload's pod of the node names in its spec or grace annotation,
     /// per namespace: a pull already running for one of them is let finish even when no pod
-    /// asks for it any more (the kubelet took over: its pull joins the runtime's).
+    /// asks for it any more (the kubelet took over: its pull joins the runtime's). Empty from
+    /// [`plan_with`] unless asked for.
     pub named: BTreeSet<WantKey>,
     /// What was left out.
     pub skipped: Vec<Skip>,
@@ -326,14 +327,17 @@ fn asked(pod: &Pod, limits: Limits) -> Asked {
 
 /// The plan for `pods` within `limits`.
 pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan {
-    plan_with(pods, limits, &mut Asks::default())
+    plan_with(pods, limits, &mut Asks::default(), true)
 }
 
-/// [`plan`], with what the pods asked for at their last plan kept in `asks` ([`Asks`]).
+/// [`plan`], with what the pods asked for at their last plan kept in `asks` ([`Asks`]), and
+/// [`Plan::named`] filled only when `named` (its one reader, a pull running, asks for it: it
+/// is a key for every container of every kruise pod, built again on every plan).
 pub fn plan_with<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     limits: Limits,
     asks: &mut Asks,
+    named: bool,
 ) -> Plan {
     let mut pods: Vec<&Pod> = pods.into_iter().filter(|p| live(p)).collect();
     pods.sort_by(|a, b| order(a).cmp(&order(b)));
@@ -342,7 +346,7 @@ pub fn plan_with<'a>(
     for pod in pods {
         let asked = asks.of(pod, limits);
         if asked.images.is_empty() && asked.invalid.is_empty() {
-            if kruise_controlled(pod) {
+            if named && kruise_controlled(pod) {
                 let namespace = pod.namespace().unwrap_or_default();
                 out.named
                     .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
@@ -356,8 +360,10 @@ pub fn plan_with<'a>(
             out.skipped.push(Skip::NotKruiseOwned { pod: id });
             continue;
         }
-        out.named
-            .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
+        if named {
+            out.named
+                .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
+        }
         for reason in &asked.invalid {
             out.skipped.push(Skip::Invalid {
                 pod: id.clone(),

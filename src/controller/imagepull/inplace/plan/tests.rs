@@ -398,13 +398,18 @@ fn a_plan_reads_again_only_the_pods_changed_since_the_last_and_forgets_pods_gone
         )
     };
     let mut asks = Asks::default();
-    let first = plan_with(&typed(&[a("1", "r.io/app:1"), b("1")]), limits(), &mut asks);
+    let first = plan_with(
+        &typed(&[a("1", "r.io/app:1"), b("1")]),
+        limits(),
+        &mut asks,
+        true,
+    );
     assert_eq!((asks.reads(), asks.len()), (2, 2));
     assert!(first.wanted.is_empty());
 
     // pod a's spec changes (a new version): only a is read again, and the plan sees the change
     let pods = [a("2", "r.io/app:2"), b("1")];
-    let second = plan_with(&typed(&pods), limits(), &mut asks);
+    let second = plan_with(&typed(&pods), limits(), &mut asks, true);
     assert_eq!(asks.reads(), 3, "only the changed pod is read again");
     assert_eq!(
         second,
@@ -416,13 +421,25 @@ fn a_plan_reads_again_only_the_pods_changed_since_the_last_and_forgets_pods_gone
         vec![one("r.io/app:2", "ns", &[("a", Why::SpecChange)])]
     );
 
+    // without a pull running nobody reads the named keys: not built, the rest the same
+    let unnamed = plan_with(&typed(&pods), limits(), &mut asks, false);
+    assert!(unnamed.named.is_empty(), "{:?}", unnamed.named);
+    assert!(!second.named.is_empty());
+    assert_eq!(unnamed.wanted, second.wanted);
+    assert_eq!(asks.reads(), 3, "nothing changed: nothing read");
+
     // pod b leaves the node: forgotten
-    plan_with(&typed(&[a("2", "r.io/app:2")]), limits(), &mut asks);
+    plan_with(&typed(&[a("2", "r.io/app:2")]), limits(), &mut asks, true);
     assert_eq!((asks.reads(), asks.len()), (3, 1));
 
     // a pod without a version is read every time
     let bare = pod("ns", "c", 3, &[("app", "r.io/app:3", "r.io/app:1")]);
-    plan_with(&typed(std::slice::from_ref(&bare)), limits(), &mut asks);
-    plan_with(&typed(&[bare]), limits(), &mut asks);
+    plan_with(
+        &typed(std::slice::from_ref(&bare)),
+        limits(),
+        &mut asks,
+        true,
+    );
+    plan_with(&typed(&[bare]), limits(), &mut asks, true);
     assert_eq!((asks.reads(), asks.len()), (5, 1));
 }
