@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use serde::Deserialize;
 
 use super::super::prepull::plan::{
-    Limits, MAX_IMAGES_PER_NODE, MAX_IMAGES_PER_POD, Skip, WantKey, admit, kruise_controlled,
+    Limits, MAX_IMAGES_PER_NODE, MAX_IMAGES_PER_POD, Skip, WantKey, admit, kruise_controlled, order,
 };
 use super::super::reference::Reference;
 use crate::controller::text::one_line;
@@ -396,22 +396,6 @@ pub fn plan_with<'a>(
     }
     asks.end_plan();
     out
-}
-
-/// The order pods are planned in: oldest first, then by namespace and name (borrowed: a plan
-/// sorts on every change of a pod).
-fn order(
-    p: &Pod,
-) -> (
-    Option<&k8s_openapi::jiff::Timestamp>,
-    Option<&str>,
-    Option<&str>,
-) {
-    (
-        p.metadata.creation_timestamp.as_ref().map(|t| &t.0),
-        p.metadata.namespace.as_deref(),
-        p.metadata.name.as_deref(),
-    )
 }
 
 #[cfg(test)]

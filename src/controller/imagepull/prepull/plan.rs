@@ -144,6 +144,22 @@ pub fn skipped_counts(skipped: &[Skip]) -> Skipped {
 /// grace annotation.
 pub const KRUISE_WORKLOAD_KINDS: [&str; 3] = ["CloneSet", "StatefulSet", "DaemonSet"];
 
+/// The order pods are planned in: oldest first, then by namespace and name (borrowed: a plan
+/// sorts on every change of a pod).
+pub fn order(
+    p: &Pod,
+) -> (
+    Option<&k8s_openapi::jiff::Timestamp>,
+    Option<&str>,
+    Option<&str>,
+) {
+    (
+        p.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+        p.metadata.namespace.as_deref(),
+        p.metadata.name.as_deref(),
+    )
+}
+
 /// Whether the pod's controller is a kruise workload: an owner reference with `controller:
 /// true` whose apiVersion's group is `apps.kruise.io` and whose kind is one of
 /// [`KRUISE_WORKLOAD_KINDS`]. Any other kind of the group (a ContainerRecreateRequest, a
@@ -199,16 +215,7 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, limits: Limits) -> Plan
         .into_iter()
         .filter_map(|p| state_text(p).map(|t| (p, t)))
         .collect();
-    pods.sort_by(|(a, _), (b, _)| {
-        let key = |p: &'a Pod| {
-            (
-                p.creation_timestamp().map(|t| t.0),
-                p.namespace(),
-                p.name_any(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
+    pods.sort_by(|(a, _), (b, _)| order(a).cmp(&order(b)));
     let mut out = Plan::default();
     let mut distinct: BTreeSet<String> = BTreeSet::new();
     for (pod, text) in pods {
