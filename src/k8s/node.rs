@@ -66,10 +66,7 @@ pub struct NodeInfoView {
 /// Reads the Node `name` (as a `GET` of `Api<Node>` would, errors and all).
 pub async fn get(client: &kube::Client, name: &str) -> Result<NodeView, kube::Error> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<Node>(&()));
-    let o = api.get(name).await?;
-    serde_json::to_value(o)
-        .and_then(serde_json::from_value)
-        .map_err(kube::Error::SerdeError)
+    super::client::from_dynamic(api.get(name).await?)
 }
 
 /// Why the Node's answer names no runtime of the kubelet's.
@@ -176,10 +173,7 @@ async fn json_patch_node(
         .body(body)
         .map_err(kube::Error::HttpError)?;
     // the patched Node is not read: nothing needs it
-    client
-        .request::<serde::de::IgnoredAny>(request)
-        .await
-        .map(drop)
+    super::client::send_unread(client, Ok(request)).await
 }
 
 /// Whether a refused write means the Node changed between its read and the write: a `test`

@@ -16,6 +16,8 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde::Serialize;
 
+use super::client::{from_dynamic, send_unread};
+
 /// Pods of one namespace, through the API server.
 #[derive(Clone)]
 pub struct Pods {
@@ -34,7 +36,7 @@ impl Pods {
 
     /// The pod `name`.
     pub async fn get(&self, name: &str) -> Result<Pod, kube::Error> {
-        read(self.api.get(name).await?)
+        from_dynamic(self.api.get(name).await?)
     }
 
     /// The pods `params` select.
@@ -44,7 +46,7 @@ impl Pods {
             .await?
             .items
             .into_iter()
-            .map(read)
+            .map(from_dynamic)
             .collect()
     }
 
@@ -57,16 +59,8 @@ impl Pods {
     ) -> Result<(), kube::Error> {
         let request = kube::core::Request::new(self.api.resource_url())
             .patch_subresource("status", name, params, patch);
-        super::client::send_unread(&self.client, request).await
+        send_unread(&self.client, request).await
     }
-}
-
-/// `o` as a `Pod`, through a `Value` (the watch's reader); an object the API server sent that
-/// still cannot be read is an error, as a typed call's would be.
-fn read(o: DynamicObject) -> Result<Pod, kube::Error> {
-    serde_json::to_value(o)
-        .and_then(serde_json::from_value)
-        .map_err(kube::Error::SerdeError)
 }
 
 #[cfg(test)]
@@ -82,7 +76,7 @@ mod tests {
             "status": {"podIP": "10.0.0.7"},
         }))
         .expect("a dynamic object");
-        let pod = read(o).expect("a pod");
+        let pod: Pod = from_dynamic(o).expect("a pod");
         assert_eq!(pod.metadata.name.as_deref(), Some("p"));
         let spec = pod.spec.expect("a spec");
         assert_eq!(spec.node_name.as_deref(), Some("n1"));
@@ -101,7 +95,7 @@ mod tests {
             "spec": {"containers": "not a list"},
         }))
         .expect("a dynamic object");
-        let err = read(o).expect_err("not a pod");
+        let err = from_dynamic::<Pod>(o).expect_err("not a pod");
         assert!(
             matches!(&err, kube::Error::SerdeError(e) if e.to_string().contains("invalid type")),
             "{err}"

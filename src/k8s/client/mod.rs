@@ -305,6 +305,18 @@ fn kubeconfig_proxy_url(kubeconfig: &Kubeconfig) -> Option<String> {
         .filter(|u| !u.is_empty())
 }
 
+/// `o`, an object read through an untyped call (`Api<DynamicObject>`), as a `T`: through a
+/// `serde_json::Value`, the one reader the watch also uses, so that `T`'s deserialiser is in the
+/// binary once (issue 44; `k8s::pods`). An object that cannot be read as a `T` is an error, as a
+/// typed call's would be.
+pub fn from_dynamic<T: serde::de::DeserializeOwned>(
+    o: kube::api::DynamicObject,
+) -> Result<T, kube::Error> {
+    serde_json::to_value(o)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)
+}
+
 /// Sends `request` and reads nothing of the answer but whether it is an error (the API
 /// server's, as a typed call's). kube's typed calls read the object written back into its type:
 /// for an answer no caller reads, that would put the type's deserialiser from response text into
