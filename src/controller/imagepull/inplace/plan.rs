@@ -345,24 +345,21 @@ pub fn plan_with<'a>(
     let mut distinct: BTreeSet<String> = BTreeSet::new();
     for pod in pods {
         let asked = asks.of(pod, limits);
+        let controlled = kruise_controlled(pod);
+        if named && controlled {
+            let namespace = pod.namespace().unwrap_or_default();
+            out.named
+                .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
+        }
         if asked.images.is_empty() && asked.invalid.is_empty() {
-            if named && kruise_controlled(pod) {
-                let namespace = pod.namespace().unwrap_or_default();
-                out.named
-                    .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
-            }
             continue;
         }
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let id = format!("{namespace}/{name}");
-        if !kruise_controlled(pod) {
+        if !controlled {
             out.skipped.push(Skip::NotKruiseOwned { pod: id });
             continue;
-        }
-        if named {
-            out.named
-                .extend(asked.named.iter().map(|k| (k.clone(), namespace.clone())));
         }
         for reason in &asked.invalid {
             out.skipped.push(Skip::Invalid {
