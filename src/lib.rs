@@ -19,5 +19,6 @@ pub mod metrics;
 pub mod sdnotify;
 pub mod sync;
 pub mod telemetry;
+pub mod yaml;
 
 pub use cmd::{Cli, Command, run};

@@ -104,13 +104,12 @@ fn read_crictl_file(path: &Path, required: bool) -> Result<CrictlFile, ConfigErr
             });
         }
     };
-    if text.trim().is_empty() {
-        return Ok(CrictlFile::default());
-    }
-    serde_saphyr::from_str(&text).map_err(|e| ConfigError::File {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    crate::yaml::from_str(&text)
+        .map(Option::unwrap_or_default)
+        .map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
 }
 
 impl RuntimeArgs {

@@ -34,10 +34,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("health", &["sync"]),
     ("sdnotify", &[]),
     ("telemetry", &[]),
+    ("yaml", &[]),
     // shared services
     ("metrics", &["build_info"]),
-    ("k8s", &["backoff", "gojson", "hash", "health", "sync"]),
-    ("config", &["cri"]),
+    (
+        "k8s",
+        &["backoff", "gojson", "hash", "health", "sync", "yaml"],
+    ),
+    ("config", &["cri", "yaml"]),
     ("admin", &["health", "metrics"]),
     // capabilities
     (

@@ -7,6 +7,7 @@
 
 pub mod bucket;
 pub mod connect;
+pub mod kubeconfig;
 pub mod limit;
 pub mod metrics;
 pub mod proxy;
@@ -17,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use http::{HeaderValue, Request, header::USER_AGENT};
 use kube::client::retry::RetryPolicy;
 use kube::client::{ClientBuilder, ConfigExt};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+pub use kubeconfig::KubeconfigReadError;
 use tower::ServiceBuilder;
 use tower::retry::RetryLayer;
 
@@ -142,11 +145,19 @@ pub enum ClientError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: kube::config::KubeconfigError,
+        source: KubeconfigReadError,
     },
     /// No configuration was found anywhere.
-    #[error("no Kubernetes configuration (set --kubeconfig or KUBECONFIG, or run in a pod)")]
-    Infer(#[source] kube::config::InferConfigError),
+    #[error(
+        "no Kubernetes configuration (set --kubeconfig or KUBECONFIG, or run in a pod): \
+         kubeconfig: {kubeconfig}; in-cluster: {in_cluster}"
+    )]
+    Infer {
+        /// Why no kubeconfig could be used.
+        kubeconfig: KubeconfigReadError,
+        /// Why the in-cluster configuration could not be used.
+        in_cluster: kube::config::InClusterError,
+    },
     /// The proxy setting (kubeconfig or environment) cannot be used.
     #[error(transparent)]
     Proxy(proxy::ProxyError),
@@ -255,31 +266,43 @@ async fn load_config(
     settings: &ClientSettings,
 ) -> Result<(kube::Config, Option<String>), ClientError> {
     let options = KubeConfigOptions::default();
+    let configured = |kubeconfig: Kubeconfig| async {
+        let proxy = kubeconfig_proxy_url(&kubeconfig);
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?;
+        Ok::<_, KubeconfigError>((config, proxy))
+    };
     match &settings.kubeconfig {
         Some(path) => {
             let err = |source| ClientError::Kubeconfig {
                 path: path.clone(),
                 source,
             };
-            let kubeconfig = Kubeconfig::read_from(path).map_err(err)?;
-            let proxy = kubeconfig_proxy_url(&kubeconfig);
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            let kubeconfig = kubeconfig::read_from(path).map_err(err)?;
+            configured(kubeconfig)
                 .await
-                .map_err(err)?;
-            Ok((config, proxy))
+                .map_err(|e| err(KubeconfigReadError::Use(e)))
         }
         None => {
-            if let Ok(kubeconfig) = Kubeconfig::read() {
-                let proxy = kubeconfig_proxy_url(&kubeconfig);
-                if let Ok(mut config) =
-                    kube::Config::from_custom_kubeconfig(kubeconfig, &options).await
-                {
+            let kubeconfig = match kubeconfig::read_default() {
+                Ok(kubeconfig) => configured(kubeconfig)
+                    .await
+                    .map_err(KubeconfigReadError::Use),
+                Err(e) => Err(e),
+            };
+            let kubeconfig = match kubeconfig {
+                Ok((mut config, proxy)) => {
                     config.apply_debug_overrides();
                     return Ok((config, proxy));
                 }
-            }
-            // in-cluster, or infer's own error naming both sources
-            let config = kube::Config::infer().await.map_err(ClientError::Infer)?;
+                Err(e) => e,
+            };
+            // in-cluster (which has no proxy-url), as `kube::Config::infer`
+            let mut config =
+                kube::Config::incluster().map_err(|in_cluster| ClientError::Infer {
+                    kubeconfig,
+                    in_cluster,
+                })?;
+            config.apply_debug_overrides();
             Ok((config, None))
         }
     }
