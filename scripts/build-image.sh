@@ -78,7 +78,7 @@ if [ -z "$binary" ]; then
   if ! target=$(dist_target); then
     log "x86_64-unknown-linux-musl is not installed (rustup cannot fetch it here): static glibc build"
   fi
-  flags=$(dist_rustflags "$ROOT")
+  flags=$(dist_rustflags "$ROOT" "$target")
   t0=$(date +%s)
   KRUISED_COMMIT=$revision RUSTFLAGS=$flags cargo build --locked --profile dist --target "$target" --bin kruised
   log "built in $(($(date +%s) - t0))s ($target)"

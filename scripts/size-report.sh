@@ -187,7 +187,7 @@ if [ -n "$given" ] && [ -n "$bloat" ]; then
 fi
 # the target and flags of scripts/build-image.sh, and its profile with the symbols kept
 target=$(dist_target) || true
-flags=$(dist_rustflags "$ROOT")
+flags=$(dist_rustflags "$ROOT" "$target")
 commit=$(git rev-parse HEAD 2> /dev/null || echo unknown)
 # the same build's environment for cargo build and cargo bloat: one build, not two
 build_env=(KRUISED_COMMIT="$commit" RUSTFLAGS="$flags" CARGO_PROFILE_DIST_STRIP=none CARGO_TARGET_DIR="$target_dir")
