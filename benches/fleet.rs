@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kruised::k8s::keys;
 use kruised_test_support as support;
-use kruised_test_support::daemon::Resident;
+use kruised_test_support::daemon::{ByMapping, Resident};
 use kruised_test_support::wait;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -89,7 +89,7 @@ struct Figures {
     update_writes: Counts,
     api_rss: Resident,
     /// Each daemon's resident memory at the end of the window at rest, smallest first.
-    rest_resident: Vec<Resident>,
+    rest_resident: Vec<(Resident, ByMapping)>,
 }
 
 fn total(c: &Counts) -> u64 {
@@ -289,8 +289,11 @@ async fn run(
     f.rest_per_minute = total(&f.rest_counts) as f64 / sizes.rest.as_secs_f64() * 60.0;
     f.rest_watches = lab.open_watches().await;
     f.rest_api_cpu = api1.cpu.saturating_sub(api0.cpu);
-    f.rest_resident = daemons.iter().filter_map(FleetDaemon::resident).collect();
-    f.rest_resident.sort_by_key(|r| r.total);
+    f.rest_resident = daemons
+        .iter()
+        .filter_map(FleetDaemon::resident_by_mapping)
+        .collect();
+    f.rest_resident.sort_by_key(|(r, _)| r.total);
 
     // 3. the in-place update, 10 % of the pods at a time
     let before = running_value(kubelets, nodes);
@@ -420,7 +423,7 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
             }
         );
         // the median daemon's and the largest (a node's pods are spread evenly)
-        if let (Some(mid), Some(max)) = (
+        if let (Some((mid, by)), Some((max, _))) = (
             f.rest_resident.get(f.rest_resident.len() / 2),
             f.rest_resident.last(),
         ) {
@@ -428,6 +431,7 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
                 "  resident at rest, a daemon of {} pods: median {mid}, largest {max}",
                 pods / n
             );
+            println!("  the median's by mapping: {by}");
         }
         println!(
             "  update: {:.1?}; restarts per pod {:?} ({} stale recreations by the kubelets); {:.2} API writes per pod ({}){}",

@@ -116,6 +116,7 @@ async fn main() {
         });
     }
     let rss_loaded = d.resident();
+    let by_mapping = d.resident_by_mapping();
 
     // steady state: an idle window with nothing changing
     let api_before = node.api.request_counts();
@@ -190,6 +191,9 @@ async fn main() {
         mib(rss_idle),
         mib(rss_after)
     );
+    if let Some(by) = by_mapping {
+        println!("  loaded, by mapping: {by}");
+    }
     println!(
         "  idle {idle:?}: {idle_writes} API writes, {idle_reads} API reads ({:.2}/min), {idle_cri} runtime calls ({:.2}/min)",
         per_minute(idle_reads),

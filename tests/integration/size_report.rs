@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use kruised_test_support::daemon::Resident;
+use kruised_test_support::daemon::{ByMapping, Resident};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -147,6 +147,44 @@ fn resident_memory_is_read_by_kind_from_proc_status() {
     assert_eq!(r.to_string(), "16.4 MiB (anon 4.5, file 11.9)");
     // a kernel without the split (before 4.5) gives nothing rather than a wrong figure
     assert_eq!(Resident::parse("VmRSS:\t 100 kB\n"), None);
+}
+
+#[test]
+fn resident_memory_is_read_by_mapping_from_proc_smaps() {
+    let smaps = "\
+5555-5556 r--p 00000000 fe:00 10 /usr/bin/kruised
+Size:               3000 kB
+Rss:                 896 kB
+5556-5557 r-xp 002f1000 fe:00 10 /usr/bin/kruised
+Rss:                8128 kB
+5557-5558 r--p 00b25000 fe:00 10 /usr/bin/kruised
+Rss:                 400 kB
+5558-5559 rw-p 00b88000 fe:00 10 /usr/bin/kruised
+Rss:                  32 kB
+5559-555a rw-p 00000000 00:00 0                          [heap]
+Rss:                4368 kB
+7ffd-7ffe rw-p 00000000 00:00 0                          [stack]
+Rss:                 240 kB
+7f51-7f52 rw-p 00000000 00:00 0 
+Rss:                 120 kB
+VmFlags: rd wr mr mw me ac sd
+";
+    let by = ByMapping::parse(smaps);
+    let kib = 1024;
+    assert_eq!(
+        by,
+        ByMapping {
+            code: 8128 * kib,
+            read_only: 1296 * kib,
+            data: 32 * kib,
+            heap: 4368 * kib,
+            other: 360 * kib,
+        }
+    );
+    assert_eq!(
+        by.to_string(),
+        "code 7.9, read-only 1.3, data 0.0, heap 4.3, stacks and other anon 0.4 MiB"
+    );
 }
 
 #[test]

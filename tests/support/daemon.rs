@@ -188,6 +188,11 @@ impl Daemon {
         Resident::of(self.pid()?)
     }
 
+    /// Resident memory now, by mapping ([`ByMapping`]).
+    pub fn resident_by_mapping(&self) -> Option<ByMapping> {
+        ByMapping::of(self.pid()?)
+    }
+
     /// CPU time the process has used so far, user plus system ([`cpu_time`]).
     pub fn cpu_time(&self) -> Option<Duration> {
         cpu_time(self.pid()?)
@@ -302,6 +307,79 @@ impl std::fmt::Display for Resident {
             Resident::mib(self.total),
             Resident::mib(self.anon),
             Resident::mib(self.file)
+        )
+    }
+}
+
+/// Where a process's resident memory lies, by mapping, from one read of `/proc/<pid>/smaps`
+/// (issue 44: the file part is the binary's code, nearly all of it resident, so a smaller
+/// resident set needs less code). Displayed as `code 7.9, read-only 0.9, data 0.4, heap 4.3,
+/// stacks and other anon 0.5 MiB`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ByMapping {
+    /// Executable mappings of files (the binary's `.text`), bytes.
+    pub code: u64,
+    /// Read-only mappings of files (`.rodata`, unwind tables, relocated `.data.rel.ro`).
+    pub read_only: u64,
+    /// Writable mappings of files (`.data`, `.bss`'s start).
+    pub data: u64,
+    /// `[heap]`: the main malloc arena.
+    pub heap: u64,
+    /// Everything else: `[stack]`, threads' stacks, mmapped allocations, the vDSO.
+    pub other: u64,
+}
+
+impl ByMapping {
+    /// Process `pid`'s, now; `None` once it has exited.
+    pub fn of(pid: u32) -> Option<ByMapping> {
+        Some(ByMapping::parse(
+            &std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?,
+        ))
+    }
+
+    /// From the text of a `/proc/<pid>/smaps`: each mapping's `Rss:` to its kind, by the
+    /// mapping's permissions and whether it maps a file.
+    pub fn parse(smaps: &str) -> ByMapping {
+        let mut by = ByMapping::default();
+        let mut kind: Option<fn(&mut ByMapping) -> &mut u64> = None;
+        for line in smaps.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let is_header = fields.first().is_some_and(|f| {
+                f.contains('-') && f.split('-').all(|h| u64::from_str_radix(h, 16).is_ok())
+            });
+            if is_header {
+                let perms = fields.get(1).copied().unwrap_or("");
+                let path = fields.get(5).copied().unwrap_or("");
+                kind = Some(if path == "[heap]" {
+                    |b| &mut b.heap
+                } else if !path.starts_with('/') {
+                    |b| &mut b.other
+                } else if perms.contains('x') {
+                    |b| &mut b.code
+                } else if perms.contains('w') {
+                    |b| &mut b.data
+                } else {
+                    |b| &mut b.read_only
+                });
+            } else if let (Some(k), Some(kb)) = (kind, kb_field(line, "Rss:")) {
+                *k(&mut by) += kb;
+            }
+        }
+        by
+    }
+}
+
+impl std::fmt::Display for ByMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = Resident::mib;
+        write!(
+            f,
+            "code {:.1}, read-only {:.1}, data {:.1}, heap {:.1}, stacks and other anon {:.1} MiB",
+            mib(self.code),
+            mib(self.read_only),
+            mib(self.data),
+            mib(self.heap),
+            mib(self.other)
         )
     }
 }

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::cluster::client_from;
-use crate::daemon::Resident;
+use crate::daemon::{ByMapping, Resident};
 use crate::kubelet::Kubelet;
 use crate::kubelet::run::{NodeKubelet, NodeKubelets};
 
@@ -571,6 +571,12 @@ impl FleetDaemon {
     /// Its resident memory now; `None` once it has exited.
     pub fn resident(&self) -> Option<Resident> {
         Resident::of(self.child.id()?)
+    }
+
+    /// Its resident memory now with where it lies; `None` once it has exited.
+    pub fn resident_by_mapping(&self) -> Option<(Resident, ByMapping)> {
+        let pid = self.child.id()?;
+        Some((Resident::of(pid)?, ByMapping::of(pid)?))
     }
 
     /// Whether its process has exited.
