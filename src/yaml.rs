@@ -139,6 +139,8 @@ impl Builder {
                 };
                 self.add(node, anchor, span)
             }
+            // nesting is bounded by the parser (its recursion limit), so reading and dropping
+            // the tree recursively cannot overflow the stack
             Event::SequenceStart(_, anchor, _) => {
                 self.open.push((Node::Seq(Vec::new()), None, anchor));
                 Ok(())

@@ -140,3 +140,12 @@ fn text_that_is_not_yaml_is_an_error_naming_its_line() {
     let err = documents("? [a]\n: 1\n").unwrap_err().to_string();
     assert!(err.contains("a mapping key that is not a scalar"), "{err}");
 }
+
+#[test]
+fn nesting_past_the_parsers_limit_is_an_error_not_a_stack_overflow() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let err = documents(&deep).unwrap_err().to_string();
+    assert!(err.contains("recursion limit"), "{err}");
+    let fine = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    assert_eq!(documents(&fine).unwrap().len(), 1);
+}
