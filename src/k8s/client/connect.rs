@@ -20,7 +20,7 @@ use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
-use tower::util::BoxCloneService;
+use tower::util::{BoxCloneService, BoxCloneSyncService};
 use tower::{BoxError, Service, ServiceExt};
 
 use super::proxy::{Proxy, ProxyScheme};
@@ -182,10 +182,7 @@ pub fn transport(
     }
 }
 
-/// hyper's pooled client over `connector`: HTTP/2 where TLS negotiated it (one connection
-/// shared by every request, pinged after [`H2_PING_INTERVAL`] without a frame, closed after
-/// [`H2_PING_TIMEOUT`] without an answer, idle or not), else HTTP/1.1 with a read limit of
-/// [`HTTP1_READ_TIMEOUT`]; kube's connect and write timeouts on both.
+/// hyper's pooled client over `connector`, whichever route it is ([`pooled`]).
 fn hyper_client<C>(connector: C, config: &kube::Config) -> Transport
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
@@ -193,6 +190,25 @@ where
     C::Future: Send + 'static,
     C::Error: Into<BoxError>,
 {
+    let connector = connector
+        .map_response(|io| AnyIo(Box::pin(io)))
+        .map_err(Into::into);
+    pooled(BoxCloneSyncService::new(connector), config)
+}
+
+/// A connector of any route, its connections as [`AnyIo`].
+type AnyConnector = BoxCloneSyncService<Uri, AnyIo, BoxError>;
+
+/// hyper's pooled client over `connector`: HTTP/2 where TLS negotiated it (one connection
+/// shared by every request, pinged after [`H2_PING_INTERVAL`] without a frame, closed after
+/// [`H2_PING_TIMEOUT`] without an answer, idle or not), else HTTP/1.1 with a read limit of
+/// [`HTTP1_READ_TIMEOUT`]; kube's connect and write timeouts on both.
+///
+/// Not generic: hyper's client, its pool, its HTTP/1.1 and HTTP/2 connections (h2) and the
+/// timeouts are compiled once, where one copy for each route's connection type (TCP, TLS,
+/// SOCKS5, a tunnel, TLS in a tunnel to an https proxy, ...) cost the shipped binary
+/// 0.5 MB (issue 44); the price is one indirect call for each read and write.
+fn pooled(connector: AnyConnector, config: &kube::Config) -> Transport {
     let mut connector = TimeoutConnector::new(connector);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(Some(HTTP1_READ_TIMEOUT));
@@ -214,6 +230,60 @@ where
         .http2_keep_alive_while_idle(true);
     let client = builder.build::<_, Body>(connector);
     BoxCloneService::new(client.map_err(BoxError::from))
+}
+
+/// A connection of any route, behind one type ([`pooled`]).
+struct AnyIo(Pin<Box<dyn Io>>);
+
+/// What hyper's client needs of a connection.
+trait Io: Read + Write + Connection + Send {}
+
+impl<T: Read + Write + Connection + Send> Io for T {}
+
+impl Read for AnyIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.0.as_mut().poll_read(cx, buf)
+    }
+}
+
+impl Write for AnyIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.0.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.as_mut().poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.0.as_mut().poll_write_vectored(cx, bufs)
+    }
+}
+
+impl Connection for AnyIo {
+    fn connected(&self) -> Connected {
+        self.0.connected()
+    }
 }
 
 /// The read limit of a connection: none over HTTP/2, whose pings say whether the server is
