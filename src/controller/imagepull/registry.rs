@@ -19,11 +19,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use http::header::{ACCEPT, AUTHORIZATION, USER_AGENT, WWW_AUTHENTICATE};
 use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use kube::client::Body;
+use tower::ServiceExt;
+
+use crate::k8s::client::connect::{Pooled, any, pooled};
 use serde::Deserialize;
 
 use super::admit::SizeSource;
@@ -45,9 +47,9 @@ const ACCEPT_MANIFESTS: &str = "application/vnd.oci.image.index.v1+json, \
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-
-type HttpClient = Client<Https, Empty<Bytes>>;
+/// The API client's pooled client (`k8s::client::connect::pooled`): hyper's client is compiled
+/// once for both (issue 44).
+type HttpClient = Pooled;
 
 /// Reads images' sizes from their registries. The client (and the system's root certificates)
 /// is made at the first read, so a daemon that admits no pull holds none of it.
@@ -91,7 +93,7 @@ fn client() -> Result<HttpClient, String> {
         }
     };
     let https = builder.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new()).build(https))
+    Ok(pooled(any(https), Some(CONNECT_TIMEOUT), None))
 }
 
 impl Registry {
@@ -103,7 +105,7 @@ impl Registry {
             req = req.header(AUTHORIZATION, a);
         }
         let req = req
-            .body(Empty::new())
+            .body(Body::empty())
             .map_err(|e| format!("bad request to {url}: {e}"))?;
         let client = self
             .client
@@ -112,9 +114,10 @@ impl Registry {
             .map_err(Clone::clone)?;
         let exchange = async {
             let resp = client
-                .request(req)
+                .clone()
+                .oneshot(req)
                 .await
-                .map_err(|e| format!("GET {url}: {}", innermost(&e)))?;
+                .map_err(|e| format!("GET {url}: {}", innermost(&*e)))?;
             let status = resp.status();
             let challenge = resp
                 .headers()

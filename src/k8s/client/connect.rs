@@ -190,29 +190,49 @@ where
     C::Future: Send + 'static,
     C::Error: Into<BoxError>,
 {
-    let connector = connector
-        .map_response(|io| AnyIo(Box::pin(io)))
-        .map_err(Into::into);
-    pooled(BoxCloneSyncService::new(connector), config)
+    let client = pooled(any(connector), config.connect_timeout, config.write_timeout);
+    BoxCloneService::new(client)
 }
 
 /// A connector of any route, its connections as [`AnyIo`].
-type AnyConnector = BoxCloneSyncService<Uri, AnyIo, BoxError>;
+pub type AnyConnector = BoxCloneSyncService<Uri, AnyIo, BoxError>;
+
+/// `connector`, its connections as [`AnyIo`].
+pub fn any<C>(connector: C) -> AnyConnector
+where
+    C: Service<Uri> + Clone + Send + Sync + 'static,
+    C::Response: Read + Write + Connection + Send + Unpin + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    let connector = connector
+        .map_response(|io| AnyIo(Box::pin(io)))
+        .map_err(Into::into);
+    BoxCloneSyncService::new(connector)
+}
+
+/// hyper's pooled client, shareable between threads.
+pub type Pooled = BoxCloneSyncService<Request<Body>, Response<Incoming>, BoxError>;
 
 /// hyper's pooled client over `connector`: HTTP/2 where TLS negotiated it (one connection
 /// shared by every request, pinged after [`H2_PING_INTERVAL`] without a frame, closed after
 /// [`H2_PING_TIMEOUT`] without an answer, idle or not), else HTTP/1.1 with a read limit of
-/// [`HTTP1_READ_TIMEOUT`]; kube's connect and write timeouts on both.
+/// [`HTTP1_READ_TIMEOUT`]; `connect_timeout` and `write_timeout` on both. The API client's and
+/// the registry reader's (`controller::imagepull::registry`).
 ///
 /// Not generic: hyper's client, its pool, its HTTP/1.1 and HTTP/2 connections (h2) and the
-/// timeouts are compiled once, where one copy for each route's connection type (TCP, TLS,
-/// SOCKS5, a tunnel, TLS in a tunnel to an https proxy, ...) cost the shipped binary
-/// 0.5 MB (issue 44); the price is one indirect call for each read and write.
-fn pooled(connector: AnyConnector, config: &kube::Config) -> Transport {
+/// timeouts are compiled once, where one copy for each connection type (TCP, TLS, SOCKS5, a
+/// tunnel, TLS in a tunnel to an https proxy, ...) cost the shipped binary 0.5 MB (issue 44);
+/// the price is one indirect call for each read and write.
+pub fn pooled(
+    connector: AnyConnector,
+    connect_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+) -> Pooled {
     let mut connector = TimeoutConnector::new(connector);
-    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_connect_timeout(connect_timeout);
     connector.set_read_timeout(Some(HTTP1_READ_TIMEOUT));
-    connector.set_write_timeout(config.write_timeout);
+    connector.set_write_timeout(write_timeout);
     // the read limit counts from the request, not from when a pooled connection went idle
     connector.set_reset_reader_on_write(true);
     // an HTTP/2 connection is known once TLS is done: its pings are its liveness, and a read
@@ -229,11 +249,11 @@ fn pooled(connector: AnyConnector, config: &kube::Config) -> Transport {
         .http2_keep_alive_timeout(H2_PING_TIMEOUT)
         .http2_keep_alive_while_idle(true);
     let client = builder.build::<_, Body>(connector);
-    BoxCloneService::new(client.map_err(BoxError::from))
+    BoxCloneSyncService::new(client.map_err(BoxError::from))
 }
 
 /// A connection of any route, behind one type ([`pooled`]).
-struct AnyIo(Pin<Box<dyn Io>>);
+pub struct AnyIo(Pin<Box<dyn Io>>);
 
 /// What hyper's client needs of a connection.
 trait Io: Read + Write + Connection + Send {}
