@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Uri};
+use tonic::transport::Channel;
 
 use super::endpoint::Endpoint;
 use super::error::{CriError, Result};
@@ -77,10 +75,7 @@ pub(super) fn channel(endpoint: &Endpoint, connect_timeout: Duration) -> Channel
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(false)
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
+        .connect_with_connector_lazy(super::dial::Dial::Unix(path))
 }
 
 impl RemoteRuntime {

@@ -16,6 +16,7 @@ pub mod containerd;
 mod convert;
 mod convert_detail;
 mod detail;
+pub mod dial;
 pub mod dialect;
 pub mod endpoint;
 mod error;

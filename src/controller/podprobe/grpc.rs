@@ -75,7 +75,9 @@ pub async fn check(
             return failed(format!("error: failed to connect service at {addr:?}: {e}"));
         }
     };
-    let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
+    // the runtime's connector (`cri::dial`): tonic's channel compiled once for both
+    let dial = crate::cri::dial::Dial::Tcp(addr.to_string());
+    let channel = match tokio::time::timeout(timeout, endpoint.connect_with_connector(dial)).await {
         Err(_) => {
             return failed(format!(
                 "timeout: failed to connect service {addr:?} within {timeout:?}"
