@@ -90,6 +90,8 @@ struct Figures {
     api_rss: Resident,
     /// Each daemon's resident memory at the end of the window at rest, smallest first.
     rest_resident: Vec<(Resident, ByMapping)>,
+    /// Each daemon's resident memory once the update is done, smallest first.
+    updated_resident: Vec<Resident>,
 }
 
 fn total(c: &Counts) -> u64 {
@@ -335,6 +337,8 @@ async fn run(
     // the last writes (events, the last annotations) are logged once the daemons are done
     lab.audit_quiet(Duration::from_secs(2), Duration::from_secs(60))
         .await;
+    f.updated_resident = daemons.iter().filter_map(FleetDaemon::resident).collect();
+    f.updated_resident.sort_by_key(|r| r.total);
     let after = running_value(kubelets, nodes);
     let all_created = created_by_pod(nodes);
     for p in pods {
@@ -432,6 +436,12 @@ fn report(n: usize, pods: usize, rows: &[(Kind, Figures)], on_double: bool) {
                 pods / n
             );
             println!("  the median's by mapping: {by}");
+        }
+        if let (Some(mid), Some(max)) = (
+            f.updated_resident.get(f.updated_resident.len() / 2),
+            f.updated_resident.last(),
+        ) {
+            println!("  resident after the update: median {mid}, largest {max}");
         }
         println!(
             "  update: {:.1?}; restarts per pod {:?} ({} stale recreations by the kubelets); {:.2} API writes per pod ({}){}",
