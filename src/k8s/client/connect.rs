@@ -162,22 +162,10 @@ pub fn transport(
             let tunnel = with_tunnel_auth(Tunnel::new(dial, proxy_tls(config, proxy, tcp)?), basic);
             Ok(hyper_client(cluster_tls(config, tunnel)?, config))
         }
-        (ProxyScheme::Http, false) => Ok(with_proxy_auth(
-            hyper_client(
-                Forward {
-                    inner: tcp,
-                    proxy: dial,
-                },
-                config,
-            ),
-            basic,
-        )),
+        (ProxyScheme::Http, false) => Ok(with_proxy_auth(forwarded(tcp, dial, config), basic)),
         (ProxyScheme::Https, false) => {
             let inner = proxy_tls(config, proxy, tcp)?;
-            Ok(with_proxy_auth(
-                hyper_client(Forward { inner, proxy: dial }, config),
-                basic,
-            ))
+            Ok(with_proxy_auth(forwarded(inner, dial, config), basic))
         }
     }
 }
@@ -194,6 +182,24 @@ where
     BoxCloneService::new(client)
 }
 
+/// hyper's pooled client through the forwarding proxy at `proxy`, reached over `inner`'s
+/// connections ([`Forward`]).
+fn forwarded<C>(inner: C, proxy: Uri, config: &kube::Config) -> Transport
+where
+    C: Service<Uri> + Clone + Send + Sync + 'static,
+    C::Response: Read + Write + Connection + Send + Unpin + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    let forward = Forward { inner, proxy }.map_err(Into::into);
+    let client = pooled(
+        BoxCloneSyncService::new(forward),
+        config.connect_timeout,
+        config.write_timeout,
+    );
+    BoxCloneService::new(client)
+}
+
 /// A connector of any route, its connections as [`AnyIo`].
 pub type AnyConnector = BoxCloneSyncService<Uri, AnyIo, BoxError>;
 
@@ -206,7 +212,7 @@ where
     C::Error: Into<BoxError>,
 {
     let connector = connector
-        .map_response(|io| AnyIo(Box::pin(io)))
+        .map_response(|io| AnyIo::new(io, false))
         .map_err(Into::into);
     BoxCloneSyncService::new(connector)
 }
@@ -252,8 +258,21 @@ pub fn pooled(
     BoxCloneSyncService::new(client.map_err(BoxError::from))
 }
 
-/// A connection of any route, behind one type ([`pooled`]).
-pub struct AnyIo(Pin<Box<dyn Io>>);
+/// A connection of any route, behind one type ([`pooled`]); `proxied` when it goes to a
+/// forwarding proxy ([`Forward`]).
+pub struct AnyIo {
+    io: Pin<Box<dyn Io>>,
+    proxied: bool,
+}
+
+impl AnyIo {
+    fn new(io: impl Io + 'static, proxied: bool) -> AnyIo {
+        AnyIo {
+            io: Box::pin(io),
+            proxied,
+        }
+    }
+}
 
 /// What hyper's client needs of a connection.
 trait Io: Read + Write + Connection + Send {}
@@ -266,7 +285,7 @@ impl Read for AnyIo {
         cx: &mut Context<'_>,
         buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        self.0.as_mut().poll_read(cx, buf)
+        self.io.as_mut().poll_read(cx, buf)
     }
 }
 
@@ -276,19 +295,19 @@ impl Write for AnyIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.0.as_mut().poll_write(cx, buf)
+        self.io.as_mut().poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.0.as_mut().poll_flush(cx)
+        self.io.as_mut().poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.0.as_mut().poll_shutdown(cx)
+        self.io.as_mut().poll_shutdown(cx)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
+        self.io.is_write_vectored()
     }
 
     fn poll_write_vectored(
@@ -296,13 +315,18 @@ impl Write for AnyIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.0.as_mut().poll_write_vectored(cx, bufs)
+        self.io.as_mut().poll_write_vectored(cx, bufs)
     }
 }
 
 impl Connection for AnyIo {
     fn connected(&self) -> Connected {
-        self.0.connected()
+        let connected = self.io.connected();
+        if self.proxied {
+            connected.proxy(true)
+        } else {
+            connected
+        }
     }
 }
 
@@ -490,10 +514,10 @@ impl<C> Service<Uri> for Forward<C>
 where
     C: Service<Uri>,
     C::Future: Send + 'static,
-    C::Response: Send + 'static,
+    C::Response: Read + Write + Connection + Send + 'static,
     C::Error: 'static,
 {
-    type Response = Proxied<C::Response>;
+    type Response = AnyIo;
     type Error = C::Error;
     type Future = BoxConnecting<Self::Response, C::Error>;
 
@@ -503,57 +527,7 @@ where
 
     fn call(&mut self, _dst: Uri) -> Self::Future {
         let connecting = self.inner.call(self.proxy.clone());
-        Box::pin(async move { connecting.await.map(Proxied) })
-    }
-}
-
-/// A connection to a forwarding proxy.
-#[derive(Debug)]
-struct Proxied<T>(T);
-
-impl<T: Connection> Connection for Proxied<T> {
-    fn connected(&self) -> Connected {
-        self.0.connected().proxy(true)
-    }
-}
-
-impl<T: Read + Unpin> Read for Proxied<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl<T: Write + Unpin> Write for Proxied<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        Box::pin(async move { connecting.await.map(|io| AnyIo::new(io, true)) })
     }
 }
 
