@@ -15,6 +15,7 @@ use kruised_test_support::pull as pull_support;
 
 mod admin;
 mod at_rest;
+mod auth;
 mod bench_skips;
 mod cli;
 mod containermeta;

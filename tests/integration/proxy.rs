@@ -304,8 +304,8 @@ async fn explain_exits_0_through_a_socks5_proxy_url_with_credentials() {
     );
 }
 
-/// A directory for `SSL_CERT_FILE` and `SSL_CERT_DIR`: rustls' platform verifier reads only
-/// these when they are set, and finds no certificate in it, as on a minimal node.
+/// A directory for `SSL_CERT_FILE` and `SSL_CERT_DIR`: kruised reads only these when they are
+/// set (rustls-native-certs), and finds no certificate in it, as on a minimal node.
 fn no_system_roots(dir: &Path) -> [(&'static str, String); 2] {
     let empty = dir.join("no-ca-certificates");
     std::fs::create_dir_all(&empty).unwrap();

@@ -19,11 +19,12 @@ use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use kube::client::{Body, ConfigExt};
+use kube::client::Body;
 use tower::util::{BoxCloneService, BoxCloneSyncService};
 use tower::{BoxError, Service, ServiceExt};
 
 use super::proxy::{Proxy, ProxyScheme};
+use super::tls::{self, Roots, TlsError};
 
 /// Idle time before the first keepalive probe (kube-apiserver's own connections use 15 s, Go's
 /// dialer 15 s; 30 s keeps an idle watch cheap).
@@ -83,13 +84,12 @@ pub enum TransportError {
     NoSystemRoots {
         /// What was to be reached: the API server or the proxy, with its URL.
         peer: String,
-        /// Why rustls' platform verifier found none, in its own words (the innermost cause of
-        /// kube's error, which repeats each cause in its message).
+        /// Why none was found: the first error of reading the system's bundle, if any.
         reason: String,
     },
     /// The TLS settings (client certificate, key, CA data) cannot be used.
     #[error("TLS settings of the kubeconfig")]
-    Tls(#[source] kube::Error),
+    Tls(#[source] TlsError),
     /// The proxy's user info makes no valid header.
     #[error("the proxy's user info cannot be sent")]
     ProxyCredentials(#[source] http::header::InvalidHeaderValue),
@@ -122,10 +122,22 @@ pub fn tcp_connector(connect_timeout: Option<Duration>) -> HttpConnector {
 /// | any | socks5 | TCP, SOCKS5 handshake (+ TLS) |
 ///
 /// TLS is only set up where a hop is https: an http server needs no CA certificates at all.
+///
+/// `identity` is the client key and certificate (PEM) an exec plugin answered with; else the
+/// kubeconfig's are used, if it has them.
 pub fn transport(
     config: &kube::Config,
+    identity: Option<Vec<u8>>,
     proxy: Option<&Proxy>,
 ) -> Result<Transport, TransportError> {
+    let identity = match identity {
+        Some(pem) => Some(pem),
+        None => tls::identity_of(&config.auth_info).map_err(TransportError::Tls)?,
+    };
+    let config = &Settings {
+        config,
+        identity: identity.as_deref(),
+    };
     let tcp = tcp_connector(config.connect_timeout);
     let https = config.cluster_url.scheme_str() == Some("https");
     let Some(proxy) = proxy else {
@@ -171,7 +183,7 @@ pub fn transport(
 }
 
 /// hyper's pooled client over `connector`, whichever route it is ([`pooled`]).
-fn hyper_client<C>(connector: C, config: &kube::Config) -> Transport
+fn hyper_client<C>(connector: C, config: &Settings<'_>) -> Transport
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
     C::Response: Read + Write + Connection + Send + Unpin + 'static,
@@ -184,7 +196,7 @@ where
 
 /// hyper's pooled client through the forwarding proxy at `proxy`, reached over `inner`'s
 /// connections ([`Forward`]).
-fn forwarded<C>(inner: C, proxy: Uri, config: &kube::Config) -> Transport
+fn forwarded<C>(inner: C, proxy: Uri, config: &Settings<'_>) -> Transport
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
     C::Response: Read + Write + Connection + Send + Unpin + 'static,
@@ -336,29 +348,42 @@ fn read_limit(connected: &Connected) -> Option<Duration> {
     (!connected.is_negotiated_h2()).then_some(HTTP1_READ_TIMEOUT)
 }
 
-/// TLS to the API server: kube's rustls settings (the kubeconfig's CA, client certificate and
-/// key, exec credentials, `tls-server-name`, `insecure-skip-tls-verify`), over `inner`, offering
-/// `h2` then `http/1.1` (kube-apiserver serves both, and picks `h2`).
+/// The kubeconfig's settings, and the client identity to present in TLS.
+struct Settings<'a> {
+    config: &'a kube::Config,
+    identity: Option<&'a [u8]>,
+}
+
+impl std::ops::Deref for Settings<'_> {
+    type Target = kube::Config;
+
+    fn deref(&self) -> &kube::Config {
+        self.config
+    }
+}
+
+/// TLS to the API server: the kubeconfig's CA, client certificate and key (or an exec
+/// plugin's), `tls-server-name` and `insecure-skip-tls-verify` ([`tls::client_config`]), over
+/// `inner`, offering `h2` then `http/1.1` (kube-apiserver serves both, and picks `h2`).
 fn cluster_tls<H>(
-    config: &kube::Config,
+    config: &Settings<'_>,
     inner: H,
 ) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
     let peer = format!("the API server {}", config.cluster_url);
-    tls_over(config.clone(), inner, peer, Alpn::H2AndHttp1)
+    let name = config.tls_server_name.as_deref();
+    tls_over(config, inner, peer, Alpn::H2AndHttp1, name)
 }
 
 /// TLS to an https proxy: the same settings, but the proxy's own name (Go's transport dials an
 /// https proxy with a clone of the client's TLS config, so its CA too).
 fn proxy_tls<H>(
-    config: &kube::Config,
+    config: &Settings<'_>,
     proxy: &Proxy,
     inner: H,
 ) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
-    let mut config = config.clone();
-    config.tls_server_name = None;
     let peer = format!("the proxy {} ({})", redacted(&proxy.url), proxy.origin);
     // the hop to the proxy carries a CONNECT or absolute-form requests: HTTP/1.1 only
-    tls_over(config, inner, peer, Alpn::Http1)
+    tls_over(config, inner, peer, Alpn::Http1, None)
 }
 
 /// The protocols offered in the TLS handshake.
@@ -371,62 +396,35 @@ enum Alpn {
 }
 
 fn tls_over<H>(
-    mut config: kube::Config,
+    config: &Settings<'_>,
     inner: H,
     peer: String,
     alpn: Alpn,
+    server_name: Option<&str>,
 ) -> Result<hyper_rustls::HttpsConnector<H>, TransportError> {
-    if config.accept_invalid_certs && config.root_cert.is_none() {
-        // nothing is verified: an empty store instead of the system's, which kube would load
-        // (and fail on a system without CA certificates)
-        config.root_cert = Some(Vec::new());
-    }
-    let system_roots = config.root_cert.is_none();
-    let built = match alpn {
-        Alpn::Http1 => config.rustls_https_connector_with_connector(inner),
-        Alpn::H2AndHttp1 => h2_https_connector(&config, inner),
+    let roots = match &config.root_cert {
+        // nothing is verified: no CA needed, not even the system's
+        _ if config.accept_invalid_certs => Roots::Insecure,
+        Some(ders) => Roots::Given(ders, config.root_cert_file.as_deref()),
+        None => Roots::System,
     };
-    built.map_err(|e| match e {
-        kube::Error::RustlsTls(kube::client::RustlsTlsError::AddRootCertificate(_))
-            if system_roots =>
-        {
-            TransportError::NoSystemRoots {
-                peer,
-                reason: innermost(&e),
-            }
-        }
+    let tls = tls::client_config(config.identity, roots).map_err(|e| match e {
+        TlsError::NoSystemRoots(reason) => TransportError::NoSystemRoots { peer, reason },
         e => TransportError::Tls(e),
-    })
-}
-
-/// kube's `rustls_https_connector_with_connector`, offering `h2` and `http/1.1`: the same
-/// rustls settings (`rustls_client_config`: identity, exec identity, CA, a CA file re-read as
-/// it rotates, insecure), the same `tls-server-name`, plain http passed through.
-fn h2_https_connector<H>(
-    config: &kube::Config,
-    inner: H,
-) -> Result<hyper_rustls::HttpsConnector<H>, kube::Error> {
-    let tls = config.rustls_client_config()?;
+    })?;
     let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
-    if let Some(name) = &config.tls_server_name {
-        let name = rustls::pki_types::ServerName::try_from(name.clone())
-            .map_err(kube::client::RustlsTlsError::InvalidServerName)
-            .map_err(kube::Error::RustlsTls)?;
+    if let Some(name) = server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.to_string())
+            .map_err(|e| TransportError::Tls(TlsError::ServerName(e.to_string())))?;
         builder =
             builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    Ok(builder.enable_all_versions().wrap_connector(inner))
-}
-
-/// The message of the last error in `e`'s chain of causes.
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut last = e;
-    while let Some(next) = last.source() {
-        last = next;
-    }
-    last.to_string()
+    Ok(match alpn {
+        Alpn::Http1 => builder.enable_http1().wrap_connector(inner),
+        Alpn::H2AndHttp1 => builder.enable_all_versions().wrap_connector(inner),
+    })
 }
 
 /// Where the TCP connection to the proxy goes: `http://host:port` (`https://` for TLS to it),

@@ -5,12 +5,14 @@
 //! servers), a time limit on every call but watches ([`limit`]) and client-go's request metrics
 //! ([`metrics`]).
 
+pub mod auth;
 pub mod bucket;
 pub mod connect;
 pub mod kubeconfig;
 pub mod limit;
 pub mod metrics;
 pub mod proxy;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,8 @@ use std::sync::{Arc, Mutex};
 use http::{HeaderValue, Request, header::USER_AGENT};
 use kube::client::retry::RetryPolicy;
 use kube::client::{ClientBuilder, ConfigExt};
+
+pub use auth::AuthError;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 pub use kubeconfig::KubeconfigReadError;
@@ -167,6 +171,10 @@ pub enum ClientError {
     /// The client stack could not be built.
     #[error("building the Kubernetes client")]
     Build(#[source] kube::Error),
+    /// The kubeconfig's user cannot authenticate (a token file that cannot be read, an exec
+    /// plugin that fails).
+    #[error("the kubeconfig's user")]
+    Auth(#[source] AuthError),
 }
 
 impl From<connect::TransportError> for ClientError {
@@ -187,9 +195,10 @@ pub async fn build(settings: &ClientSettings) -> Result<kube::Client, ClientErro
 ///
 /// The stack, outermost first: User-Agent, the served-version rewrite, the token bucket, the
 /// call limit ([`limit`]), then kube's public layers as its own builder composes them (base
-/// URI, retry of 429/503/504, authentication with exec and token refresh, extra headers), the
-/// request metrics, and the transport of [`connect::transport`] (proxy, TLS with HTTP/2,
-/// kruised's TCP connector).
+/// URI, retry of 429/503/504), the authentication of [`auth`] (in kube's place: exec plugins
+/// and token refresh), kube's extra headers (impersonation), the request metrics, and the
+/// transport of [`connect::transport`] (proxy, TLS of [`tls`] with HTTP/2, kruised's TCP
+/// connector).
 pub async fn build_with_metrics(
     settings: &ClientSettings,
     metrics: &RestClientMetrics,
@@ -211,7 +220,10 @@ pub async fn build_with_metrics(
         ),
         None => tracing::debug!(server = %config.cluster_url, "API requests go direct"),
     }
-    let transport = connect::transport(&config, proxy.as_ref())?;
+    let auth = auth::resolve(&config.auth_info)
+        .await
+        .map_err(ClientError::Auth)?;
+    let transport = connect::transport(&config, auth.identity, proxy.as_ref())?;
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
@@ -219,7 +231,7 @@ pub async fn build_with_metrics(
                 .default_retry
                 .then(|| RetryLayer::new(RetryPolicy::server_retry())),
         )
-        .option_layer(config.auth_layer().map_err(ClientError::Build)?)
+        .option_layer(auth.layer)
         .layer(config.extra_headers_layer().map_err(ClientError::Build)?)
         .layer(metrics.layer())
         .service(transport);
