@@ -70,13 +70,17 @@ pub fn parse_pod(text: &str, what: &str) -> Result<Pod, HashError> {
     };
     let value = match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) => v,
-        Err(json_err) => serde_saphyr::from_str::<serde_json::Value>(text).map_err(|yaml_err| {
-            parse_error(if text.trim_start().starts_with('{') {
-                json_err.to_string()
-            } else {
-                yaml_err.to_string()
-            })
-        })?,
+        Err(json_err) => match crate::yaml::from_str::<serde_json::Value>(text) {
+            Ok(Some(v)) => v,
+            Ok(None) => return Err(parse_error("no document".to_string())),
+            Err(yaml_err) => {
+                return Err(parse_error(if text.trim_start().starts_with('{') {
+                    json_err.to_string()
+                } else {
+                    yaml_err.to_string()
+                }));
+            }
+        },
     };
     // from the `Value`, as the watch reads pods: one deserialiser of the pod's types in the
     // binary (`k8s::pods`)

@@ -46,7 +46,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // capabilities
     (
         "controller",
-        &["backoff", "config", "cri", "hash", "health", "k8s", "sync"],
+        &[
+            "backoff", "config", "cri", "hash", "health", "k8s", "sync", "yaml",
+        ],
     ),
     // the daemon
     (
@@ -87,7 +89,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "cmd::explain",
         &["cmd::output", "config", "controller", "cri", "hash", "k8s"],
     ),
-    ("cmd::hash", &["cmd::output", "hash"]),
+    ("cmd::hash", &["cmd::output", "hash", "yaml"]),
     (
         "cmd::crictl",
         &[

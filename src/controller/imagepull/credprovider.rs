@@ -78,7 +78,10 @@ pub enum PluginError {
 pub enum PluginConfigError {
     /// Neither YAML nor JSON of the config's shape.
     #[error("{0}")]
-    Decode(Box<serde_saphyr::Error>),
+    Decode(crate::yaml::YamlError),
+    /// An empty file (or comments only).
+    #[error("no document")]
+    Empty,
     /// Another kind or group.
     #[error("want kind CredentialProviderConfig of {CONFIG_GROUP}, got {kind:?} {api_version:?}")]
     Kind {
@@ -357,8 +360,9 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
 /// the executables: each provider with its `defaultCacheDuration`, in file order, or what is
 /// wrong.
 fn parse_config(text: &str) -> Result<Vec<(ProviderSpec, Duration)>, PluginConfigError> {
-    let file: ConfigFile =
-        serde_saphyr::from_str(text).map_err(|e| PluginConfigError::Decode(Box::new(e)))?;
+    let file: ConfigFile = crate::yaml::from_str(text)
+        .map_err(PluginConfigError::Decode)?
+        .ok_or(PluginConfigError::Empty)?;
     let (group, _) = file.api_version.split_once('/').unwrap_or(("", ""));
     if file.kind != "CredentialProviderConfig" || group != CONFIG_GROUP {
         return Err(PluginConfigError::Kind {
