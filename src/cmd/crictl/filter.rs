@@ -3,7 +3,9 @@
 //! the image filters of `images --filter`.
 
 use anyhow::{Context, anyhow, bail};
-use regex::Regex;
+// regex-lite: Go's RE2 syntax with its ASCII `\w`, `\d`, `\s`; no `\p{..}` classes, which
+// names of pods and containers (DNS labels) never need. 0.35 MB less than `regex` (issue 44).
+use regex_lite::Regex;
 
 use crate::cri::{ContainerState, Image, SandboxState, StringMap};
 

@@ -18,7 +18,7 @@ use crate::support::kubelet::{ContainerSpec, Kubelet, PodSpec};
 use crate::support::{Lab, unique, wait, within};
 use kruised::cri::{ImageService, KubeletService, RuntimeService, StringMap};
 use reference::{Canon, Reference, Seen};
-use regex::Regex;
+use regex_lite::Regex;
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// The label the test puts on its pods and containers, to list only them.

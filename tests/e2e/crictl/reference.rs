@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::support::Lab;
 
