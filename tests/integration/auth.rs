@@ -135,3 +135,56 @@ async fn explain_authenticates_with_a_token_file_and_names_one_that_is_missing()
         "{stderr}"
     );
 }
+
+/// The in-cluster configuration's CA: certificates read from the service account's file, the
+/// file kept to be read again as the CA rotates (src/k8s/client/tls.rs). The server is the
+/// double over TLS with `h2`, as kube-apiserver serves; a CA that did not sign its certificate
+/// (its own leaf certificate taken as one) fails the handshake.
+#[tokio::test]
+async fn a_ca_file_kept_for_rereading_verifies_the_server_over_h2_and_a_foreign_ca_fails() {
+    use apiserver_double::{ApiServer, Config, TEST_CA_PEM, Tls};
+    use kruised::k8s::client::{connect, tls};
+    use tower::ServiceExt;
+
+    let api = ApiServer::start_with(Config {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        tls: Some(Tls::test_ca()),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let version = |config: kube::Config| async move {
+        let transport = connect::transport(&config, None, None).unwrap();
+        let request = http::Request::get(format!("{}version", config.cluster_url))
+            .body(kube::client::Body::empty())
+            .unwrap();
+        tokio::time::timeout(LIMIT, transport.oneshot(request))
+            .await
+            .expect("an answer or an error within the limit")
+    };
+    let config_with = |pem: &str, name: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, pem).unwrap();
+        let mut config = kube::Config::new(format!("{}/", api.url()).parse().unwrap());
+        config.root_cert = Some(tls::pem_certificates(pem.as_bytes()).unwrap());
+        config.root_cert_file = Some(file);
+        config
+    };
+
+    let answer = version(config_with(TEST_CA_PEM, "ca.crt"))
+        .await
+        .expect("the server's certificate is signed by the file's CA");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.version(), http::Version::HTTP_2);
+
+    let leaf = Tls::test_ca().cert_chain_pem;
+    let err = version(config_with(&leaf, "foreign.crt"))
+        .await
+        .expect_err("a CA that did not sign the server's certificate");
+    let chain = std::iter::successors(Some(&*err as &dyn std::error::Error), |e| e.source())
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ");
+    assert!(chain.contains("certificate"), "{chain}");
+}
