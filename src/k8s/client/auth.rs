@@ -380,21 +380,28 @@ async fn run_plugin(exec: &ExecConfig) -> Result<Answer, AuthError> {
         Stdio::inherit()
     } else {
         Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit())
-    .kill_on_drop(true);
+    });
+    let stdout = output(cmd, &command).await?;
+    read_answer(&command, &stdout)
+}
+
+/// What `cmd` (`command`) prints on standard output, its standard error going to kruised's;
+/// an error if it cannot start or does not exit 0. Killed if the request waiting on it goes.
+async fn output(mut cmd: tokio::process::Command, command: &str) -> Result<Vec<u8>, AuthError> {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
     let out = cmd.output().await.map_err(|source| AuthError::Start {
-        command: command.clone(),
+        command: command.to_string(),
         source,
     })?;
     if !out.status.success() {
         return Err(AuthError::Failed {
-            command,
+            command: command.to_string(),
             status: out.status,
         });
     }
-    read_answer(&command, &out.stdout)
+    Ok(out.stdout)
 }
 
 /// An exec plugin's answer: an `ExecCredential` in JSON (or YAML, which client-go's reader also
@@ -515,30 +522,18 @@ async fn run_gcp_command(
             cmd.env_remove(name);
         }
     }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let out = cmd.output().await.map_err(|source| AuthError::Start {
-        command: command.clone(),
-        source,
-    })?;
-    if !out.status.success() {
-        return Err(AuthError::Failed {
-            command,
-            status: out.status,
-        });
-    }
+    cmd.stdin(Stdio::null());
+    let stdout = output(cmd, &command).await?;
     let bad = |reason: String| AuthError::Answer {
         command: command.clone(),
         reason,
     };
     let Some(token_key) = config.get("token-key") else {
-        let token = std::str::from_utf8(&out.stdout).map_err(|e| bad(e.to_string()))?;
+        let token = std::str::from_utf8(&stdout).map_err(|e| bad(e.to_string()))?;
         return Ok((bearer(token, "gcp command's token")?, None));
     };
     let json: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| bad(format!("not JSON: {e}")))?;
+        serde_json::from_slice(&stdout).map_err(|e| bad(format!("not JSON: {e}")))?;
     let token = string_at(&json, token_key).map_err(|e| bad(format!("token-key: {e}")))?;
     let expiry = match config.get("expiry-key") {
         None => None,
