@@ -101,6 +101,36 @@ async fn running(kubelet: &Kubelet, id: &str) -> bool {
         == ContainerState::Running
 }
 
+/// Whether the runtime reports `id` running though its process is gone. containerd (1.6, and 2.x
+/// before #11579) can lose a container's exit when it is killed while handling it: after the
+/// restart the container stays running for good and every `StopContainer` on it times out
+/// (containerd #12600). The kubelet would wait on it as long; an operator restarts the runtime,
+/// which then reads the exit from the shim.
+async fn running_without_its_process(kubelet: &Kubelet, id: &str) -> bool {
+    let status = cri!(
+        "container status",
+        kubelet.runtime().container_status(id, true)
+    );
+    let pid = status
+        .info
+        .get("info")
+        .and_then(|info| serde_json::from_str::<Value>(info).ok())
+        .and_then(|info| info["pid"].as_u64())
+        .filter(|pid| *pid > 0);
+    let Some(pid) = pid else { return false };
+    // gone, or a zombie nobody reaped
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    });
+    status.state == ContainerState::Running && !alive
+}
+
+/// How long after the runtime answered again a container it still reports running without its
+/// process is taken for the runtime's lost exit: a request is done within about a second, and a
+/// `StopContainer` gives up after the grace period and 7 s.
+const LOST_EXIT_AFTER: Duration = Duration::from_secs(15);
+
 fn crr(api: &Handle, name: &str) -> ContainerRecreateRequest {
     serde_json::from_value(
         api.get("containerrecreaterequests", "default", name)
@@ -312,6 +342,7 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
         // play the kubelet and the manager until everything is done
         let deadline = back + LIMIT;
         let (mut t_env, mut t_pull, mut t_crr, mut t_probe) = (None, None, None, None);
+        let mut restarted_for_lost_exit = false;
         loop {
             let rv = api.resource_version();
             let main = env_pod.container("main").to_string();
@@ -345,6 +376,26 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
                 .unwrap();
             }
             let now = back.elapsed();
+            if t_crr.is_none()
+                && !restarted_for_lost_exit
+                && now > LOST_EXIT_AFTER
+                && running_without_its_process(&kubelet, &a).await
+            {
+                eprintln!(
+                    "runtime_crashes: cycle {cycle}: the runtime reports container a running {now:?} \
+                     after it answered again, and its process is gone: it lost the exit over its \
+                     restart (containerd #11579, #12600). Restarting it, as an operator would"
+                );
+                let l = lab.clone();
+                tokio::task::spawn_blocking(move || l.script("kill-runtime"))
+                    .await
+                    .unwrap();
+                let l = lab.clone();
+                tokio::task::spawn_blocking(move || l.script("start-runtime"))
+                    .await
+                    .unwrap();
+                restarted_for_lost_exit = true;
+            }
             if t_env.is_none() {
                 let p = api.get("pods", "default", &env_name).unwrap();
                 let id = env_pod.container("main").to_string();
