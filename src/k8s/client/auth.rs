@@ -131,12 +131,10 @@ pub async fn resolve(user: &AuthInfo) -> Result<Resolved, AuthError> {
         return header(from_provider(provider).await?);
     }
     if let (Some(name), Some(password)) = (&user.username, &user.password) {
-        let pair = format!("{name}:{}", password.expose_secret());
-        let value = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(pair)
-        );
-        return header(Source::Fixed(sensitive(&value, "user name and password")?));
+        let value = basic(name, password.expose_secret()).map_err(|_| AuthError::Header {
+            what: "user name and password",
+        })?;
+        return header(Source::Fixed(value));
     }
     if let Some(token) = &user.token {
         return header(Source::Fixed(bearer(token.expose_secret(), "token")?));
@@ -281,6 +279,15 @@ impl Source {
             }
         }
     }
+}
+
+/// `Basic` credentials of `user` and `password` (RFC 7617), marked sensitive: the API
+/// server's, and a proxy's (`connect`).
+pub fn basic(user: &str, password: &str) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+    let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let mut value = HeaderValue::from_str(&format!("Basic {pair}"))?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 fn sensitive(value: &str, what: &'static str) -> Result<HeaderValue, AuthError> {

@@ -457,12 +457,7 @@ fn with_explicit_port(uri: Uri) -> Uri {
 
 /// `Proxy-Authorization: Basic …` for `user` and `pass`.
 fn basic_auth(user: &str, pass: &str) -> Result<HeaderValue, TransportError> {
-    use base64::Engine as _;
-    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
-    let mut value = HeaderValue::from_str(&format!("Basic {token}"))
-        .map_err(TransportError::ProxyCredentials)?;
-    value.set_sensitive(true);
-    Ok(value)
+    super::auth::basic(user, pass).map_err(TransportError::ProxyCredentials)
 }
 
 fn with_tunnel_auth<C>(tunnel: Tunnel<C>, basic: Option<HeaderValue>) -> Tunnel<C> {
