@@ -27,7 +27,7 @@ use crate::support::wait::meta_of;
 use crate::support::{Lab, Plane, unique, within};
 use apiserver_double::Handle;
 use k8s_openapi::api::core::v1::Pod;
-use kruised::cri::{ContainerState, ImageService, RuntimeService};
+use kruised::cri::{ContainerState, ContainerStatus, ImageService, RuntimeService};
 use kruised::k8s::crd::{ContainerRecreateRequest, NodePodProbe, ProbeState};
 use kruised::k8s::keys;
 use rand::rngs::StdRng;
@@ -111,13 +111,9 @@ async fn running_without_its_process(kubelet: &Kubelet, id: &str) -> bool {
         "container status",
         kubelet.runtime().container_status(id, true)
     );
-    let pid = status
-        .info
-        .get("info")
-        .and_then(|info| serde_json::from_str::<Value>(info).ok())
-        .and_then(|info| info["pid"].as_u64())
-        .filter(|pid| *pid > 0);
-    let Some(pid) = pid else { return false };
+    let Some(pid) = pid_of(&status) else {
+        return false;
+    };
     // gone, or a zombie nobody reaped
     let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         stat.rsplit_once(") ")
@@ -303,14 +299,7 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
         // the crash, a random moment later (the pause picks the moment; it synchronises nothing)
         let pause = Duration::from_millis(rng.random_range(0..400));
         tokio::time::sleep(pause).await;
-        let l = lab.clone();
-        tokio::task::spawn_blocking(move || l.script("kill-runtime"))
-            .await
-            .unwrap();
-        let l = lab.clone();
-        tokio::task::spawn_blocking(move || l.script("start-runtime"))
-            .await
-            .unwrap();
+        restart_runtime(&lab).await;
         let back = Instant::now();
         assert!(
             d.running(),
@@ -386,14 +375,7 @@ async fn the_runtime_killed_ten_times_during_pulls_restarts_recreates_and_probes
                      after it answered again, and its process is gone: it lost the exit over its \
                      restart (containerd #11579, #12600). Restarting it, as an operator would"
                 );
-                let l = lab.clone();
-                tokio::task::spawn_blocking(move || l.script("kill-runtime"))
-                    .await
-                    .unwrap();
-                let l = lab.clone();
-                tokio::task::spawn_blocking(move || l.script("start-runtime"))
-                    .await
-                    .unwrap();
+                restart_runtime(&lab).await;
                 restarted_for_lost_exit = true;
             }
             if t_env.is_none() {
@@ -508,8 +490,30 @@ async fn annotated(api: &Handle, pod: &str, id: &str) -> bool {
 /// The process ID of a running container, from the runtime's verbose status.
 async fn container_pid(kubelet: &Kubelet, id: &str) -> i32 {
     let status = kubelet.runtime().container_status(id, true).await.unwrap();
-    let info: Value = serde_json::from_str(&status.info["info"]).unwrap();
-    i32::try_from(info["pid"].as_i64().expect("the runtime reports the pid")).unwrap()
+    pid_of(&status).expect("the runtime reports the pid")
+}
+
+/// The pid of a container's process, from the runtime's verbose status (containerd's and
+/// CRI-O's `info` JSON).
+fn pid_of(status: &ContainerStatus) -> Option<i32> {
+    let info: Value = serde_json::from_str(status.info.get("info")?).ok()?;
+    i32::try_from(info["pid"].as_i64()?)
+        .ok()
+        .filter(|pid| *pid > 0)
+}
+
+/// A script of the lab's (`kill-runtime`, `start-runtime`), off the test's threads.
+async fn lab_script(lab: &Lab, cmd: &'static str) {
+    let lab = lab.clone();
+    tokio::task::spawn_blocking(move || lab.script(cmd))
+        .await
+        .unwrap();
+}
+
+/// The lab's runtime killed (SIGKILL) and started again.
+async fn restart_runtime(lab: &Lab) {
+    lab_script(lab, "kill-runtime").await;
+    lab_script(lab, "start-runtime").await;
 }
 
 #[tokio::test]
@@ -554,10 +558,7 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
 
     // the runtime goes away; the daemon's stream breaks and it backs off; the container dies
     let pid = container_pid(&kubelet, &old).await;
-    let l = lab.clone();
-    tokio::task::spawn_blocking(move || l.script("kill-runtime"))
-        .await
-        .unwrap();
+    lab_script(&lab, "kill-runtime").await;
     if lab.runtime.has_events() {
         d.wait_for_log("container event stream broke", LIMIT).await;
     }
@@ -566,10 +567,7 @@ async fn a_container_that_dies_while_the_runtime_is_down_is_noticed_once_it_is_b
         .status()
         .unwrap();
     assert!(status.success(), "kill {pid}");
-    let l = lab.clone();
-    tokio::task::spawn_blocking(move || l.script("start-runtime"))
-        .await
-        .unwrap();
+    lab_script(&lab, "start-runtime").await;
     // the CRI answers before containerd 1.6 has its images back (ImageStatus fails meanwhile),
     // and the kubelet needs the image to create the container
     let runtime = lab.runtime();
