@@ -159,7 +159,9 @@ impl FleetLab {
     /// `kruised:n<i>` and `kruise-daemon:n<i>` in groups `fleet:kruised` and
     /// `fleet:kruise-daemon`) and RBAC (deploy/rbac.yaml's roles and the chart's, bound to
     /// those groups), kruise's kinds and the test workload's, and its kubeconfigs as
-    /// fleet-lab.sh writes them: the token salt and the plane.
+    /// fleet-lab.sh writes them: the token salt and the plane. It serves TLS with HTTP/2, as
+    /// kube-apiserver does, so a daemon's TLS and HTTP/2 code runs (and is resident) as on a
+    /// cluster.
     async fn start_double(dir: &Path) -> (String, Plane) {
         use apiserver_double::{Config, KindInfo, UserInfo};
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -187,6 +189,7 @@ impl FleetLab {
         let mut config = Config {
             tokens: Some(tokens),
             rbac: true,
+            tls: Some(apiserver_double::Tls::test_ca()),
             ..Config::default()
         };
         config.kinds.push(KindInfo::custom(
@@ -213,8 +216,11 @@ impl FleetLab {
         }
         std::fs::create_dir_all(dir).expect("the lab's directory");
         for (file, who) in [("kubeconfig", "admin"), ("kubelet.kubeconfig", "kubelet")] {
-            let text =
-                apiserver_double::kubeconfig_with_token(&api.url(), &format!("{who}-{salt}"));
+            let text = apiserver_double::kubeconfig_with_ca(
+                &api.url(),
+                &format!("{who}-{salt}"),
+                apiserver_double::TEST_CA_PEM,
+            );
             std::fs::write(dir.join(file), text).expect("write a kubeconfig");
         }
         (salt, Plane::Double { api })
