@@ -46,6 +46,10 @@ fn main() {
         println!("cargo:rerun-if-changed={generated}");
         check_generated(proto, generated);
     }
+    // the shipped build's linker (scripts/lib/link-ordered.sh) reads these; cargo does not know
+    // that, so a new list or wrapper would not link the binary again without this
+    println!("cargo:rerun-if-changed=scripts/lib/hot-functions.txt");
+    println!("cargo:rerun-if-changed=scripts/lib/link-ordered.sh");
     println!("cargo:rerun-if-env-changed=KRUISED_COMMIT");
     let commit = std::env::var("KRUISED_COMMIT")
         .ok()

@@ -13,7 +13,9 @@
 # For the x86_64-unknown-linux-musl target when its standard library is installed
 # (`rustup target add x86_64-unknown-linux-musl`); otherwise, as on machines that cannot fetch
 # it, a fully static glibc build (`-C target-feature=+crt-static`, static-pie). Either way it
-# needs no library at run time; the script checks that with `file`.
+# needs no library at run time; the script checks that with `file`. On glibc it is linked by
+# scripts/lib/link-ordered.sh, which places the functions the daemon runs together (issue 44;
+# their list: scripts/hot-functions.sh); the script prints what it placed.
 #
 # The image: one layer holding that binary as /kruised, /kruise-daemon (the path kruise's Helm
 # chart runs) and /crictl (symlinks: kruised answers to the name it is run under), user
@@ -78,11 +80,15 @@ if [ -z "$binary" ]; then
   if ! target=$(dist_target); then
     log "x86_64-unknown-linux-musl is not installed (rustup cannot fetch it here): static glibc build"
   fi
-  flags=$(dist_rustflags "$ROOT" "$target")
+  dist_build_env "$ROOT" "$target"
   t0=$(date +%s)
-  KRUISED_COMMIT=$revision RUSTFLAGS=$flags cargo build --locked --profile dist --target "$target" --bin kruised
+  env "${DIST_BUILD_ENV[@]}" KRUISED_COMMIT="$revision" \
+    cargo build --locked --profile dist --target "$target" --bin kruised
   log "built in $(($(date +%s) - t0))s ($target)"
   binary=$ROOT/target/$target/dist/kruised
+  # what the linker placed together (scripts/lib/link-ordered.sh): the newest link's report
+  report=$(ls -t "$ROOT/target/$target/dist/deps/"kruised-*.hot-functions 2> /dev/null | head -1 || true)
+  [ -n "$report" ] && log "hot functions: $(cat "$report")"
 fi
 [ -x "$binary" ] || { log "no executable at $binary"; exit 1; }
 kind=$(file -b "$binary")

@@ -185,12 +185,12 @@ if [ -n "$given" ] && [ -n "$bloat" ]; then
   log "--bloat runs cargo-bloat on the build this script makes: not with --binary"
   exit 2
 fi
-# the target and flags of scripts/build-image.sh, and its profile with the symbols kept
+# the target, flags and linker of scripts/build-image.sh, its symbols kept
 target=$(dist_target) || true
-flags=$(dist_rustflags "$ROOT" "$target")
 commit=$(git rev-parse HEAD 2> /dev/null || echo unknown)
 # the same build's environment for cargo build and cargo bloat: one build, not two
-build_env=(KRUISED_COMMIT="$commit" RUSTFLAGS="$flags" CARGO_PROFILE_DIST_STRIP=none CARGO_TARGET_DIR="$target_dir")
+dist_build_env "$ROOT" "$target" symbols
+build_env=("${DIST_BUILD_ENV[@]}" KRUISED_COMMIT="$commit" CARGO_TARGET_DIR="$target_dir")
 if [ -z "$binary" ]; then
   log "building the dist profile for $target with symbols kept, in $target_dir"
   t0=$(date +%s)

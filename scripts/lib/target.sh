@@ -42,3 +42,20 @@ glibc_has_relr() {
   [ "${version%%.*}" -gt 2 ] 2> /dev/null && return 0
   [ "${version%%.*}" = 2 ] && [ "$(echo "$version" | cut -d. -f2)" -ge 36 ] 2> /dev/null
 }
+
+# dist_build_env ROOT TARGET [symbols]: the environment of the shipped build of the tree at ROOT
+# for TARGET, in the array DIST_BUILD_ENV: its RUSTFLAGS (dist_rustflags) and, for glibc (where
+# rustc links with LLD), scripts/lib/link-ordered.sh as the linker, which places the functions
+# the daemon runs together (issue 44). With `symbols`, the symbols are kept: by `-C strip=none`
+# in RUSTFLAGS, not CARGO_PROFILE_DIST_STRIP, which would change the profile and with it every
+# function's hash (cargo's -C metadata; RUSTFLAGS and the linker do not), so that the names read
+# off this build (scripts/size-report.sh, scripts/hot-functions.sh) are the shipped build's.
+dist_build_env() {
+  local flags
+  flags=$(dist_rustflags "$1" "$2")
+  [ "${3:-}" = symbols ] && flags="$flags -C strip=none"
+  DIST_BUILD_ENV=("RUSTFLAGS=$flags")
+  case "$2" in
+    *-linux-gnu) DIST_BUILD_ENV+=("CARGO_TARGET_$(echo "$2" | tr 'a-z-' 'A-Z_')_LINKER=$1/scripts/lib/link-ordered.sh") ;;
+  esac
+}

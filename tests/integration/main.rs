@@ -35,6 +35,7 @@ mod inplace_pull;
 mod k8s;
 mod kubelet;
 mod layers;
+mod link_order;
 mod manager;
 mod provenance;
 mod proxy;
