@@ -72,18 +72,16 @@ KRUISED_TEST_BIN=$work/kruised-reaction cargo bench --locked --bench reaction > 
   { tail -20 "$work/reaction.log" >&2; log "the reaction benchmark failed"; exit 1; }
 
 # the functions each run ran (callgrind's fn= and cfn= lines) of the binary's code
-nm --defined-only "$binary" | awk '$2 ~ /^[tTwW]$/ { print $3 }' | LC_ALL=C sort -u > "$work/code"
+function_names "$binary" | LC_ALL=C sort -u > "$work/code"
 for run in fleet reaction; do
   ls "$work/$run".* > /dev/null 2>&1 || { log "callgrind wrote nothing for $run"; exit 1; }
   cat "$work/$run".* | sed -n -E 's/^c?fn=(\(?[0-9]*\)? ?)?//p' | LC_ALL=C sort -u |
     LC_ALL=C comm -12 - "$work/code" > "$work/$run.ran"
 done
-# as the linker wrapper reads them: the hash, then the name without its hash cut at 160 bytes;
-# sorted by name within each group
+# as the linker wrapper reads them (target.sh's `symbol_keys`): HASH KEY, sorted by KEY within
+# each group
 listed() {
-  sed -E 's/^(.*)17h([0-9a-f]{16})E$/\2 \1E/; t; s/^/- /' |
-    awk '{ sp = index($0, " "); print substr($0, 1, sp) substr($0, sp + 1, 160) }' |
-    LC_ALL=C sort -u -k2 -k1
+  symbol_keys | awk -F '\t' '{ print $1 " " $2 }' | LC_ALL=C sort -u -k2 -k1
 }
 {
   echo "# The functions kruised ran on the fleet benchmark's node of 100 pods (start, 30 s at rest,"

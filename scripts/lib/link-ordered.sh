@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The linker of kruised's shipped build (scripts/lib/target.sh, `dist_linker`): the C compiler
+# The linker of kruised's shipped build (scripts/lib/target.sh, `dist_build_env`): the C compiler
 # driver rustc runs anyway, with the functions a running daemon executes placed together at the
 # start of `.text` (LLD's --symbol-ordering-file). Their list, scripts/lib/hot-functions.txt, is
 # written by scripts/hot-functions.sh from a run of the daemon under callgrind.
@@ -10,8 +10,9 @@
 # runs (crictl, `kruised hash`, error paths), makes most of the text resident; packed together,
 # about only what it runs is (docs/PERFORMANCE.md, "The daemon's code placed together").
 #
-# A line of the list is `HASH NAME`: a Rust function's mangled name without its hash
-# (`17h<16 hex>E` -> `E`), cut at 160 bytes, and the hash; `-` and the name for C (glibc, ring).
+# A line of the list is `HASH KEY` (target.sh's `symbol_keys`): a Rust function's mangled name
+# without its hash (`17h<16 hex>E` -> `E`), cut at 160 bytes, and the hash; `-` and the name for
+# C (glibc, ring).
 # A function of this link whose name and hash are listed is ordered; where a listed name has no
 # function with its hash (the hashes change with the compiler and the build's settings), every
 # function of that name is, so a stale list orders more than it should and never fails the link.
@@ -19,6 +20,8 @@
 # rustc would have linked it. Writes what it matched to `<output>.hot-functions`.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib/target.sh
+. "$here/target.sh"
 list=${KRUISED_HOT_FUNCTIONS:-$here/hot-functions.txt}
 cc=${KRUISED_LINK_CC:-cc}
 
@@ -41,11 +44,9 @@ fi
 
 order=$(mktemp)
 trap 'rm -f "$order"' EXIT
-# each defined function as `NAME-WITHOUT-HASH<tab>HASH<tab>NAME` (`-` for no hash), read against
-# the list
-nm --defined-only "${objects[@]}" 2> /dev/null |
-  awk '$2 ~ /^[tTwW]$/ { print $3 }' |
-  sed -E 's/^(.*)17h([0-9a-f]{16})E$/\1E\t\2\t&/; t; s/.*/&\t-\t&/' |
+# each defined function as `HASH<tab>KEY<tab>NAME`, read against the list
+function_names "${objects[@]}" |
+  symbol_keys |
   awk -F '\t' -v list="$list" '
     BEGIN {
       while ((getline line < list) > 0) {
@@ -56,10 +57,9 @@ nm --defined-only "${objects[@]}" 2> /dev/null |
       }
     }
     {
-      key = substr($1, 1, 160)
-      if (!(key in listed)) next
-      exact[key SUBSEP $2] = exact[key SUBSEP $2] $3 "\n"
-      any[key] = any[key] $3 "\n"
+      if (!($2 in listed)) next
+      exact[$2 SUBSEP $1] = exact[$2 SUBSEP $1] $3 "\n"
+      any[$2] = any[$2] $3 "\n"
     }
     END {
       for (i = 1; i <= n; i++) {

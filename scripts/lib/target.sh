@@ -59,3 +59,17 @@ dist_build_env() {
     *-linux-gnu) DIST_BUILD_ENV+=("CARGO_TARGET_$(echo "$2" | tr 'a-z-' 'A-Z_')_LINKER=$1/scripts/lib/link-ordered.sh") ;;
   esac
 }
+
+# function_names FILE...: the functions FILE (objects or a binary) defines, by symbol name.
+function_names() {
+  nm --defined-only "$@" 2> /dev/null | awk '$2 ~ /^[tTwW]$/ { print $3 }'
+}
+
+# symbol_keys: each function name on stdin as `HASH<tab>KEY<tab>NAME`, as
+# scripts/lib/hot-functions.txt lists functions (HASH KEY) and scripts/lib/link-ordered.sh
+# matches them: KEY is a Rust mangled name without its hash (`17h<16 hex>E` -> `E`) cut at 160
+# bytes, HASH its 16 hex digits; a name without a hash (C) is its own KEY, with the HASH `-`.
+symbol_keys() {
+  sed -E 's/^(.*)17h([0-9a-f]{16})E$/\2\t\1E\t&/; t; s/.*/-\t&\t&/' |
+    awk -F '\t' -v OFS='\t' '{ $2 = substr($2, 1, 160); print }'
+}
